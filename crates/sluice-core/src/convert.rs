@@ -1,0 +1,691 @@
+//! Field conversion: one record's text fields to one binary COPY tuple, with PostgreSQL's rules.
+//!
+//! Each supported type has a parser that accepts what the type's input function (`int4in`,
+//! `numeric_in`, `boolin`, `bpchar_input`...) accepts, rejects what it rejects with a reason a
+//! person can act on, and writes the type's binary `send` form. Errors come in two kinds:
+//! *invalid* (PostgreSQL would reject the value too) and *unsupported* (a spelling sluice does
+//! not parse but PostgreSQL might, such as `Feb 3 2024`). Unsupported values are handed to a
+//! [`ServerConvert`] when the caller has one, so the server itself converts them; the result
+//! is then exactly PostgreSQL's.
+//!
+//! A table with a column of a type sluice does not convert is loaded through text COPY
+//! instead: [`Converter::encode_text_record`] validates the columns it understands and passes
+//! the rest as text for the server to convert.
+
+use crate::binary::{begin_tuple, write_null, FieldWriter};
+use crate::column::{Column, PgType};
+use crate::datetime::{encode_date, encode_time, encode_timestamp, SessionZone};
+use crate::numeric::encode_numeric;
+use crate::records::Fields;
+use std::fmt;
+
+/// Why one value cannot be converted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConvertError {
+    /// PostgreSQL would reject the value too.
+    Invalid(String),
+    /// sluice does not parse this spelling; the server may.
+    Unsupported(String),
+}
+
+impl ConvertError {
+    pub fn invalid(reason: impl Into<String>) -> ConvertError {
+        ConvertError::Invalid(reason.into())
+    }
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConvertError::Invalid(r) | ConvertError::Unsupported(r) => f.write_str(r),
+        }
+    }
+}
+
+/// Converts values sluice cannot parse by asking the server (`SELECT $1::type`).
+pub trait ServerConvert {
+    /// Returns the value's binary form, or the server's error message.
+    fn convert(&mut self, column: &Column, value: &str) -> Result<Vec<u8>, String>;
+}
+
+/// Why one record cannot be converted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordErrorKind {
+    /// The record has `found` fields where the target takes `expected`.
+    FieldCount { expected: usize, found: usize },
+    /// NULL in a NOT NULL column.
+    NotNull,
+    /// A value the column's type rejects.
+    Value(String),
+}
+
+/// A conversion failure in one record: which column, and the raw value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordError {
+    /// Index into the converter's columns, when one column is at fault.
+    pub column: Option<usize>,
+    pub kind: RecordErrorKind,
+    /// The raw value, as read from the input (after unquoting and unescaping).
+    pub value: Option<Vec<u8>>,
+}
+
+/// Converts the records of one table: columns in input field order.
+pub struct Converter {
+    columns: Vec<Column>,
+    zone: SessionZone,
+    scratch: Vec<u8>,
+}
+
+impl Converter {
+    pub fn new(columns: Vec<Column>, zone: SessionZone) -> Converter {
+        Converter {
+            columns,
+            zone,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// Whether every column is converted on the client, so the table can use binary COPY.
+    pub fn binary_capable(&self) -> bool {
+        self.columns.iter().all(|c| c.ty.client_converted())
+    }
+
+    fn check_count(&self, fields: &Fields) -> Result<(), RecordError> {
+        if fields.len() != self.columns.len() {
+            return Err(RecordError {
+                column: (fields.len() < self.columns.len()).then_some(fields.len()),
+                kind: RecordErrorKind::FieldCount {
+                    expected: self.columns.len(),
+                    found: fields.len(),
+                },
+                value: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends one binary COPY tuple for the record to `out`. On error `out` is left as it was.
+    pub fn encode_record(
+        &mut self,
+        fields: &Fields,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        mut server: Option<&mut dyn ServerConvert>,
+    ) -> Result<(), RecordError> {
+        self.check_count(fields)?;
+        let rollback = out.len();
+        begin_tuple(out, self.columns.len());
+        for (i, col) in self.columns.iter().enumerate() {
+            let value = fields.get(i, input);
+            let fail = |kind, value: Option<&[u8]>| RecordError {
+                column: Some(i),
+                kind,
+                value: value.map(<[u8]>::to_vec),
+            };
+            let Some(v) = value else {
+                if col.not_null {
+                    out.truncate(rollback);
+                    return Err(fail(RecordErrorKind::NotNull, None));
+                }
+                write_null(out);
+                continue;
+            };
+            let w = FieldWriter::begin(out);
+            match encode_value(&col.ty, &self.zone, v, &mut self.scratch, out) {
+                Ok(()) => w.finish(out),
+                Err(ConvertError::Unsupported(reason)) => {
+                    let converted = match (server.as_deref_mut(), std::str::from_utf8(v)) {
+                        (Some(s), Ok(text)) => s.convert(col, text).map_err(|e| e.to_string()),
+                        _ => Err(reason),
+                    };
+                    match converted {
+                        Ok(bytes) => {
+                            out.truncate(w.start());
+                            let w = FieldWriter::begin(out);
+                            out.extend_from_slice(&bytes);
+                            w.finish(out);
+                        }
+                        Err(reason) => {
+                            out.truncate(rollback);
+                            return Err(fail(RecordErrorKind::Value(reason), Some(v)));
+                        }
+                    }
+                }
+                Err(ConvertError::Invalid(reason)) => {
+                    out.truncate(rollback);
+                    return Err(fail(RecordErrorKind::Value(reason), Some(v)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one COPY text-format line for the record to `out`, after validating the columns
+    /// sluice understands. Used for tables with columns the server must convert.
+    pub fn encode_text_record(
+        &mut self,
+        fields: &Fields,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.check_count(fields)?;
+        let rollback = out.len();
+        for (i, col) in self.columns.iter().enumerate() {
+            if i > 0 {
+                out.push(b'\t');
+            }
+            let Some(v) = fields.get(i, input) else {
+                if col.not_null {
+                    out.truncate(rollback);
+                    return Err(RecordError {
+                        column: Some(i),
+                        kind: RecordErrorKind::NotNull,
+                        value: None,
+                    });
+                }
+                out.extend_from_slice(b"\\N");
+                continue;
+            };
+            let check = if col.ty.client_converted() {
+                self.scratch.clear();
+                let mut sink = Vec::new();
+                encode_value(&col.ty, &self.zone, v, &mut self.scratch, &mut sink)
+            } else {
+                std::str::from_utf8(v)
+                    .map(drop)
+                    .map_err(|e| ConvertError::invalid(utf8_reason(e)))
+            };
+            if let Err(ConvertError::Invalid(reason)) = check {
+                out.truncate(rollback);
+                return Err(RecordError {
+                    column: Some(i),
+                    kind: RecordErrorKind::Value(reason),
+                    value: Some(v.to_vec()),
+                });
+            }
+            escape_text(v, out);
+        }
+        out.push(b'\n');
+        Ok(())
+    }
+}
+
+/// Writes a value in COPY text format, escaping backslash, tab, newline and carriage return.
+pub fn escape_text(v: &[u8], out: &mut Vec<u8>) {
+    let mut start = 0;
+    for (i, &b) in v.iter().enumerate() {
+        let esc = match b {
+            b'\\' => b'\\',
+            b'\t' => b't',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            _ => continue,
+        };
+        out.extend_from_slice(&v[start..i]);
+        out.push(b'\\');
+        out.push(esc);
+        start = i + 1;
+    }
+    out.extend_from_slice(&v[start..]);
+}
+
+fn utf8_reason(e: std::str::Utf8Error) -> String {
+    format!(
+        "invalid UTF-8: byte {} of the value starts a malformed sequence",
+        e.valid_up_to() + 1
+    )
+}
+
+/// Checks that a string value is UTF-8 without NUL bytes, as PostgreSQL's text types require.
+fn check_text(v: &[u8]) -> Result<&str, ConvertError> {
+    let s = std::str::from_utf8(v).map_err(|e| ConvertError::invalid(utf8_reason(e)))?;
+    if let Some(p) = memchr::memchr(0, v) {
+        return Err(ConvertError::invalid(format!(
+            "invalid byte sequence for UTF8: 0x00 at byte {} (text cannot hold NUL)",
+            p + 1
+        )));
+    }
+    Ok(s)
+}
+
+/// Encodes one non-NULL value of type `ty` (the binary `send` form) onto `out`.
+pub fn encode_value(
+    ty: &PgType,
+    zone: &SessionZone,
+    v: &[u8],
+    scratch: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<(), ConvertError> {
+    match ty {
+        PgType::Int2 => {
+            let n = parse_int(v, i16::MIN as i64, i16::MAX as i64, "smallint")?;
+            out.extend_from_slice(&(n as i16).to_be_bytes());
+        }
+        PgType::Int4 => {
+            let n = parse_int(v, i32::MIN as i64, i32::MAX as i64, "integer")?;
+            out.extend_from_slice(&(n as i32).to_be_bytes());
+        }
+        PgType::Int8 => {
+            let n = parse_int(v, i64::MIN, i64::MAX, "bigint")?;
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        PgType::Float4 => {
+            let f = parse_float::<f32>(v, "real")?;
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        PgType::Float8 => {
+            let f = parse_float::<f64>(v, "double precision")?;
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        PgType::Numeric(typmod) => encode_numeric(v, *typmod, scratch, out)?,
+        PgType::Bool => out.push(u8::from(parse_bool(v)?)),
+        PgType::Date => encode_date(v, out)?,
+        PgType::Time(p) => encode_time(v, *p, out)?,
+        PgType::Timestamp(p) => encode_timestamp(v, *p, None, out)?,
+        PgType::Timestamptz(p) => encode_timestamp(v, *p, Some(zone), out)?,
+        PgType::Text => {
+            check_text(v)?;
+            out.extend_from_slice(v);
+        }
+        PgType::Varchar(limit) => {
+            let s = check_text(v)?;
+            out.extend_from_slice(fit_length(s, *limit, "character varying")?.as_bytes());
+        }
+        PgType::Char(limit) => {
+            let s = check_text(v)?;
+            let s = fit_length(s, *limit, "character")?;
+            out.extend_from_slice(s.as_bytes());
+            if let Some(n) = limit {
+                let chars = char_count(s);
+                out.resize(out.len() + n.saturating_sub(chars), b' ');
+            }
+        }
+        PgType::Bytea => decode_bytea(v, out)?,
+        PgType::Uuid => out.extend_from_slice(&parse_uuid(v)?),
+        PgType::Json => {
+            check_text(v)?;
+            out.extend_from_slice(v);
+        }
+        PgType::Jsonb => {
+            check_text(v)?;
+            out.push(1);
+            out.extend_from_slice(v);
+        }
+        PgType::Other => {
+            return Err(ConvertError::Unsupported(
+                "a type sluice leaves to the server".into(),
+            ))
+        }
+    }
+    Ok(())
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// `pg_strtoint16/32/64`: optional whitespace, sign, decimal digits, optional whitespace.
+#[inline]
+fn parse_int(v: &[u8], min: i64, max: i64, name: &str) -> Result<i64, ConvertError> {
+    // Fast path: plain digits, as in nearly every file.
+    if !v.is_empty() && v.len() <= 18 && v.iter().all(u8::is_ascii_digit) {
+        let mut n: i64 = 0;
+        for &b in v {
+            n = n * 10 + i64::from(b - b'0');
+        }
+        return in_range(n, min, max, name);
+    }
+    let mut s = v;
+    while let [b, rest @ ..] = s {
+        if is_space(*b) {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., b] = s {
+        if is_space(*b) {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(ConvertError::invalid(format!("not a valid {name}")));
+    }
+    let mut n: i128 = 0;
+    for &b in digits {
+        n = n * 10 + i128::from(b - b'0');
+        if n > i128::from(i64::MAX) + 1 {
+            return Err(out_of_range(min, max, name));
+        }
+    }
+    let n = if neg { -n } else { n };
+    let n = i64::try_from(n).map_err(|_| out_of_range(min, max, name))?;
+    in_range(n, min, max, name)
+}
+
+fn in_range(n: i64, min: i64, max: i64, name: &str) -> Result<i64, ConvertError> {
+    if n < min || n > max {
+        return Err(out_of_range(min, max, name));
+    }
+    Ok(n)
+}
+
+fn out_of_range(min: i64, max: i64, name: &str) -> ConvertError {
+    ConvertError::invalid(format!("out of range for {name} ({min} to {max})"))
+}
+
+trait Float: std::str::FromStr + Copy {
+    fn is_infinite(self) -> bool;
+    fn is_zero(self) -> bool;
+}
+
+impl Float for f32 {
+    fn is_infinite(self) -> bool {
+        f32::is_infinite(self)
+    }
+    fn is_zero(self) -> bool {
+        self == 0.0
+    }
+}
+
+impl Float for f64 {
+    fn is_infinite(self) -> bool {
+        f64::is_infinite(self)
+    }
+    fn is_zero(self) -> bool {
+        self == 0.0
+    }
+}
+
+/// `float4in`/`float8in`: decimal or exponent notation, `NaN`, `Infinity`, `inf`, any case,
+/// with overflow and underflow to zero both out of range.
+fn parse_float<F: Float>(v: &[u8], name: &str) -> Result<F, ConvertError> {
+    let start = v.iter().position(|&b| !is_space(b)).unwrap_or(v.len());
+    let end = v.iter().rposition(|&b| !is_space(b)).map_or(start, |p| p + 1);
+    let s = std::str::from_utf8(&v[start..end])
+        .map_err(|_| ConvertError::invalid(format!("not a valid {name}")))?;
+    let lower = s.to_ascii_lowercase();
+    let body = lower.trim_start_matches(['+', '-']);
+    let explicit_inf = body == "inf" || body == "infinity";
+    if body == "nan" && lower != "nan" {
+        return Err(ConvertError::invalid(format!("not a valid {name}")));
+    }
+    let plausible = !s.is_empty()
+        && (explicit_inf
+            || body == "nan"
+            || s.bytes()
+                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')));
+    let f: F = match s.parse() {
+        Ok(f) if plausible => f,
+        _ => return Err(ConvertError::invalid(format!("not a valid {name}"))),
+    };
+    if f.is_infinite() && !explicit_inf {
+        return Err(ConvertError::invalid(format!(
+            "\"{s}\" is out of range for type {name}"
+        )));
+    }
+    if f.is_zero() {
+        let mantissa = body.split(['e', 'E']).next().unwrap_or("");
+        if mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+            return Err(ConvertError::invalid(format!(
+                "\"{s}\" is out of range for type {name} (it underflows to zero)"
+            )));
+        }
+    }
+    Ok(f)
+}
+
+/// `boolin`: `t`/`true`/`y`/`yes`/`on`/`1` and their opposites, any case, any unique prefix.
+fn parse_bool(v: &[u8]) -> Result<bool, ConvertError> {
+    let start = v.iter().position(|&b| !is_space(b)).unwrap_or(v.len());
+    let end = v.iter().rposition(|&b| !is_space(b)).map_or(start, |p| p + 1);
+    let s = &v[start..end];
+    let prefix_of = |word: &[u8], min: usize| {
+        s.len() >= min && s.len() <= word.len() && word[..s.len()].eq_ignore_ascii_case(s)
+    };
+    if prefix_of(b"true", 1) || prefix_of(b"yes", 1) || prefix_of(b"on", 2) || s == b"1" {
+        return Ok(true);
+    }
+    if prefix_of(b"false", 1) || prefix_of(b"no", 1) || prefix_of(b"off", 2) || s == b"0" {
+        return Ok(false);
+    }
+    Err(ConvertError::invalid(
+        "not a boolean (true/false, yes/no, on/off, 1/0, t/f...)",
+    ))
+}
+
+fn char_count(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// Applies a `varchar(n)`/`char(n)` limit: longer values fail unless the excess is spaces,
+/// which are cut, as PostgreSQL does.
+fn fit_length<'a>(s: &'a str, limit: Option<usize>, name: &str) -> Result<&'a str, ConvertError> {
+    let Some(n) = limit else { return Ok(s) };
+    if s.len() <= n {
+        return Ok(s);
+    }
+    let cut = match s.char_indices().nth(n) {
+        None => return Ok(s),
+        Some((i, _)) => i,
+    };
+    if s.as_bytes()[cut..].iter().all(|&b| b == b' ') {
+        return Ok(&s[..cut]);
+    }
+    Err(ConvertError::invalid(format!(
+        "value too long for type {name}({n}): {} characters",
+        char_count(s)
+    )))
+}
+
+/// `byteain`: `\x` hex (whitespace between pairs allowed) or the escape format.
+fn decode_bytea(v: &[u8], out: &mut Vec<u8>) -> Result<(), ConvertError> {
+    if let Some(hex) = v.strip_prefix(b"\\x") {
+        let mut i = 0;
+        while i < hex.len() {
+            if is_space(hex[i]) {
+                i += 1;
+                continue;
+            }
+            let hi = hex_val(hex[i])?;
+            let lo = hex.get(i + 1).ok_or_else(|| {
+                ConvertError::invalid("invalid hexadecimal data: odd number of digits")
+            })?;
+            let lo = hex_val(*lo)?;
+            out.push(hi << 4 | lo);
+            i += 2;
+        }
+        return Ok(());
+    }
+    let mut i = 0;
+    while i < v.len() {
+        if v[i] != b'\\' {
+            out.push(v[i]);
+            i += 1;
+        } else if v.get(i + 1) == Some(&b'\\') {
+            out.push(b'\\');
+            i += 2;
+        } else if i + 3 < v.len() + 0
+            && (b'0'..=b'3').contains(&v[i + 1])
+            && (b'0'..=b'7').contains(&v[i + 2])
+            && (b'0'..=b'7').contains(&v[i + 3])
+        {
+            out.push((v[i + 1] - b'0') << 6 | (v[i + 2] - b'0') << 3 | (v[i + 3] - b'0'));
+            i += 4;
+        } else {
+            return Err(ConvertError::invalid(
+                "invalid bytea escape: use \\\\ for a backslash or \\ooo octal, or \\x hex",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn hex_val(b: u8) -> Result<u8, ConvertError> {
+    match b {
+        b'0'..=b'9' => Ok(b - b'0'),
+        b'a'..=b'f' => Ok(b - b'a' + 10),
+        b'A'..=b'F' => Ok(b - b'A' + 10),
+        _ => Err(ConvertError::invalid(format!(
+            "invalid hexadecimal digit: \"{}\"",
+            String::from_utf8_lossy(&[b])
+        ))),
+    }
+}
+
+/// `uuid_in`: 32 hex digits, optional braces, optional hyphen after any group of four.
+fn parse_uuid(v: &[u8]) -> Result<[u8; 16], ConvertError> {
+    let bad = || ConvertError::invalid("not a valid UUID (32 hex digits, hyphens optional)");
+    let mut s = v;
+    let braces = s.first() == Some(&b'{');
+    if braces {
+        s = &s[1..];
+    }
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    for (k, byte) in out.iter_mut().enumerate() {
+        let hi = s.get(i).copied().ok_or_else(bad)?;
+        let lo = s.get(i + 1).copied().ok_or_else(bad)?;
+        *byte = hex_val(hi).map_err(|_| bad())? << 4 | hex_val(lo).map_err(|_| bad())?;
+        i += 2;
+        if k % 2 == 1 && k < 15 && s.get(i) == Some(&b'-') {
+            i += 1;
+        }
+    }
+    if braces {
+        if s.get(i) != Some(&b'}') {
+            return Err(bad());
+        }
+        i += 1;
+    }
+    if i != s.len() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(ty: PgType, v: &str) -> Result<Vec<u8>, ConvertError> {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        encode_value(&ty, &SessionZone::from_setting("UTC"), v.as_bytes(), &mut scratch, &mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn integers() {
+        assert_eq!(enc(PgType::Int4, "42").unwrap(), 42i32.to_be_bytes());
+        assert_eq!(enc(PgType::Int4, " -2147483648 ").unwrap(), i32::MIN.to_be_bytes());
+        assert!(enc(PgType::Int4, "2147483648").is_err());
+        assert_eq!(enc(PgType::Int8, "-9223372036854775808").unwrap(), i64::MIN.to_be_bytes());
+        assert!(enc(PgType::Int8, "9223372036854775808").is_err());
+        assert!(enc(PgType::Int2, "32768").is_err());
+        assert!(enc(PgType::Int4, "1.0").is_err());
+        assert!(enc(PgType::Int4, "").is_err());
+        let e = enc(PgType::Int4, "99999999999").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "out of range for integer (-2147483648 to 2147483647)"
+        );
+    }
+
+    #[test]
+    fn floats() {
+        assert_eq!(enc(PgType::Float8, "1.5").unwrap(), 1.5f64.to_be_bytes());
+        assert_eq!(enc(PgType::Float8, "-Infinity").unwrap(), f64::NEG_INFINITY.to_be_bytes());
+        assert_eq!(enc(PgType::Float8, "inf").unwrap(), f64::INFINITY.to_be_bytes());
+        assert!(f64::from_be_bytes(enc(PgType::Float8, "NaN").unwrap().try_into().unwrap()).is_nan());
+        assert!(enc(PgType::Float8, "1e400").is_err());
+        assert!(enc(PgType::Float8, "1e-400").is_err());
+        assert!(enc(PgType::Float8, "4e-320").is_ok(), "denormals are accepted");
+        assert!(enc(PgType::Float4, "1e39").is_err());
+        assert!(enc(PgType::Float8, "0e5").is_ok());
+        assert!(enc(PgType::Float8, "1,5").is_err());
+    }
+
+    #[test]
+    fn booleans() {
+        for t in ["t", "TRUE", "tr", "y", "yes", "on", "1", " true "] {
+            assert_eq!(enc(PgType::Bool, t).unwrap(), [1], "{t}");
+        }
+        for f in ["f", "False", "n", "no", "off", "of", "0"] {
+            assert_eq!(enc(PgType::Bool, f).unwrap(), [0], "{f}");
+        }
+        for bad in ["o", "2", "yess", ""] {
+            assert!(enc(PgType::Bool, bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lengths() {
+        assert_eq!(enc(PgType::Varchar(Some(3)), "abc  ").unwrap(), b"abc");
+        assert!(enc(PgType::Varchar(Some(3)), "abcd").is_err());
+        assert_eq!(enc(PgType::Varchar(Some(2)), "é€").unwrap(), "é€".as_bytes());
+        assert_eq!(enc(PgType::Char(Some(4)), "ab").unwrap(), b"ab  ");
+        assert_eq!(enc(PgType::Char(Some(2)), "ab   ").unwrap(), b"ab");
+        assert_eq!(enc(PgType::Char(Some(3)), "é").unwrap(), "é  ".as_bytes());
+        let e = enc(PgType::Char(Some(1)), "ab").unwrap_err();
+        assert_eq!(e.to_string(), "value too long for type character(1): 2 characters");
+    }
+
+    #[test]
+    fn text_rejects_bad_utf8_and_nul() {
+        let mut out = Vec::new();
+        let zone = SessionZone::from_setting("UTC");
+        let e = encode_value(&PgType::Text, &zone, b"ab\xff", &mut Vec::new(), &mut out);
+        assert!(e.unwrap_err().to_string().contains("invalid UTF-8"));
+        assert!(enc(PgType::Text, "a\0b").is_err());
+    }
+
+    #[test]
+    fn bytea_forms() {
+        assert_eq!(enc(PgType::Bytea, "\\xDEADbeef").unwrap(), [0xde, 0xad, 0xbe, 0xef]);
+        assert!(enc(PgType::Bytea, "\\xabc").is_err());
+        assert_eq!(enc(PgType::Bytea, "a\\\\b\\001").unwrap(), b"a\\b\x01");
+        assert!(enc(PgType::Bytea, "a\\b").is_err());
+    }
+
+    #[test]
+    fn uuids() {
+        let want = enc(PgType::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11").unwrap();
+        assert_eq!(enc(PgType::Uuid, "{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}").unwrap(), want);
+        assert_eq!(enc(PgType::Uuid, "a0eebc999c0b4ef8bb6d6bb9bd380a11").unwrap(), want);
+        assert_eq!(enc(PgType::Uuid, "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11").unwrap(), want);
+        assert!(enc(PgType::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1").is_err());
+        assert!(enc(PgType::Uuid, "{a0eebc999c0b4ef8bb6d6bb9bd380a11").is_err());
+    }
+
+    #[test]
+    fn jsonb_has_version_byte() {
+        assert_eq!(enc(PgType::Jsonb, "{}").unwrap(), b"\x01{}");
+        assert_eq!(enc(PgType::Json, "[1]").unwrap(), b"[1]");
+    }
+
+    #[test]
+    fn text_escaping_round_trips() {
+        let mut out = Vec::new();
+        escape_text(b"a\tb\\c\nd\re", &mut out);
+        assert_eq!(out, b"a\\tb\\\\c\\nd\\re");
+        let mut back = Vec::new();
+        crate::records::unescape_text(&out, &mut back);
+        assert_eq!(back, b"a\tb\\c\nd\re");
+    }
+}

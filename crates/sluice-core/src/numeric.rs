@@ -1,0 +1,364 @@
+//! `numeric`: exact decimal text to PostgreSQL's binary base-10000 form, with no floats.
+//!
+//! PostgreSQL's `numeric_in` accepts surrounding whitespace, a sign, `NaN`, `Infinity`/`inf`,
+//! digits with an optional point and an optional exponent. With a typmod `numeric(p,s)` it
+//! rounds to `s` fractional digits half away from zero (`round_var`) and then rejects a value
+//! with more than `p - s` integer digits. This module does the same on decimal digits, then
+//! groups them four at a time around the decimal point, which is the wire format:
+//! `ndigits, weight, sign, dscale` as int16 followed by the base-10000 digits.
+
+use crate::convert::ConvertError;
+
+const NUMERIC_POS: u16 = 0x0000;
+const NUMERIC_NEG: u16 = 0x4000;
+const NUMERIC_NAN: u16 = 0xC000;
+const NUMERIC_PINF: u16 = 0xD000;
+const NUMERIC_NINF: u16 = 0xF000;
+/// PostgreSQL's limit on the exponent in numeric input.
+const MAX_EXPONENT: i64 = 1000;
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// A parsed decimal: `0.d1 d2 d3... × 10^point`, digits without leading zeros.
+struct Decimal<'a> {
+    negative: bool,
+    digits: &'a mut Vec<u8>,
+    point: i64,
+    dscale: i64,
+}
+
+/// Encodes `value` as binary numeric into `out`, applying `typmod` (precision, scale).
+/// `digits` is scratch space reused between calls.
+pub fn encode_numeric(
+    value: &[u8],
+    typmod: Option<(i32, i32)>,
+    digits: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<(), ConvertError> {
+    let start = value.iter().position(|&b| !is_space(b)).unwrap_or(value.len());
+    let end = value.iter().rposition(|&b| !is_space(b)).map_or(start, |p| p + 1);
+    let s = &value[start..end];
+    if s.is_empty() {
+        return Err(ConvertError::invalid("not a number: the value is empty"));
+    }
+    if s.eq_ignore_ascii_case(b"nan") {
+        return write_special(out, NUMERIC_NAN);
+    }
+    let (negative, body) = match s[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if body.eq_ignore_ascii_case(b"infinity") || body.eq_ignore_ascii_case(b"inf") {
+        if let Some((p, sc)) = typmod {
+            return Err(ConvertError::invalid(format!(
+                "numeric field overflow: numeric({p},{sc}) cannot hold an infinite value"
+            )));
+        }
+        return write_special(out, if negative { NUMERIC_NINF } else { NUMERIC_PINF });
+    }
+    let mut dec = parse_decimal(negative, body, digits)?;
+    if let Some((precision, scale)) = typmod {
+        round_to_scale(&mut dec, scale as i64);
+        let int_digits = if dec.digits.is_empty() { 0 } else { dec.point.max(0) };
+        if int_digits > (precision - scale) as i64 {
+            return Err(ConvertError::invalid(format!(
+                "numeric field overflow: numeric({precision},{scale}) must round to an absolute \
+                 value less than 10^{}",
+                precision - scale
+            )));
+        }
+    }
+    write_decimal(&dec, out)
+}
+
+fn write_special(out: &mut Vec<u8>, sign: u16) -> Result<(), ConvertError> {
+    out.extend_from_slice(&0i16.to_be_bytes());
+    out.extend_from_slice(&0i16.to_be_bytes());
+    out.extend_from_slice(&sign.to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+    Ok(())
+}
+
+fn syntax() -> ConvertError {
+    ConvertError::invalid("not a valid number")
+}
+
+fn parse_decimal<'a>(
+    negative: bool,
+    s: &[u8],
+    digits: &'a mut Vec<u8>,
+) -> Result<Decimal<'a>, ConvertError> {
+    digits.clear();
+    let mut i = 0;
+    let mut int_len: i64 = 0;
+    let mut frac_len: i64 = 0;
+    let mut seen_point = false;
+    let mut any_digit = false;
+    while i < s.len() {
+        let b = s[i];
+        if b.is_ascii_digit() {
+            any_digit = true;
+            if digits.is_empty() && b == b'0' {
+                // Leading zeros carry no value, but still count as positions.
+                if seen_point {
+                    frac_len += 1;
+                }
+            } else {
+                digits.push(b - b'0');
+                if seen_point {
+                    frac_len += 1;
+                } else {
+                    int_len += 1;
+                }
+            }
+        } else if b == b'.' && !seen_point {
+            seen_point = true;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    if !any_digit {
+        return Err(syntax());
+    }
+    let mut exponent: i64 = 0;
+    if i < s.len() && (s[i] == b'e' || s[i] == b'E') {
+        i += 1;
+        let mut neg = false;
+        if i < s.len() && (s[i] == b'+' || s[i] == b'-') {
+            neg = s[i] == b'-';
+            i += 1;
+        }
+        let exp_start = i;
+        while i < s.len() && s[i].is_ascii_digit() {
+            exponent = (exponent * 10 + i64::from(s[i] - b'0')).min(MAX_EXPONENT + 1);
+            i += 1;
+        }
+        if i == exp_start || exponent > MAX_EXPONENT {
+            return Err(syntax());
+        }
+        if neg {
+            exponent = -exponent;
+        }
+    }
+    if i != s.len() {
+        return Err(syntax());
+    }
+    // `digits` holds the significant digits; leading fractional zeros shift the point left.
+    let leading_frac_zeros = frac_len - (digits.len() as i64 - int_len);
+    let point = if int_len > 0 {
+        int_len
+    } else {
+        -leading_frac_zeros
+    } + exponent;
+    Ok(Decimal {
+        negative,
+        point,
+        dscale: (frac_len - exponent).max(0),
+        digits,
+    })
+}
+
+/// Rounds half away from zero to `scale` fractional digits, as PostgreSQL's `round_var`.
+fn round_to_scale(dec: &mut Decimal<'_>, scale: i64) {
+    dec.dscale = scale.max(0);
+    let keep = dec.point + scale;
+    let n = dec.digits.len() as i64;
+    if keep >= n {
+        return;
+    }
+    if keep < 0 {
+        dec.digits.clear();
+        return;
+    }
+    let keep = keep as usize;
+    let round_up = dec.digits[keep] >= 5;
+    dec.digits.truncate(keep);
+    if round_up {
+        let mut i = keep;
+        loop {
+            if i == 0 {
+                dec.digits.insert(0, 1);
+                dec.point += 1;
+                break;
+            }
+            i -= 1;
+            if dec.digits[i] == 9 {
+                dec.digits[i] = 0;
+            } else {
+                dec.digits[i] += 1;
+                break;
+            }
+        }
+    }
+    while dec.digits.last() == Some(&0) {
+        dec.digits.pop();
+    }
+}
+
+fn write_decimal(dec: &Decimal<'_>, out: &mut Vec<u8>) -> Result<(), ConvertError> {
+    let dscale = dec.dscale;
+    if dscale > 0x3FFF {
+        return Err(ConvertError::invalid(
+            "value overflows numeric format: too many fractional digits",
+        ));
+    }
+    let significant = dec.digits.iter().rposition(|&d| d != 0).map_or(0, |p| p + 1);
+    if significant == 0 {
+        out.extend_from_slice(&0i16.to_be_bytes());
+        out.extend_from_slice(&0i16.to_be_bytes());
+        out.extend_from_slice(&NUMERIC_POS.to_be_bytes());
+        out.extend_from_slice(&(dscale as u16).to_be_bytes());
+        return Ok(());
+    }
+    let first_exp = dec.point - 1;
+    let weight = first_exp.div_euclid(4);
+    if weight > i16::MAX as i64 || weight < i16::MIN as i64 {
+        return Err(ConvertError::invalid("value overflows numeric format"));
+    }
+    let pad = (3 - first_exp.rem_euclid(4)) as usize;
+    let total = pad + significant;
+    let ngroups = total.div_ceil(4);
+    out.extend_from_slice(&(ngroups as i16).to_be_bytes());
+    out.extend_from_slice(&(weight as i16).to_be_bytes());
+    let sign = if dec.negative { NUMERIC_NEG } else { NUMERIC_POS };
+    out.extend_from_slice(&sign.to_be_bytes());
+    out.extend_from_slice(&(dscale as u16).to_be_bytes());
+    let digit = |k: usize| -> u16 {
+        if k < pad || k - pad >= significant {
+            0
+        } else {
+            u16::from(dec.digits[k - pad])
+        }
+    };
+    for g in 0..ngroups {
+        let k = g * 4;
+        let v = digit(k) * 1000 + digit(k + 1) * 100 + digit(k + 2) * 10 + digit(k + 3);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes the binary form back to PostgreSQL's text output, for readable assertions.
+    fn decode(b: &[u8]) -> String {
+        let rd = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+        let n = rd(0) as usize;
+        let weight = rd(2) as i16 as i64;
+        let sign = rd(4);
+        let dscale = rd(6) as i64;
+        match sign {
+            NUMERIC_NAN => return "NaN".into(),
+            NUMERIC_PINF => return "Infinity".into(),
+            NUMERIC_NINF => return "-Infinity".into(),
+            _ => {}
+        }
+        let groups: Vec<u16> = (0..n).map(|g| rd(8 + 2 * g)).collect();
+        let mut int = String::new();
+        for w in (0..=weight.max(0)).rev() {
+            let idx = weight - w;
+            let g = if idx >= 0 && (idx as usize) < n { groups[idx as usize] } else { 0 };
+            if int.is_empty() {
+                if g != 0 {
+                    int = g.to_string();
+                }
+            } else {
+                int.push_str(&format!("{g:04}"));
+            }
+        }
+        if int.is_empty() {
+            int = "0".into();
+        }
+        let mut frac = String::new();
+        let mut w = -1;
+        while (frac.len() as i64) < dscale {
+            let idx = weight - w;
+            let g = if idx >= 0 && (idx as usize) < n { groups[idx as usize] } else { 0 };
+            frac.push_str(&format!("{g:04}"));
+            w -= 1;
+        }
+        frac.truncate(dscale as usize);
+        let neg = if sign == NUMERIC_NEG { "-" } else { "" };
+        if dscale > 0 {
+            format!("{neg}{int}.{frac}")
+        } else {
+            format!("{neg}{int}")
+        }
+    }
+
+    fn enc(s: &str, typmod: Option<(i32, i32)>) -> Result<String, ConvertError> {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        encode_numeric(s.as_bytes(), typmod, &mut scratch, &mut out)?;
+        Ok(decode(&out))
+    }
+
+    #[test]
+    fn plain_values() {
+        assert_eq!(enc("17954.55", None).unwrap(), "17954.55");
+        assert_eq!(enc("  -0.0010 ", None).unwrap(), "-0.0010");
+        assert_eq!(enc("0", None).unwrap(), "0");
+        assert_eq!(enc("-0.00", None).unwrap(), "0.00");
+        assert_eq!(enc("+12345678", None).unwrap(), "12345678");
+        assert_eq!(enc(".5", None).unwrap(), "0.5");
+        assert_eq!(enc("5.", None).unwrap(), "5");
+        assert_eq!(
+            enc("123456789012345678901234567890", None).unwrap(),
+            "123456789012345678901234567890"
+        );
+    }
+
+    #[test]
+    fn exponents() {
+        assert_eq!(enc("1.5e3", None).unwrap(), "1500");
+        assert_eq!(enc("1.5E-3", None).unwrap(), "0.0015");
+        assert_eq!(enc("12e-1", None).unwrap(), "1.2");
+        assert!(enc("1e1001", None).is_err());
+        assert!(enc("1e", None).is_err());
+    }
+
+    #[test]
+    fn specials() {
+        assert_eq!(enc("NaN", None).unwrap(), "NaN");
+        assert_eq!(enc("-Infinity", None).unwrap(), "-Infinity");
+        assert_eq!(enc("inf", None).unwrap(), "Infinity");
+        assert_eq!(enc("nan", Some((5, 2))).unwrap(), "NaN");
+        assert!(enc("Infinity", Some((5, 2))).is_err());
+        assert!(enc("-NaN", None).is_err());
+    }
+
+    #[test]
+    fn typmod_rounds_half_away_from_zero() {
+        assert_eq!(enc("2.345", Some((10, 2))).unwrap(), "2.35");
+        assert_eq!(enc("-2.345", Some((10, 2))).unwrap(), "-2.35");
+        assert_eq!(enc("2.344", Some((10, 2))).unwrap(), "2.34");
+        assert_eq!(enc("9.999", Some((10, 2))).unwrap(), "10.00");
+        assert_eq!(enc("0.004", Some((10, 2))).unwrap(), "0.00");
+        assert_eq!(enc("0.005", Some((10, 2))).unwrap(), "0.01");
+        assert_eq!(enc("0.6", Some((3, 0))).unwrap(), "1");
+        assert_eq!(enc("7", Some((5, 3))).unwrap(), "7.000");
+        assert_eq!(enc("12345", Some((2, -3))).unwrap(), "12000");
+    }
+
+    #[test]
+    fn typmod_precision_overflow() {
+        assert!(enc("1000.00", Some((5, 2))).is_err());
+        assert!(enc("999.995", Some((5, 2))).is_err());
+        assert_eq!(enc("999.994", Some((5, 2))).unwrap(), "999.99");
+        let e = enc("123456", Some((5, 0))).unwrap_err();
+        assert!(e.to_string().contains("numeric field overflow"), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors() {
+        for bad in ["", "abc", "1.2.3", "--1", "1 2", "0x10", "."] {
+            assert!(enc(bad, None).is_err(), "{bad:?} should fail");
+        }
+    }
+}
