@@ -101,9 +101,15 @@ mod tests {
             PgType::Numeric(Some((2, -3)))
         );
         assert_eq!(PgType::from_catalog("numeric", -1), PgType::Numeric(None));
-        assert_eq!(PgType::from_catalog("varchar", 14), PgType::Varchar(Some(10)));
+        assert_eq!(
+            PgType::from_catalog("varchar", 14),
+            PgType::Varchar(Some(10))
+        );
         assert_eq!(PgType::from_catalog("bpchar", -1), PgType::Char(None));
-        assert_eq!(PgType::from_catalog("timestamptz", 3), PgType::Timestamptz(Some(3)));
+        assert_eq!(
+            PgType::from_catalog("timestamptz", 3),
+            PgType::Timestamptz(Some(3))
+        );
         assert_eq!(PgType::from_catalog("interval", -1), PgType::Other);
     }
 }

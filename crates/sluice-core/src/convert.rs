@@ -412,7 +412,10 @@ impl Float for f64 {
 /// with overflow and underflow to zero both out of range.
 fn parse_float<F: Float>(v: &[u8], name: &str) -> Result<F, ConvertError> {
     let start = v.iter().position(|&b| !is_space(b)).unwrap_or(v.len());
-    let end = v.iter().rposition(|&b| !is_space(b)).map_or(start, |p| p + 1);
+    let end = v
+        .iter()
+        .rposition(|&b| !is_space(b))
+        .map_or(start, |p| p + 1);
     let s = std::str::from_utf8(&v[start..end])
         .map_err(|_| ConvertError::invalid(format!("not a valid {name}")))?;
     let lower = s.to_ascii_lowercase();
@@ -449,7 +452,10 @@ fn parse_float<F: Float>(v: &[u8], name: &str) -> Result<F, ConvertError> {
 /// `boolin`: `t`/`true`/`y`/`yes`/`on`/`1` and their opposites, any case, any unique prefix.
 fn parse_bool(v: &[u8]) -> Result<bool, ConvertError> {
     let start = v.iter().position(|&b| !is_space(b)).unwrap_or(v.len());
-    let end = v.iter().rposition(|&b| !is_space(b)).map_or(start, |p| p + 1);
+    let end = v
+        .iter()
+        .rposition(|&b| !is_space(b))
+        .map_or(start, |p| p + 1);
     let s = &v[start..end];
     let prefix_of = |word: &[u8], min: usize| {
         s.len() >= min && s.len() <= word.len() && word[..s.len()].eq_ignore_ascii_case(s)
@@ -586,16 +592,28 @@ mod tests {
     fn enc(ty: PgType, v: &str) -> Result<Vec<u8>, ConvertError> {
         let mut out = Vec::new();
         let mut scratch = Vec::new();
-        encode_value(&ty, &SessionZone::from_setting("UTC"), v.as_bytes(), &mut scratch, &mut out)?;
+        encode_value(
+            &ty,
+            &SessionZone::from_setting("UTC"),
+            v.as_bytes(),
+            &mut scratch,
+            &mut out,
+        )?;
         Ok(out)
     }
 
     #[test]
     fn integers() {
         assert_eq!(enc(PgType::Int4, "42").unwrap(), 42i32.to_be_bytes());
-        assert_eq!(enc(PgType::Int4, " -2147483648 ").unwrap(), i32::MIN.to_be_bytes());
+        assert_eq!(
+            enc(PgType::Int4, " -2147483648 ").unwrap(),
+            i32::MIN.to_be_bytes()
+        );
         assert!(enc(PgType::Int4, "2147483648").is_err());
-        assert_eq!(enc(PgType::Int8, "-9223372036854775808").unwrap(), i64::MIN.to_be_bytes());
+        assert_eq!(
+            enc(PgType::Int8, "-9223372036854775808").unwrap(),
+            i64::MIN.to_be_bytes()
+        );
         assert!(enc(PgType::Int8, "9223372036854775808").is_err());
         assert!(enc(PgType::Int2, "32768").is_err());
         assert!(enc(PgType::Int4, "1.0").is_err());
@@ -610,12 +628,23 @@ mod tests {
     #[test]
     fn floats() {
         assert_eq!(enc(PgType::Float8, "1.5").unwrap(), 1.5f64.to_be_bytes());
-        assert_eq!(enc(PgType::Float8, "-Infinity").unwrap(), f64::NEG_INFINITY.to_be_bytes());
-        assert_eq!(enc(PgType::Float8, "inf").unwrap(), f64::INFINITY.to_be_bytes());
-        assert!(f64::from_be_bytes(enc(PgType::Float8, "NaN").unwrap().try_into().unwrap()).is_nan());
+        assert_eq!(
+            enc(PgType::Float8, "-Infinity").unwrap(),
+            f64::NEG_INFINITY.to_be_bytes()
+        );
+        assert_eq!(
+            enc(PgType::Float8, "inf").unwrap(),
+            f64::INFINITY.to_be_bytes()
+        );
+        assert!(
+            f64::from_be_bytes(enc(PgType::Float8, "NaN").unwrap().try_into().unwrap()).is_nan()
+        );
         assert!(enc(PgType::Float8, "1e400").is_err());
         assert!(enc(PgType::Float8, "1e-400").is_err());
-        assert!(enc(PgType::Float8, "4e-320").is_ok(), "denormals are accepted");
+        assert!(
+            enc(PgType::Float8, "4e-320").is_ok(),
+            "denormals are accepted"
+        );
         assert!(enc(PgType::Float4, "1e39").is_err());
         assert!(enc(PgType::Float8, "0e5").is_ok());
         assert!(enc(PgType::Float8, "1,5").is_err());
@@ -638,12 +667,18 @@ mod tests {
     fn lengths() {
         assert_eq!(enc(PgType::Varchar(Some(3)), "abc  ").unwrap(), b"abc");
         assert!(enc(PgType::Varchar(Some(3)), "abcd").is_err());
-        assert_eq!(enc(PgType::Varchar(Some(2)), "é€").unwrap(), "é€".as_bytes());
+        assert_eq!(
+            enc(PgType::Varchar(Some(2)), "é€").unwrap(),
+            "é€".as_bytes()
+        );
         assert_eq!(enc(PgType::Char(Some(4)), "ab").unwrap(), b"ab  ");
         assert_eq!(enc(PgType::Char(Some(2)), "ab   ").unwrap(), b"ab");
         assert_eq!(enc(PgType::Char(Some(3)), "é").unwrap(), "é  ".as_bytes());
         let e = enc(PgType::Char(Some(1)), "ab").unwrap_err();
-        assert_eq!(e.to_string(), "value too long for type character(1): 2 characters");
+        assert_eq!(
+            e.to_string(),
+            "value too long for type character(1): 2 characters"
+        );
     }
 
     #[test]
@@ -657,7 +692,10 @@ mod tests {
 
     #[test]
     fn bytea_forms() {
-        assert_eq!(enc(PgType::Bytea, "\\xDEADbeef").unwrap(), [0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(
+            enc(PgType::Bytea, "\\xDEADbeef").unwrap(),
+            [0xde, 0xad, 0xbe, 0xef]
+        );
         assert!(enc(PgType::Bytea, "\\xabc").is_err());
         assert_eq!(enc(PgType::Bytea, "a\\\\b\\001").unwrap(), b"a\\b\x01");
         assert!(enc(PgType::Bytea, "a\\b").is_err());
@@ -666,9 +704,18 @@ mod tests {
     #[test]
     fn uuids() {
         let want = enc(PgType::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11").unwrap();
-        assert_eq!(enc(PgType::Uuid, "{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}").unwrap(), want);
-        assert_eq!(enc(PgType::Uuid, "a0eebc999c0b4ef8bb6d6bb9bd380a11").unwrap(), want);
-        assert_eq!(enc(PgType::Uuid, "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11").unwrap(), want);
+        assert_eq!(
+            enc(PgType::Uuid, "{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}").unwrap(),
+            want
+        );
+        assert_eq!(
+            enc(PgType::Uuid, "a0eebc999c0b4ef8bb6d6bb9bd380a11").unwrap(),
+            want
+        );
+        assert_eq!(
+            enc(PgType::Uuid, "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11").unwrap(),
+            want
+        );
         assert!(enc(PgType::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1").is_err());
         assert!(enc(PgType::Uuid, "{a0eebc999c0b4ef8bb6d6bb9bd380a11").is_err());
     }

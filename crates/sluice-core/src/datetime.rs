@@ -100,8 +100,14 @@ fn special(s: &[u8]) -> Option<Special> {
 }
 
 fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |p| p + 1);
+    let start = s
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |p| p + 1);
     &s[start..end]
 }
 
@@ -249,7 +255,8 @@ fn parse_era(s: &[u8], i: &mut usize) -> Option<bool> {
         j += 1;
     }
     let rest = &s[j..];
-    if rest.len() >= 2 && (rest[..2].eq_ignore_ascii_case(b"bc") || rest[..2].eq_ignore_ascii_case(b"ad"))
+    if rest.len() >= 2
+        && (rest[..2].eq_ignore_ascii_case(b"bc") || rest[..2].eq_ignore_ascii_case(b"ad"))
     {
         let bc = rest[..2].eq_ignore_ascii_case(b"bc");
         *i = j + 2;
@@ -390,14 +397,16 @@ impl SessionZone {
             .and_then(NaiveDate::from_num_days_from_ce_opt)
             .ok_or_else(|| ConvertError::invalid("timestamp out of range"))?;
         let secs = time.div_euclid(1_000_000);
-        let naive: NaiveDateTime = date.and_hms_opt(0, 0, 0).unwrap_or_default()
-            + chrono::Duration::seconds(secs);
+        let naive: NaiveDateTime =
+            date.and_hms_opt(0, 0, 0).unwrap_or_default() + chrono::Duration::seconds(secs);
         use chrono::LocalResult;
         match tz.offset_from_local_datetime(&naive) {
             LocalResult::Single(o) => Ok(i64::from(o.fix().local_minus_utc())),
             LocalResult::Ambiguous(a, b) => {
                 // Standard (later) time: the smaller offset east gives the later instant.
-                Ok(i64::from(a.fix().local_minus_utc().min(b.fix().local_minus_utc())))
+                Ok(i64::from(
+                    a.fix().local_minus_utc().min(b.fix().local_minus_utc()),
+                ))
             }
             LocalResult::None => {
                 // In a gap: use the offset in force just before the change.
@@ -424,7 +433,11 @@ pub fn encode_timestamp(
     out: &mut Vec<u8>,
 ) -> Result<(), ConvertError> {
     let s = trim(value);
-    let what = if zone.is_some() { "timestamptz" } else { "timestamp" };
+    let what = if zone.is_some() {
+        "timestamptz"
+    } else {
+        "timestamp"
+    };
     let t = match special(s) {
         Some(Special::Infinity) => i64::MAX,
         Some(Special::NegInfinity) => i64::MIN,
@@ -496,8 +509,14 @@ mod tests {
         assert_eq!(e.to_string(), "February 2023 has 28 days, not 29");
         assert!(matches!(date("2023-13-01"), Err(ConvertError::Invalid(_))));
         assert!(matches!(date("0000-01-01"), Err(ConvertError::Invalid(_))));
-        assert!(matches!(date("Feb 1 2023"), Err(ConvertError::Unsupported(_))));
-        assert!(matches!(date("01-02-03"), Err(ConvertError::Unsupported(_))));
+        assert!(matches!(
+            date("Feb 1 2023"),
+            Err(ConvertError::Unsupported(_))
+        ));
+        assert!(matches!(
+            date("01-02-03"),
+            Err(ConvertError::Unsupported(_))
+        ));
     }
 
     #[test]
@@ -506,20 +525,35 @@ mod tests {
         assert_eq!(ts("2000-01-01T00:00:01.5", None, None).unwrap(), 1_500_000);
         assert_eq!(ts("2000-01-01 00:00:00.0000005", None, None).unwrap(), 0);
         assert_eq!(ts("2000-01-01 00:00:00.0000015", None, None).unwrap(), 2);
-        assert_eq!(ts("2000-01-01 00:00:00.123456", Some(2), None).unwrap(), 120_000);
-        assert_eq!(ts("2000-01-01 00:00:00.125", Some(2), None).unwrap(), 130_000);
+        assert_eq!(
+            ts("2000-01-01 00:00:00.123456", Some(2), None).unwrap(),
+            120_000
+        );
+        assert_eq!(
+            ts("2000-01-01 00:00:00.125", Some(2), None).unwrap(),
+            130_000
+        );
         // timestamp ignores an offset.
         assert_eq!(ts("2000-01-01 00:00:00+05", None, None).unwrap(), 0);
         assert_eq!(ts("2000-01-01", None, None).unwrap(), 0);
         assert!(ts("2000-01-01 25:00:00", None, None).is_err());
-        assert_eq!(ts("2000-01-01 23:59:60", None, None).unwrap(), USECS_PER_DAY);
+        assert_eq!(
+            ts("2000-01-01 23:59:60", None, None).unwrap(),
+            USECS_PER_DAY
+        );
     }
 
     #[test]
     fn timestamptz_offsets_and_zones() {
         let utc = SessionZone::from_setting("UTC");
-        assert_eq!(ts("2000-01-01 05:30:00+05:30", None, Some(&utc)).unwrap(), 0);
-        assert_eq!(ts("2000-01-01 05:30:00 +0530", None, Some(&utc)).unwrap(), 0);
+        assert_eq!(
+            ts("2000-01-01 05:30:00+05:30", None, Some(&utc)).unwrap(),
+            0
+        );
+        assert_eq!(
+            ts("2000-01-01 05:30:00 +0530", None, Some(&utc)).unwrap(),
+            0
+        );
         assert_eq!(ts("1999-12-31 19:00:00-05", None, Some(&utc)).unwrap(), 0);
         assert_eq!(ts("2000-01-01T00:00:00Z", None, Some(&utc)).unwrap(), 0);
         let ny = SessionZone::from_setting("America/New_York");
@@ -542,7 +576,8 @@ mod tests {
     fn times() {
         let t = |s: &str, p| {
             let mut out = Vec::new();
-            encode_time(s.as_bytes(), p, &mut out).map(|_| i64::from_be_bytes(out[..8].try_into().unwrap()))
+            encode_time(s.as_bytes(), p, &mut out)
+                .map(|_| i64::from_be_bytes(out[..8].try_into().unwrap()))
         };
         assert_eq!(t("00:00:01", None).unwrap(), 1_000_000);
         assert_eq!(t("24:00:00", None).unwrap(), USECS_PER_DAY);

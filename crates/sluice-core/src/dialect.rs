@@ -65,7 +65,9 @@ impl std::str::FromStr for Format {
             "tbl" => Ok(Format::Tbl),
             "csv" => Ok(Format::Csv),
             "text" | "tsv" => Ok(Format::Text),
-            other => Err(format!("unknown format `{other}`: expected tbl, csv or text")),
+            other => Err(format!(
+                "unknown format `{other}`: expected tbl, csv or text"
+            )),
         }
     }
 }
@@ -202,7 +204,10 @@ mod tests {
         assert_eq!(Format::from_file_name("lineitem.tbl"), Some(Format::Tbl));
         assert_eq!(Format::from_file_name("lineitem.tbl.3"), Some(Format::Tbl));
         assert_eq!(Format::from_file_name("orders.tbl.gz"), Some(Format::Tbl));
-        assert_eq!(Format::from_file_name("trips-2024.CSV.zst"), Some(Format::Csv));
+        assert_eq!(
+            Format::from_file_name("trips-2024.CSV.zst"),
+            Some(Format::Csv)
+        );
         assert_eq!(Format::from_file_name("x.tsv"), Some(Format::Text));
         assert_eq!(Format::from_file_name("x.parquet"), None);
         assert_eq!(Format::from_file_name("noext"), None);
@@ -212,7 +217,10 @@ mod tests {
     fn line_endings() {
         assert_eq!(LineEnding::detect(b"a,b\r\nc", None), LineEnding::CrLf);
         assert_eq!(LineEnding::detect(b"a,b\rc", None), LineEnding::Cr);
-        assert_eq!(LineEnding::detect(b"\"a\r\nb\",c\nd", Some(b'"')), LineEnding::Lf);
+        assert_eq!(
+            LineEnding::detect(b"\"a\r\nb\",c\nd", Some(b'"')),
+            LineEnding::Lf
+        );
         assert_eq!(LineEnding::detect(b"abc", None), LineEnding::Lf);
     }
 

@@ -37,8 +37,14 @@ pub fn encode_numeric(
     digits: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> Result<(), ConvertError> {
-    let start = value.iter().position(|&b| !is_space(b)).unwrap_or(value.len());
-    let end = value.iter().rposition(|&b| !is_space(b)).map_or(start, |p| p + 1);
+    let start = value
+        .iter()
+        .position(|&b| !is_space(b))
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|&b| !is_space(b))
+        .map_or(start, |p| p + 1);
     let s = &value[start..end];
     if s.is_empty() {
         return Err(ConvertError::invalid("not a number: the value is empty"));
@@ -62,7 +68,11 @@ pub fn encode_numeric(
     let mut dec = parse_decimal(negative, body, digits)?;
     if let Some((precision, scale)) = typmod {
         round_to_scale(&mut dec, scale as i64);
-        let int_digits = if dec.digits.is_empty() { 0 } else { dec.point.max(0) };
+        let int_digits = if dec.digits.is_empty() {
+            0
+        } else {
+            dec.point.max(0)
+        };
         if int_digits > (precision - scale) as i64 {
             return Err(ConvertError::invalid(format!(
                 "numeric field overflow: numeric({precision},{scale}) must round to an absolute \
@@ -206,7 +216,11 @@ fn write_decimal(dec: &Decimal<'_>, out: &mut Vec<u8>) -> Result<(), ConvertErro
             "value overflows numeric format: too many fractional digits",
         ));
     }
-    let significant = dec.digits.iter().rposition(|&d| d != 0).map_or(0, |p| p + 1);
+    let significant = dec
+        .digits
+        .iter()
+        .rposition(|&d| d != 0)
+        .map_or(0, |p| p + 1);
     if significant == 0 {
         out.extend_from_slice(&0i16.to_be_bytes());
         out.extend_from_slice(&0i16.to_be_bytes());
@@ -224,7 +238,11 @@ fn write_decimal(dec: &Decimal<'_>, out: &mut Vec<u8>) -> Result<(), ConvertErro
     let ngroups = total.div_ceil(4);
     out.extend_from_slice(&(ngroups as i16).to_be_bytes());
     out.extend_from_slice(&(weight as i16).to_be_bytes());
-    let sign = if dec.negative { NUMERIC_NEG } else { NUMERIC_POS };
+    let sign = if dec.negative {
+        NUMERIC_NEG
+    } else {
+        NUMERIC_POS
+    };
     out.extend_from_slice(&sign.to_be_bytes());
     out.extend_from_slice(&(dscale as u16).to_be_bytes());
     let digit = |k: usize| -> u16 {
@@ -263,7 +281,11 @@ mod tests {
         let mut int = String::new();
         for w in (0..=weight.max(0)).rev() {
             let idx = weight - w;
-            let g = if idx >= 0 && (idx as usize) < n { groups[idx as usize] } else { 0 };
+            let g = if idx >= 0 && (idx as usize) < n {
+                groups[idx as usize]
+            } else {
+                0
+            };
             if int.is_empty() {
                 if g != 0 {
                     int = g.to_string();
@@ -279,7 +301,11 @@ mod tests {
         let mut w = -1;
         while (frac.len() as i64) < dscale {
             let idx = weight - w;
-            let g = if idx >= 0 && (idx as usize) < n { groups[idx as usize] } else { 0 };
+            let g = if idx >= 0 && (idx as usize) < n {
+                groups[idx as usize]
+            } else {
+                0
+            };
             frac.push_str(&format!("{g:04}"));
             w -= 1;
         }

@@ -230,8 +230,7 @@ impl RecordParser {
             }
             from = pos + 1;
         }
-        if self.format == Format::Tbl && line_end > start && input[line_end - 1] == self.delimiter
-        {
+        if self.format == Format::Tbl && line_end > start && input[line_end - 1] == self.delimiter {
             line_end -= 1;
         }
         let mut pos = start;
@@ -245,7 +244,14 @@ impl RecordParser {
                     Some(i) => {
                         let bs = pos + i;
                         if input.get(bs + 1) == Some(&b'.') {
-                            return self.end_marker(input, fields, field_start, bs, line_end, lines);
+                            return self.end_marker(
+                                input,
+                                fields,
+                                field_start,
+                                bs,
+                                line_end,
+                                lines,
+                            );
                         }
                         escaped = true;
                         pos = (bs + 2).min(line_end);
@@ -679,8 +685,11 @@ mod tests {
     #[test]
     fn csv_quotes_everywhere() {
         let d = Dialect::new(Format::Csv);
-        let rows =
-            parse_all(&d, b"1,\"a,b\",\"say \"\"hi\"\"\",,\"\"\n2,ab\"c,d\"e,\"x\ny\",z\n").unwrap();
+        let rows = parse_all(
+            &d,
+            b"1,\"a,b\",\"say \"\"hi\"\"\",,\"\"\n2,ab\"c,d\"e,\"x\ny\",z\n",
+        )
+        .unwrap();
         assert_eq!(
             rows[0],
             row(&[Some("1"), Some("a,b"), Some("say \"hi\""), None, Some("")])
@@ -729,7 +738,10 @@ mod tests {
         let d = Dialect::new(Format::Csv);
         let p = RecordParser::new(&d);
         let mut f = Fields::new();
-        assert_eq!(p.parse(b"1,\"ab", 0, false, &mut f).unwrap(), Step::NeedMore);
+        assert_eq!(
+            p.parse(b"1,\"ab", 0, false, &mut f).unwrap(),
+            Step::NeedMore
+        );
         assert_eq!(p.parse(b"1,2", 0, false, &mut f).unwrap(), Step::NeedMore);
         assert_eq!(
             p.parse(b"1,2", 0, true, &mut f).unwrap(),

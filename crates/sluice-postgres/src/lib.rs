@@ -1,1 +1,18 @@
+//! sluice's PostgreSQL destination.
+//!
+//! Everything that knows PostgreSQL's protocol and catalog lives here, so a MySQL destination
+//! can sit beside it with the same shape:
+//!
+//! - [`conninfo`]: libpq connection conventions (URI, key=value, `PG*` variables, `.pgpass`);
+//! - [`connect`]: opening connections with `sslmode` semantics;
+//! - [`catalog`]: the target table's columns and the session settings conversion depends on;
+//! - [`stream`]: one connection's transaction of COPYs, committed only when the caller says so;
+//! - [`oracle`]: asking the server to convert a value sluice cannot parse itself;
+//! - [`cluster`]: a private PostgreSQL cluster in a directory, for tests and `sluice demo`.
 
+pub mod catalog;
+pub mod cluster;
+pub mod connect;
+pub mod conninfo;
+pub mod oracle;
+pub mod stream;

@@ -1,1 +1,54 @@
-fn main() {}
+//! The `sluice` command line: parses flags into plain option structs (the "low" layer) and
+//! hands them to a command module, which validates them into a plan (the "high" layer). Errors
+//! reach this file as `anyhow` chains or `LoadError`s and leave as one message and a
+//! documented exit code:
+//!
+//! | code | meaning |
+//! |------|---------|
+//! | 0 | success |
+//! | 1 | an unexpected local failure (I/O, a bug) |
+//! | 2 | usage: bad flags, unknown table or column, unknown format |
+//! | 3 | bad input: a row was rejected, by sluice or by the server; nothing was committed |
+//! | 4 | cannot connect or authenticate |
+//! | 5 | the server failed for a reason not tied to one row |
+
+mod commands;
+mod load;
+mod progress;
+mod report;
+mod target;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Load very large flat files into PostgreSQL as fast as the hardware allows.",
+    long_about = "sluice converts TPC-H .tbl, CSV and text files to PostgreSQL's binary format on \
+the client, streams them over parallel binary COPY connections, and commits everything or \
+nothing. Every rejected row is reported with its file, line, byte offset, column, value and \
+reason.\n\nWithout --target (and without PGHOST, PGDATABASE or DATABASE_URL in the environment) \
+sluice uses its own private PostgreSQL cluster, started on demand.",
+    after_help = "Exit codes: 0 success, 1 local failure, 2 usage, 3 bad input row (nothing \
+committed), 4 cannot connect, 5 server failure.\nSee `sluice load --help` to load files."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load files into PostgreSQL tables over parallel binary COPY.
+    Load(commands::load::LoadArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Load(args) => commands::load::run(args),
+    };
+    ExitCode::from(code as u8)
+}

@@ -1,0 +1,167 @@
+//! The target table as the catalog describes it, and the session settings conversion needs.
+//!
+//! sluice never asks the user to repeat what the database knows: column names, types,
+//! typmods and NOT NULL flags come from `pg_attribute`. The table name is resolved by the
+//! server (`to_regclass`), so quoting, case folding and `search_path` follow SQL rules exactly.
+//! Domains, enums, arrays and other types become [`PgType::Other`] and are left to the server,
+//! which also enforces domain constraints.
+
+use sluice_core::column::{Column, PgType};
+use tokio_postgres::Client;
+
+/// A resolved target table.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub schema: String,
+    pub name: String,
+    /// Every insertable column, in table order.
+    pub columns: Vec<Column>,
+}
+
+impl Table {
+    /// `"schema"."name"`, quoted for SQL.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+
+    /// Picks the columns a file's fields map to: all of them in order, or the `--columns`
+    /// list. Names match exactly, or case-insensitively when unambiguous.
+    pub fn select_columns(&self, names: Option<&[String]>) -> Result<Vec<Column>, String> {
+        let Some(names) = names else {
+            return Ok(self.columns.clone());
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            let exact = self.columns.iter().find(|c| &c.name == n);
+            let folded: Vec<&Column> = self
+                .columns
+                .iter()
+                .filter(|c| c.name.eq_ignore_ascii_case(n))
+                .collect();
+            let col = match (exact, folded.as_slice()) {
+                (Some(c), _) => c,
+                (None, [c]) => c,
+                _ => {
+                    let have: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
+                    return Err(format!(
+                        "table {} has no column \"{n}\" (it has: {})",
+                        self.qualified(),
+                        have.join(", ")
+                    ));
+                }
+            };
+            if out.iter().any(|c: &Column| c.name == col.name) {
+                return Err(format!("column \"{n}\" is named twice in --columns"));
+            }
+            out.push(col.clone());
+        }
+        Ok(out)
+    }
+}
+
+/// Quotes an identifier for SQL: `My "T"` becomes `"My ""T"""`.
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// Session settings that change how text converts.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub timezone: String,
+    pub server_version: String,
+    pub server_version_num: i32,
+    pub max_connections: i32,
+    pub server_encoding: String,
+}
+
+pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('TimeZone'), current_setting('server_version'), \
+             current_setting('server_version_num')::int, \
+             current_setting('max_connections')::int, current_setting('server_encoding')",
+            &[],
+        )
+        .await?;
+    Ok(Session {
+        timezone: row.get(0),
+        server_version: row.get(1),
+        server_version_num: row.get(2),
+        max_connections: row.get(3),
+        server_encoding: row.get(4),
+    })
+}
+
+/// Why a table cannot be described.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(
+        "table {0} does not exist: create it first (for TPC-H: sluice ddl tpch --create), or \
+         name another with --table"
+    )]
+    NoSuchTable(String),
+    #[error("{0} is not a table (sluice loads tables and partitioned tables)")]
+    NotATable(String),
+    #[error("reading the catalog: {0}")]
+    Db(#[from] tokio_postgres::Error),
+}
+
+/// Describes `name` (as SQL spells a table name: `t`, `s.t`, `"My T"`).
+pub async fn describe_table(client: &Client, name: &str) -> Result<Table, CatalogError> {
+    let rel = client
+        .query_opt(
+            "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = to_regclass($1)",
+            &[&name],
+        )
+        .await;
+    let rel = match rel {
+        Ok(r) => r,
+        // to_regclass raises on a malformed name such as `a.b.c.d`.
+        Err(e) if e.as_db_error().is_some() => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(rel) = rel else {
+        return Err(CatalogError::NoSuchTable(name.to_string()));
+    };
+    let oid: u32 = rel.get(0);
+    let kind: String = rel.get(3);
+    if kind != "r" && kind != "p" {
+        return Err(CatalogError::NotATable(name.to_string()));
+    }
+    let rows = client
+        .query(
+            "SELECT a.attname::text, t.typname::text, t.typtype::text, a.atttypmod, \
+                    a.attnotnull, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+               AND a.attgenerated = '' \
+             ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await?;
+    let columns = rows
+        .iter()
+        .map(|r| {
+            let typname: String = r.get(1);
+            let typtype: String = r.get(2);
+            let ty = if typtype == "b" {
+                PgType::from_catalog(&typname, r.get(3))
+            } else {
+                PgType::Other
+            };
+            Column {
+                name: r.get(0),
+                ty,
+                type_name: r.get(5),
+                not_null: r.get(4),
+            }
+        })
+        .collect();
+    Ok(Table {
+        schema: rel.get(1),
+        name: rel.get(2),
+        columns,
+    })
+}

@@ -1,0 +1,403 @@
+//! `sluice load`: flags to a checked plan, then the run, the summary and the JSON report.
+
+use crate::load::chunk::Counters;
+use crate::load::plan::{
+    detect_line_ending, format_for, read_head, split_file, table_from_file_name, Chunk,
+    Compression, Input, InputSource, Plan, TablePlan,
+};
+use crate::load::{execute, LoadError, RunOptions};
+use crate::{progress, report, target};
+use clap::Args;
+use sluice_core::dialect::{Dialect, Format};
+use sluice_postgres::catalog::{describe_table, session, CatalogError};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Debug, Clone)]
+#[command(after_help = "Examples:
+  sluice load --target postgresql://user@host:5432/db --jobs 4 data/lineitem/*.tbl data/orders.tbl.gz
+  sluice load --target \"$URL\" --table trips --format csv --header trips-2024-*.csv.zst
+  cat x.tsv | sluice load --target \"$URL\" --table t --format text -
+  sluice load --dry-run data/lineitem.tbl      # check every row, send nothing
+
+Each file goes to --table, or else to the table named by the file's name up to its first dot
+(lineitem.3.tbl and lineitem.tbl.gz both go to lineitem). The table must exist; its columns
+and types come from the catalog. By default the first bad row fails the whole command and no
+row of it is visible afterwards.")]
+pub struct LoadArgs {
+    /// Files to load (.tbl, .csv, .tsv/.txt, optionally .gz or .zst); `-` reads standard input.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<String>,
+
+    /// Connection: a URI (postgresql://user@host:5432/db) or key=value string; libpq's PG*
+    /// variables and ~/.pgpass fill the gaps. Without it, sluice's private cluster is used.
+    #[arg(long, short = 't', value_name = "URL")]
+    pub target: Option<String>,
+
+    /// Load every file into this table (`name`, `schema.name`, `"Mixed Case"`).
+    #[arg(long, value_name = "TABLE")]
+    pub table: Option<String>,
+
+    /// Input format; without it, chosen from each file's extension.
+    #[arg(long, value_name = "tbl|csv|text")]
+    pub format: Option<Format>,
+
+    /// Field delimiter (one character; `\t` for tab). Defaults: `|` tbl, `,` csv, tab text.
+    #[arg(long, value_name = "CHAR")]
+    pub delimiter: Option<String>,
+
+    /// CSV quote character (default `"`).
+    #[arg(long, value_name = "CHAR")]
+    pub quote: Option<String>,
+
+    /// CSV escape character inside quotes (default: the quote, i.e. `""`).
+    #[arg(long, value_name = "CHAR")]
+    pub escape: Option<String>,
+
+    /// The first line of each file is a header and is skipped.
+    #[arg(long)]
+    pub header: bool,
+
+    /// The spelling of NULL (default `\N` for tbl and text, the empty unquoted string for CSV).
+    #[arg(long, value_name = "STRING")]
+    pub null: Option<String>,
+
+    /// The table columns the fields map to, in order, when not all columns in table order.
+    #[arg(long, value_delimiter = ',', value_name = "A,B,C")]
+    pub columns: Option<Vec<String>>,
+
+    /// Parallel connections. Default: this machine's cores, at least 2 and at most 8, never
+    /// more than the chunks to load or the server's free connection slots.
+    #[arg(long, short = 'j', value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// Size of each COPY message (k/M suffixes).
+    #[arg(long, default_value = "256k", value_parser = parse_size, value_name = "SIZE")]
+    pub copy_buffer: usize,
+
+    /// Target size of the chunks big files are cut into (default: the input divided by
+    /// 4 x jobs, between 16M and 1G).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub chunk_size: Option<usize>,
+
+    /// Read, convert, validate and encode every row, but send nothing; reports MB/s.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// No progress display.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    /// Also write the summary as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub report_json: Option<PathBuf>,
+
+    /// The private cluster's directory (used when no target is given).
+    #[arg(long, value_name = "DIR")]
+    pub pg_dir: Option<PathBuf>,
+}
+
+/// Parses `256k`, `1M`, `4096`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (examples: 4096, 256k, 1M)"))?;
+    if n == 0 {
+        return Err("a size must be positive".into());
+    }
+    Ok(n * mult)
+}
+
+fn one_byte(flag: &str, s: &str) -> Result<u8, LoadError> {
+    let v = match s {
+        "\\t" | "tab" => "\t",
+        other => other,
+    };
+    if v.len() != 1 {
+        return Err(LoadError::Usage(format!(
+            "--{flag} must be a single one-byte character, not `{s}`"
+        )));
+    }
+    Ok(v.as_bytes()[0])
+}
+
+fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, LoadError> {
+    let mut d = Dialect::new(format);
+    if let Some(x) = &args.delimiter {
+        d.delimiter = one_byte("delimiter", x)?;
+    }
+    if args.quote.is_some() || args.escape.is_some() {
+        if format != Format::Csv {
+            return Err(LoadError::Usage(
+                "--quote and --escape apply to CSV only (give --format csv)".into(),
+            ));
+        }
+        if let Some(q) = &args.quote {
+            d.quote = one_byte("quote", q)?;
+            d.escape = d.quote;
+        }
+        if let Some(e) = &args.escape {
+            d.escape = one_byte("escape", e)?;
+        }
+    }
+    if let Some(n) = &args.null {
+        d.null = n.as_bytes().to_vec();
+    }
+    d.header = args.header;
+    d.validate().map_err(LoadError::Usage)?;
+    Ok(d)
+}
+
+/// The default number of streams (see `--jobs`).
+fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 8)
+}
+
+pub fn run(args: LoadArgs) -> i32 {
+    match run_inner(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            if let LoadError::Input(_) = e {
+                eprintln!(
+                    "nothing was committed: fix the row (or the table) and run the command again"
+                );
+            }
+            e.exit_code()
+        }
+    }
+}
+
+fn run_inner(args: &LoadArgs) -> Result<(), LoadError> {
+    if args.files.iter().filter(|f| f.as_str() == "-").count() > 1 {
+        return Err(LoadError::Usage(
+            "standard input (`-`) can be given only once".into(),
+        ));
+    }
+    let target = target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet)
+        .map_err(|e| LoadError::Connect(format!("{e:#}")))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("sluice-net")
+        .build()
+        .map_err(|e| LoadError::Io(format!("cannot start the runtime: {e}")))?;
+    let info = target.info.clone();
+    let (sess, free_slots, described) = rt.block_on(async {
+        let client = sluice_postgres::connect::connect(&info)
+            .await
+            .map_err(|e| LoadError::Connect(e.to_string()))?;
+        let sess = session(&client)
+            .await
+            .map_err(|e| LoadError::Server(e.to_string()))?;
+        let free: i64 = client
+            .query_one(
+                "SELECT current_setting('max_connections')::int \
+                 - current_setting('superuser_reserved_connections')::int \
+                 - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+                &[],
+            )
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(i64::MAX);
+        let mut described = Vec::new();
+        for f in &args.files {
+            let name = match (&args.table, f.as_str()) {
+                (Some(t), _) => t.clone(),
+                (None, "-") => {
+                    return Err(LoadError::Usage(
+                        "reading standard input needs --table (and --format)".into(),
+                    ))
+                }
+                (None, path) => table_from_file_name(path).ok_or_else(|| {
+                    LoadError::Usage(format!("cannot name a table after `{path}`: give --table"))
+                })?,
+            };
+            if described.iter().any(|(n, _): &(String, _)| n == &name) {
+                continue;
+            }
+            let table = describe_table(&client, &name).await.map_err(|e| match e {
+                CatalogError::Db(e) => LoadError::Server(e.to_string()),
+                other => LoadError::Usage(other.to_string()),
+            })?;
+            described.push((name, table));
+        }
+        Ok::<_, LoadError>((sess, free, described))
+    })?;
+    if sess.server_encoding != "UTF8" && sess.server_encoding != "SQL_ASCII" {
+        return Err(LoadError::Usage(format!(
+            "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
+            sess.server_encoding
+        )));
+    }
+    let mut tables: Vec<TablePlan> = Vec::new();
+    for (_, table) in &described {
+        let columns = table
+            .select_columns(args.columns.as_deref())
+            .map_err(LoadError::Usage)?;
+        let binary = columns.iter().all(|c| c.ty.client_converted());
+        tables.push(TablePlan {
+            table: table.clone(),
+            columns,
+            binary,
+        });
+    }
+    let jobs_wanted = args.jobs.unwrap_or_else(default_jobs).max(1);
+    let mut inputs = Vec::new();
+    for f in &args.files {
+        let name = args
+            .table
+            .clone()
+            .or_else(|| table_from_file_name(f))
+            .unwrap_or_default();
+        let table = described
+            .iter()
+            .position(|(n, _)| n == &name)
+            .ok_or_else(|| LoadError::Usage(format!("no table for {f}")))?;
+        if f == "-" {
+            let format = args.format.ok_or_else(|| {
+                LoadError::Usage("reading standard input needs --format tbl|csv|text".into())
+            })?;
+            inputs.push(Input {
+                source: InputSource::Stdin,
+                display: "-".into(),
+                compression: Compression::None,
+                size: 0,
+                table,
+                dialect: dialect_for(format, args)?,
+            });
+            continue;
+        }
+        let path = PathBuf::from(f);
+        let meta = std::fs::metadata(&path)
+            .map_err(|e| LoadError::Usage(format!("cannot read {f}: {e}")))?;
+        if !meta.is_file() {
+            return Err(LoadError::Usage(format!("{f} is not a file")));
+        }
+        let format = format_for(f, args.format).map_err(LoadError::Usage)?;
+        let mut dialect = dialect_for(format, args)?;
+        let head = read_head(&path, 64 << 10)
+            .map_err(|e| LoadError::Io(format!("cannot read {f}: {e}")))?;
+        let compression = Compression::sniff(&head);
+        if compression == Compression::None {
+            dialect.line_ending = detect_line_ending(&head, &dialect);
+        }
+        inputs.push(Input {
+            source: InputSource::File(path),
+            display: f.clone(),
+            compression,
+            size: meta.len(),
+            table,
+            dialect,
+        });
+    }
+    // Chunks: cut big plain files, biggest work first.
+    let total: u64 = inputs.iter().map(|i| i.size).sum();
+    let chunk_target = args
+        .chunk_size
+        .map(|s| s as u64)
+        .unwrap_or_else(|| (total / (jobs_wanted as u64 * 4)).clamp(16 << 20, 1 << 30));
+    let mut chunks = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let ranges = match (&input.source, input.compression) {
+            (InputSource::File(p), Compression::None) => {
+                split_file(p, input.size, &input.dialect, chunk_target)
+                    .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", input.display)))?
+            }
+            _ => vec![(0, None)],
+        };
+        for (start, end) in ranges {
+            chunks.push(Chunk {
+                id: 0,
+                input: i,
+                start,
+                end,
+            });
+        }
+    }
+    chunks.sort_by_key(|c| std::cmp::Reverse(c.weight(&inputs)));
+    for (id, c) in chunks.iter_mut().enumerate() {
+        c.id = id;
+    }
+    let mut jobs = jobs_wanted.min(chunks.len().max(1));
+    if !args.dry_run && free_slots < jobs as i64 {
+        let slots = free_slots.max(1) as usize;
+        eprintln!("warning: the server has {free_slots} free connection slots; using {slots} jobs");
+        jobs = slots;
+    }
+    let plan = Plan {
+        tables,
+        inputs,
+        chunks,
+    };
+    let opts = RunOptions {
+        jobs,
+        copy_buffer: args.copy_buffer,
+        dry_run: args.dry_run,
+        timezone: sess.timezone.clone(),
+    };
+    let counters: Arc<Vec<Counters>> = Arc::new(
+        (0..plan.tables.len())
+            .map(|_| Counters::default())
+            .collect(),
+    );
+    let names = plan.tables.iter().map(|t| t.table.name.clone()).collect();
+    let totals = (0..plan.tables.len())
+        .map(|t| {
+            plan.inputs
+                .iter()
+                .filter(|i| i.table == t)
+                .map(|i| i.size)
+                .sum()
+        })
+        .collect();
+    let display = progress::start(
+        progress::Mode::choose(args.quiet),
+        names,
+        totals,
+        counters.clone(),
+        if args.dry_run { "checking" } else { "loading" },
+    );
+    let outcome = execute(&plan, &opts, &info, rt.handle(), &counters);
+    drop(display);
+    let outcome = outcome?;
+    let rep = report::build(
+        &plan,
+        &outcome,
+        info.to_string(),
+        args.dry_run,
+        jobs,
+        args.copy_buffer,
+    );
+    print!("{}", report::render(&rep));
+    if let Some(path) = &args.report_json {
+        let json = serde_json::to_string_pretty(&rep).expect("report serializes");
+        std::fs::write(path, json + "\n")
+            .map_err(|e| LoadError::Io(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("256k"), Ok(256 << 10));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

@@ -1,0 +1,3 @@
+//! One module per subcommand; each turns its flags into a plan and runs it.
+
+pub mod load;

@@ -1,0 +1,372 @@
+//! Converting one chunk: blocks of bytes in, COPY messages out. This is the hot path.
+//!
+//! Records are parsed in place inside each block the reader hands over; only a record cut by a
+//! block boundary is stitched together, from the block's tail and as few bytes of the next
+//! block as it needs, so almost nothing is copied twice. Encoded tuples accumulate in one
+//! buffer that is handed off as a single COPY message once it reaches the configured size:
+//! no per-row allocation and few, large protocol messages.
+
+use super::plan::{Chunk, Plan};
+use super::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
+use super::LoadError;
+use bytes::Bytes;
+use sluice_core::binary::{HEADER, TRAILER};
+use sluice_core::convert::{Converter, RecordError, RecordErrorKind, ServerConvert};
+use sluice_core::dialect::Dialect;
+use sluice_core::error::InputError;
+use sluice_core::records::{Fields, RecordParser, Step, SyntaxError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+
+/// Counters a chunk updates as it goes, shared with the progress display.
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub bytes: AtomicU64,
+    pub rows: AtomicU64,
+}
+
+/// What a converted chunk produced.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChunkOutcome {
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// Everything one chunk conversion needs.
+pub struct ChunkJob<'a> {
+    pub plan: &'a Plan,
+    pub chunk: &'a Chunk,
+    pub converter: &'a mut Converter,
+    pub server: Option<&'a mut dyn ServerConvert>,
+    pub copy_buffer: usize,
+    pub abort: &'a AtomicBool,
+    pub counters: &'a Counters,
+}
+
+/// The dialect for a chunk, with the line ending detected from the first block when the
+/// chunk starts the input (split chunks get it from the plan).
+fn chunk_dialect(plan: &Plan, chunk: &Chunk, first_block: &[u8]) -> Dialect {
+    let mut d = plan.inputs[chunk.input].dialect.clone();
+    if chunk.is_first() {
+        d.line_ending = super::plan::detect_line_ending(first_block, &d);
+    }
+    d
+}
+
+/// Starts the reader thread for a chunk.
+pub fn start_reader(plan: &Plan, chunk: &Chunk) -> Result<Receiver<Block>, LoadError> {
+    let input = &plan.inputs[chunk.input];
+    let reader = open_chunk(input, chunk)
+        .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", input.display)))?;
+    let (tx, rx) = sync_channel(BLOCKS_IN_FLIGHT);
+    let (_recycle_tx, recycle_rx) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT);
+    std::thread::Builder::new()
+        .name(format!("sluice-read-{}", chunk.id))
+        .spawn(move || pump(reader, tx, recycle_rx))
+        .map_err(|e| LoadError::Io(format!("cannot start a reader thread: {e}")))?;
+    Ok(rx)
+}
+
+/// Where a record is, for messages.
+#[derive(Clone, Copy)]
+struct Position {
+    /// 1-based line within the chunk.
+    line: u64,
+    /// Absolute byte offset in the (decompressed) input.
+    offset: u64,
+}
+
+/// Walks the records of a chunk, calling `visit` for each with its fields, the slice they
+/// refer to and its position. Shared by conversion and by locating a server-reported record.
+fn walk_records(
+    plan: &Plan,
+    chunk: &Chunk,
+    blocks: Receiver<Block>,
+    abort: Option<&AtomicBool>,
+    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
+) -> Result<u64, LoadError> {
+    let input = &plan.inputs[chunk.input];
+    let mut parser: Option<RecordParser> = None;
+    let mut header = chunk.is_first() && input.dialect.header;
+    let mut fields = Fields::new();
+    let mut tail: Vec<u8> = Vec::new();
+    let mut tail_base = 0u64;
+    let mut stitch: Vec<u8> = Vec::new();
+    let mut base = chunk.start;
+    let mut line = 1u64;
+    let mut done = false;
+    let syntax = |e: SyntaxError, at: u64, line: u64| {
+        let mut err = InputError::new(&input.display, e.kind.message(input.dialect.is_csv()));
+        err.line = Some(line);
+        err.offset = Some(at + e.offset as u64);
+        LoadError::Input(Box::new(err))
+    };
+    // Handles one record; returns false to stop.
+    let mut on_record = |fields: &Fields,
+                         data: &[u8],
+                         data_base: u64,
+                         at: u64,
+                         lines: u32,
+                         header: &mut bool,
+                         line: &mut u64|
+     -> Result<bool, LoadError> {
+        let pos = Position {
+            line: *line,
+            offset: at,
+        };
+        *line += u64::from(lines);
+        if *header {
+            *header = false;
+            return Ok(true);
+        }
+        visit(fields, data, data_base, pos)
+    };
+    while !done {
+        if abort.is_some_and(|a| a.load(Ordering::Relaxed)) {
+            return Err(LoadError::Aborted);
+        }
+        let (block, eof) = match blocks.recv() {
+            Ok(Block::Data(b)) => (b, false),
+            Ok(Block::Error(e)) => {
+                return Err(LoadError::Io(format!("reading {}: {e}", input.display)))
+            }
+            Err(_) => (Vec::new(), true),
+        };
+        let parser = parser.get_or_insert_with(|| {
+            let d = chunk_dialect(plan, chunk, if tail.is_empty() { &block } else { &tail });
+            RecordParser::new(&d)
+        });
+        let mut pos = 0usize;
+        if !tail.is_empty() {
+            // Stitch the record cut by the block boundary.
+            let mut take = block.len().min(4096);
+            loop {
+                stitch.clear();
+                stitch.extend_from_slice(&tail);
+                stitch.extend_from_slice(&block[..take]);
+                let is_eof = eof && take == block.len();
+                match parser
+                    .parse(&stitch, 0, is_eof, &mut fields)
+                    .map_err(|e| syntax(e, tail_base, line))?
+                {
+                    Step::NeedMore if take < block.len() => {
+                        take = (take * 4).min(block.len());
+                    }
+                    Step::NeedMore => {
+                        // The record spans the whole block: keep collecting.
+                        std::mem::swap(&mut tail, &mut stitch);
+                        pos = block.len();
+                        break;
+                    }
+                    Step::Record { end, lines } => {
+                        if !on_record(
+                            &fields,
+                            &stitch,
+                            tail_base,
+                            tail_base,
+                            lines,
+                            &mut header,
+                            &mut line,
+                        )? {
+                            return Ok(base - chunk.start);
+                        }
+                        pos = end - tail.len();
+                        tail.clear();
+                        break;
+                    }
+                    Step::End => {
+                        done = true;
+                        tail.clear();
+                        break;
+                    }
+                }
+            }
+            if !tail.is_empty() {
+                base += block.len() as u64;
+                continue;
+            }
+        }
+        while !done {
+            match parser
+                .parse(&block, pos, eof, &mut fields)
+                .map_err(|e| syntax(e, base, line))?
+            {
+                Step::Record { end, lines } => {
+                    if !on_record(
+                        &fields,
+                        &block,
+                        base,
+                        base + pos as u64,
+                        lines,
+                        &mut header,
+                        &mut line,
+                    )? {
+                        return Ok(base - chunk.start);
+                    }
+                    pos = end;
+                }
+                Step::NeedMore => {
+                    tail.clear();
+                    tail.extend_from_slice(&block[pos..]);
+                    tail_base = base + pos as u64;
+                    break;
+                }
+                Step::End => done = true,
+            }
+        }
+        if eof {
+            done = true;
+        }
+        base += block.len() as u64;
+    }
+    Ok(base - chunk.start)
+}
+
+/// Turns a converter error into an input error with the record's position.
+fn record_error(
+    plan: &Plan,
+    chunk: &Chunk,
+    converter: &Converter,
+    e: RecordError,
+    pos: Position,
+    field_offset: Option<u64>,
+) -> LoadError {
+    let input = &plan.inputs[chunk.input];
+    let mut err = InputError::new(&input.display, String::new());
+    err.line = Some(pos.line);
+    err.offset = Some(field_offset.unwrap_or(pos.offset));
+    let col = e.column.map(|i| &converter.columns()[i]);
+    err.column = col.map(|c| format!("{} ({})", c.name, c.type_name));
+    err.value = e.value;
+    err.reason = match e.kind {
+        RecordErrorKind::FieldCount { expected, found } if found < expected => format!(
+            "missing data: {found} fields where the table takes {expected}; the next column is {}",
+            col.map_or("?", |c| c.name.as_str())
+        ),
+        RecordErrorKind::FieldCount { expected, found } => {
+            let hint = if input.dialect.format == sluice_core::dialect::Format::Text
+                && found == expected + 1
+            {
+                " (a trailing delimiter? use --format tbl for dbgen files)"
+            } else {
+                ""
+            };
+            format!("extra data: {found} fields where the table takes {expected}{hint}")
+        }
+        RecordErrorKind::NotNull => "NULL in a NOT NULL column".to_string(),
+        RecordErrorKind::Value(reason) => reason,
+    };
+    LoadError::Input(Box::new(err))
+}
+
+/// Converts one chunk, handing each full COPY message to `emit`.
+pub fn convert_chunk(
+    job: ChunkJob<'_>,
+    mut emit: impl FnMut(Bytes) -> Result<(), LoadError>,
+) -> Result<ChunkOutcome, LoadError> {
+    let ChunkJob {
+        plan,
+        chunk,
+        converter,
+        mut server,
+        copy_buffer,
+        abort,
+        counters,
+    } = job;
+    let binary = plan.tables[plan.inputs[chunk.input].table].binary;
+    let blocks = start_reader(plan, chunk)?;
+    let capacity = copy_buffer + copy_buffer / 4;
+    let mut out = Vec::with_capacity(capacity);
+    if binary {
+        out.extend_from_slice(HEADER);
+    }
+    let mut records = 0u64;
+    let mut last_offset = chunk.start;
+    let mut reported_bytes = 0u64;
+    let mut reported_rows = 0u64;
+    let consumed = walk_records(
+        plan,
+        chunk,
+        blocks,
+        Some(abort),
+        |fields, data, data_base, pos| {
+            let result = if binary {
+                converter.encode_record(
+                    fields,
+                    data,
+                    &mut out,
+                    server.as_mut().map(|s| &mut **s as &mut dyn ServerConvert),
+                )
+            } else {
+                converter.encode_text_record(fields, data, &mut out)
+            };
+            if let Err(e) = result {
+                let field_offset = e
+                    .column
+                    .filter(|&i| i < fields.len())
+                    .and_then(|i| fields.input_offset(i))
+                    .map(|o| data_base + o as u64);
+                return Err(record_error(plan, chunk, converter, e, pos, field_offset));
+            }
+            records += 1;
+            last_offset = pos.offset;
+            if out.len() >= copy_buffer {
+                let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
+                emit(Bytes::from(full))?;
+                let bytes = last_offset - chunk.start;
+                counters
+                    .bytes
+                    .fetch_add(bytes - reported_bytes, Ordering::Relaxed);
+                counters
+                    .rows
+                    .fetch_add(records - reported_rows, Ordering::Relaxed);
+                reported_bytes = bytes;
+                reported_rows = records;
+                if abort.load(Ordering::Relaxed) {
+                    return Err(LoadError::Aborted);
+                }
+            }
+            Ok(true)
+        },
+    )?;
+    if binary {
+        out.extend_from_slice(TRAILER);
+    }
+    emit(Bytes::from(out))?;
+    let total = consumed;
+    counters
+        .rows
+        .fetch_add(records - reported_rows, Ordering::Relaxed);
+    counters
+        .bytes
+        .fetch_add(total.saturating_sub(reported_bytes), Ordering::Relaxed);
+    Ok(ChunkOutcome {
+        records,
+        bytes: total,
+    })
+}
+
+/// Finds record `n` (1-based, as COPY counts data rows) of a chunk, for a server error: its
+/// position and the value of `column` if named.
+pub fn locate_record(
+    plan: &Plan,
+    chunk: &Chunk,
+    n: u64,
+    column: Option<usize>,
+) -> Option<(u64, u64, Option<Vec<u8>>)> {
+    let blocks = start_reader(plan, chunk).ok()?;
+    let mut seen = 0u64;
+    let mut found = None;
+    let _ = walk_records(plan, chunk, blocks, None, |fields, data, _, pos| {
+        seen += 1;
+        if seen == n {
+            let value = column
+                .filter(|&i| i < fields.len())
+                .and_then(|i| fields.get(i, data).map(<[u8]>::to_vec));
+            found = Some((pos.line, pos.offset, value));
+            return Ok(false);
+        }
+        Ok(true)
+    });
+    found
+}

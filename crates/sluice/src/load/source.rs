@@ -1,0 +1,80 @@
+//! Reading a chunk's bytes: a byte range of a plain file, a whole compressed file decompressed
+//! on the fly, or standard input, delivered as large blocks by a reader thread so that reading
+//! and decompressing overlap with converting.
+
+use super::plan::{Chunk, Compression, Input, InputSource};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::sync::mpsc::{Receiver, SyncSender};
+
+/// Bytes read per block.
+pub const BLOCK: usize = 1 << 20;
+/// Blocks in flight between the reader and the converter, per stream.
+pub const BLOCKS_IN_FLIGHT: usize = 4;
+
+/// Opens a chunk as a stream of decompressed bytes.
+pub fn open_chunk(input: &Input, chunk: &Chunk) -> io::Result<Box<dyn Read + Send>> {
+    let raw: Box<dyn Read + Send> = match &input.source {
+        InputSource::Stdin => Box::new(io::stdin()),
+        InputSource::File(path) => {
+            let mut f = File::open(path)?;
+            if chunk.start > 0 {
+                f.seek(SeekFrom::Start(chunk.start))?;
+            }
+            match chunk.end {
+                Some(end) => Box::new(f.take(end - chunk.start)),
+                None => Box::new(f),
+            }
+        }
+    };
+    Ok(match input.compression {
+        Compression::None => raw,
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            BLOCK, raw,
+        ))),
+        Compression::Zstd => Box::new(zstd::Decoder::new(raw)?),
+    })
+}
+
+/// A message from the reader thread.
+pub enum Block {
+    Data(Vec<u8>),
+    Error(io::Error),
+}
+
+/// Reads `reader` to the end in blocks, sending each; stops early when the receiver is gone.
+/// Spent buffers come back through `recycle` so that steady state allocates nothing.
+pub fn pump(mut reader: Box<dyn Read + Send>, tx: SyncSender<Block>, recycle: Receiver<Vec<u8>>) {
+    loop {
+        let mut buf = recycle
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BLOCK));
+        buf.clear();
+        buf.resize(BLOCK, 0);
+        let mut filled = 0;
+        let result = loop {
+            match reader.read(&mut buf[filled..]) {
+                Ok(0) => break Ok(()),
+                Ok(k) => {
+                    filled += k;
+                    if filled == buf.len() {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        buf.truncate(filled);
+        if let Err(e) = result {
+            let _ = tx.send(Block::Error(e));
+            return;
+        }
+        if filled == 0 {
+            return;
+        }
+        if tx.send(Block::Data(buf)).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The end-of-load summary: a table on stdout and the same figures as JSON.
+
+use crate::load::plan::Plan;
+use crate::load::RunOutcome;
+use serde::Serialize;
+
+#[derive(Serialize, Debug, Clone)]
+pub struct TableReport {
+    pub table: String,
+    pub files: usize,
+    pub rows: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub mb_per_s: f64,
+    /// `binary`, or `text` when some column is converted by the server.
+    pub copy_format: &'static str,
+    pub server_converted_columns: Vec<String>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Report {
+    pub target: String,
+    pub dry_run: bool,
+    pub jobs: usize,
+    pub copy_buffer_bytes: usize,
+    pub chunks: usize,
+    pub tables: Vec<TableReport>,
+    pub total: TableReport,
+    pub elapsed_seconds: f64,
+    pub server_conversions: u64,
+    pub streams: Vec<crate::load::StreamStats>,
+}
+
+fn mbps(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 / 1e6 / secs
+    } else {
+        0.0
+    }
+}
+
+pub fn build(
+    plan: &Plan,
+    outcome: &RunOutcome,
+    target: String,
+    dry_run: bool,
+    jobs: usize,
+    copy_buffer: usize,
+) -> Report {
+    let tables: Vec<TableReport> = plan
+        .tables
+        .iter()
+        .zip(&outcome.tables)
+        .enumerate()
+        .map(|(i, (tp, st))| {
+            let seconds = match (st.first_start, st.last_end) {
+                (Some(a), Some(b)) => (b - a).as_secs_f64(),
+                _ => 0.0,
+            };
+            TableReport {
+                table: tp.table.name.clone(),
+                files: plan.inputs.iter().filter(|inp| inp.table == i).count(),
+                rows: st.rows,
+                bytes: st.bytes,
+                seconds,
+                mb_per_s: mbps(st.bytes, seconds),
+                copy_format: if tp.binary { "binary" } else { "text" },
+                server_converted_columns: tp
+                    .server_converted()
+                    .iter()
+                    .map(|c| format!("{} ({})", c.name, c.type_name))
+                    .collect(),
+            }
+        })
+        .collect();
+    let elapsed = outcome.elapsed.as_secs_f64();
+    let bytes = tables.iter().map(|t| t.bytes).sum();
+    let total = TableReport {
+        table: "total".into(),
+        files: plan.inputs.len(),
+        rows: tables.iter().map(|t| t.rows).sum(),
+        bytes,
+        seconds: elapsed,
+        mb_per_s: mbps(bytes, elapsed),
+        copy_format: "",
+        server_converted_columns: Vec::new(),
+    };
+    Report {
+        target,
+        dry_run,
+        jobs,
+        copy_buffer_bytes: copy_buffer,
+        chunks: plan.chunks.len(),
+        tables,
+        total,
+        elapsed_seconds: elapsed,
+        server_conversions: outcome.server_conversions,
+        streams: outcome.streams.clone(),
+    }
+}
+
+/// The summary as an aligned text table.
+pub fn render(report: &Report) -> String {
+    let mut rows: Vec<[String; 6]> = vec![[
+        "table".into(),
+        "files".into(),
+        "rows".into(),
+        "bytes".into(),
+        "seconds".into(),
+        "MB/s".into(),
+    ]];
+    for t in report.tables.iter().chain(std::iter::once(&report.total)) {
+        rows.push([
+            t.table.clone(),
+            t.files.to_string(),
+            t.rows.to_string(),
+            crate::progress::human_bytes(t.bytes),
+            format!("{:.2}", t.seconds),
+            format!("{:.1}", t.mb_per_s),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        if i == rows.len() - 1 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&rule.join("  "));
+            out.push('\n');
+        }
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c == 0 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for t in &report.tables {
+        if !t.server_converted_columns.is_empty() {
+            out.push_str(&format!(
+                "note: {} loads through text COPY; the server converts {}\n",
+                t.table,
+                t.server_converted_columns.join(", ")
+            ));
+        }
+    }
+    if report.server_conversions > 0 {
+        out.push_str(&format!(
+            "note: {} values in spellings sluice does not parse were converted by the server\n",
+            report.server_conversions
+        ));
+    }
+    if report.dry_run {
+        out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");
+    }
+    out
+}

@@ -1,0 +1,81 @@
+//! Which server a command talks to: the one named by `--target` or the environment, or else
+//! sluice's own private cluster, started on demand.
+
+use sluice_postgres::cluster::{bulk_load_settings, Cluster};
+use sluice_postgres::conninfo::{ConnInfo, ProcessEnv};
+use std::path::PathBuf;
+
+/// The private cluster's directory: `--pg-dir`, `$SLUICE_PG_DIR`, else under the user's data
+/// directory (`/var/lib/sluice/pg` for root, whose home the `postgres` account cannot enter).
+pub fn default_pg_dir(given: Option<PathBuf>) -> PathBuf {
+    if let Some(d) = given {
+        return d;
+    }
+    if let Some(d) = std::env::var_os("SLUICE_PG_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/sluice/pg");
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("sluice/pg")
+}
+
+/// Whether the environment names a server (so the private cluster is not used).
+fn environment_names_server() -> bool {
+    ["PGHOST", "PGDATABASE", "DATABASE_URL", "PGSERVICE"]
+        .iter()
+        .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
+}
+
+/// Where a command connects.
+pub struct Target {
+    pub info: ConnInfo,
+    /// The private cluster, when that is the target.
+    pub cluster: Option<Cluster>,
+}
+
+/// Resolves `--target`, then the environment, then the private cluster (started if needed).
+pub fn resolve(
+    target: Option<&str>,
+    pg_dir: Option<PathBuf>,
+    quiet: bool,
+) -> anyhow::Result<Target> {
+    let explicit = target
+        .map(str::to_string)
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()));
+    if explicit.is_some() || environment_names_server() {
+        let info = ConnInfo::resolve(explicit.as_deref().unwrap_or(""), &ProcessEnv)
+            .map_err(|e| anyhow::anyhow!("bad connection target: {e}"))?;
+        for w in &info.warnings {
+            eprintln!("warning: {w}");
+        }
+        return Ok(Target {
+            info,
+            cluster: None,
+        });
+    }
+    let dir = default_pg_dir(pg_dir);
+    let cluster = Cluster::new(&dir)?;
+    cluster.init(&bulk_load_settings())?;
+    let port = cluster.start()?;
+    if !quiet {
+        eprintln!(
+            "sluice: no --target given: using sluice's private PostgreSQL in {} on port {port} \
+             (see `sluice pg status`)",
+            dir.display()
+        );
+    }
+    let url = cluster
+        .url()
+        .ok_or_else(|| anyhow::anyhow!("the private cluster has no port"))?;
+    let info = ConnInfo::resolve(&url, &ProcessEnv).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Target {
+        info,
+        cluster: Some(cluster),
+    })
+}
