@@ -17,6 +17,7 @@ mod load;
 mod progress;
 mod report;
 mod target;
+mod tpch;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -43,12 +44,20 @@ struct Cli {
 enum Command {
     /// Load files into PostgreSQL tables over parallel binary COPY.
     Load(commands::load::LoadArgs),
+    /// Generate benchmark data.
+    #[command(subcommand)]
+    Gen(commands::gen::GenCommand),
+    /// Print or create benchmark schemas.
+    #[command(subcommand)]
+    Ddl(commands::ddl::DdlCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Load(args) => commands::load::run(args),
+        Command::Gen(cmd) => commands::gen::run(cmd),
+        Command::Ddl(cmd) => commands::ddl::run(cmd),
     };
     ExitCode::from(code as u8)
 }

@@ -1,3 +1,5 @@
 //! One module per subcommand; each turns its flags into a plan and runs it.
 
+pub mod ddl;
+pub mod gen;
 pub mod load;

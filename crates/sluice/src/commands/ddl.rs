@@ -1,0 +1,66 @@
+//! `sluice ddl tpch`: print, or create, the TPC-H tables.
+
+use crate::target;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Subcommand, Debug)]
+pub enum DdlCommand {
+    /// The eight TPC-H tables with the specification's types, without indexes.
+    Tpch(DdlTpchArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DdlTpchArgs {
+    /// Create the tables instead of printing the statements.
+    #[arg(long)]
+    pub create: bool,
+    /// Drop existing TPC-H tables first (with --create).
+    #[arg(long, requires = "create")]
+    pub replace: bool,
+    /// Where to create them (default: as for `sluice load`).
+    #[arg(long, short = 't', value_name = "URL")]
+    pub target: Option<String>,
+    #[arg(long, value_name = "DIR")]
+    pub pg_dir: Option<PathBuf>,
+}
+
+pub fn run(cmd: DdlCommand) -> i32 {
+    let DdlCommand::Tpch(args) = cmd;
+    if !args.create {
+        print!("{}", crate::tpch::ddl());
+        return 0;
+    }
+    match create(args.target.as_deref(), args.pg_dir.clone(), args.replace) {
+        Ok(()) => {
+            eprintln!("sluice: created the TPC-H tables");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            4
+        }
+    }
+}
+
+/// Creates the TPC-H tables, dropping them first when `replace`.
+pub fn create(target: Option<&str>, pg_dir: Option<PathBuf>, replace: bool) -> anyhow::Result<()> {
+    let t = target::resolve(target, pg_dir, true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = sluice_postgres::connect::connect(&t.info).await?;
+        let mut sql = String::from("BEGIN;\n");
+        if replace {
+            sql.push_str(&format!(
+                "DROP TABLE IF EXISTS {} CASCADE;\n",
+                crate::tpch::TABLES.join(", ")
+            ));
+        }
+        sql.push_str(&crate::tpch::ddl());
+        sql.push_str("COMMIT;\n");
+        client.batch_execute(&sql).await?;
+        Ok(())
+    })
+}
