@@ -1,0 +1,235 @@
+//! Test harness: one private PostgreSQL per test binary, a fresh database per test, and helpers
+//! to run sluice and psql side by side.
+//!
+//! The cluster is a real server (initdb in a temp dir, a free port on 127.0.0.1, run as
+//! `postgres` when the tests run as root), never a mock. It is stopped and deleted when the test
+//! binary exits.
+
+#![allow(dead_code)]
+
+use sluice_postgres::cluster::Cluster;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+pub struct Pg {
+    pub cluster: Cluster,
+    pub port: u16,
+    pub root: PathBuf,
+}
+
+static PG: OnceLock<Pg> = OnceLock::new();
+
+extern "C" fn stop_cluster() {
+    if let Some(pg) = PG.get() {
+        let _ = pg.cluster.destroy();
+        let _ = std::fs::remove_dir_all(&pg.root);
+    }
+}
+
+/// The binary's shared cluster, started on first use.
+pub fn pg() -> &'static Pg {
+    PG.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!(
+            "sluice-test-{}-{}",
+            std::process::id(),
+            std::thread::current()
+                .name()
+                .unwrap_or("t")
+                .replace("::", "-")
+        ));
+        std::fs::create_dir_all(&root).unwrap();
+        let cluster = Cluster::new(root.join("pg")).expect("PostgreSQL server binaries");
+        let settings: Vec<(String, String)> = [
+            ("fsync", "off"),
+            ("synchronous_commit", "off"),
+            ("full_page_writes", "off"),
+            ("shared_buffers", "128MB"),
+            ("max_connections", "200"),
+            ("max_prepared_transactions", "0"),
+            ("TimeZone", "America/New_York"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        cluster.init(&settings).expect("initdb");
+        let port = cluster.start().expect("start the test cluster");
+        // SAFETY: registering a plain extern "C" function with no captured state.
+        unsafe {
+            libc::atexit(stop_cluster);
+        }
+        Pg {
+            cluster,
+            port,
+            root,
+        }
+    })
+}
+
+static DB_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh database for one test.
+pub struct Db {
+    pub name: String,
+    pub url: String,
+    pub dir: PathBuf,
+}
+
+pub fn db(test: &str) -> Db {
+    let pg = pg();
+    let name = format!(
+        "{}_{}",
+        test.to_lowercase()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+        DB_SEQ.fetch_add(1, Ordering::SeqCst)
+    );
+    let admin = Db {
+        name: "postgres".into(),
+        url: String::new(),
+        dir: pg.root.clone(),
+    };
+    admin.psql(&format!("DROP DATABASE IF EXISTS {name}"));
+    admin.psql(&format!("CREATE DATABASE {name}"));
+    let dir = pg.root.join(&name);
+    std::fs::create_dir_all(&dir).unwrap();
+    Db {
+        url: format!(
+            "postgresql://sluice@127.0.0.1:{}/{name}?sslmode=disable",
+            pg.port
+        ),
+        name,
+        dir,
+    }
+}
+
+pub fn psql_bin() -> PathBuf {
+    pg().cluster.bindir.join("psql")
+}
+
+impl Db {
+    fn psql_cmd(&self) -> Command {
+        let mut c = Command::new(psql_bin());
+        c.args([
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "sluice",
+        ])
+        .args(["-p", &pg().port.to_string(), "-d", &self.name])
+        .env("PGTZ", "America/New_York")
+        .env_remove("PGPASSWORD")
+        .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs SQL, panicking on failure; returns unaligned, tuples-only output.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = self.psql_cmd().args(["-Atq", "-c", sql]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "psql failed on {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs SQL, returning stderr on failure.
+    pub fn try_psql(&self, sql: &str) -> Result<String, String> {
+        let out = self.psql_cmd().args(["-Atq", "-c", sql]).output().unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8(out.stdout).unwrap())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// `\copy table FROM file WITH (options)` through psql: the reference loader.
+    pub fn psql_copy(&self, table: &str, file: &Path, options: &str) -> Result<(), String> {
+        let cmd = format!("\\copy {table} from '{}' with ({options})", file.display());
+        self.try_psql(&cmd).map(drop)
+    }
+
+    pub fn count(&self, table: &str) -> u64 {
+        self.psql(&format!("SELECT count(*) FROM {table}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Asserts that two tables hold the same multiset of rows (EXCEPT ALL both ways), comparing
+    /// each row's text form: stricter than typed equality (it sees `1.0` versus `1.00`), and it
+    /// works for types without an equality operator, such as json.
+    pub fn assert_same_rows(&self, a: &str, b: &str) {
+        let diff = self.psql(&format!(
+            "SELECT 'only in {a}: ' || r FROM (SELECT x::text AS r FROM {a} x \
+               EXCEPT ALL SELECT x::text FROM {b} x) d \
+             UNION ALL \
+             SELECT 'only in {b}: ' || r FROM (SELECT x::text AS r FROM {b} x \
+               EXCEPT ALL SELECT x::text FROM {a} x) d \
+             LIMIT 20"
+        ));
+        assert!(diff.is_empty(), "{a} and {b} differ:\n{diff}");
+        assert_eq!(self.count(a), self.count(b), "row counts of {a} and {b}");
+    }
+
+    /// Runs sluice against this database.
+    pub fn sluice(&self, args: &[&str]) -> Output {
+        sluice_cmd()
+            .args(args)
+            .args(["--target", &self.url])
+            .output()
+            .unwrap()
+    }
+
+    /// Runs sluice and asserts success.
+    pub fn sluice_ok(&self, args: &[&str]) -> String {
+        let out = self.sluice(args);
+        assert!(
+            out.status.success(),
+            "sluice {args:?} failed ({:?}):\n{}\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Writes a file in this test's directory.
+    pub fn file(&self, name: &str, content: &[u8]) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+}
+
+/// The sluice binary, with an environment that names no server.
+pub fn sluice_cmd() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    for k in [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGDATABASE",
+        "PGPASSWORD",
+        "DATABASE_URL",
+    ] {
+        c.env_remove(k);
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The repository's test fixtures.
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data")
+        .join(rel)
+}
