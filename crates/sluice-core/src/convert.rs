@@ -135,6 +135,10 @@ impl Converter {
                 continue;
             };
             let w = FieldWriter::begin(out);
+            if encode_hot(&col.ty, v, out) {
+                w.finish(out);
+                continue;
+            }
             match encode_value(&col.ty, &self.zone, v, &mut self.scratch, out) {
                 Ok(()) => w.finish(out),
                 Err(ConvertError::Unsupported(reason)) => {
@@ -240,8 +244,26 @@ fn utf8_reason(e: std::str::Utf8Error) -> String {
     )
 }
 
+/// Whether `v` is ASCII without NUL: then it is valid text and its length is its character
+/// count. One branch-free pass that the compiler vectorises.
+#[inline]
+fn plain_ascii(v: &[u8]) -> bool {
+    v.iter()
+        .fold(true, |ok, &b| ok & (b.wrapping_sub(1) < 0x7f))
+}
+
 /// Checks that a string value is UTF-8 without NUL bytes, as PostgreSQL's text types require.
+#[inline]
 fn check_text(v: &[u8]) -> Result<&str, ConvertError> {
+    if plain_ascii(v) {
+        // SAFETY: every byte is in 1..=0x7f, so the slice is ASCII and therefore UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(v) });
+    }
+    check_text_slow(v)
+}
+
+#[cold]
+fn check_text_slow(v: &[u8]) -> Result<&str, ConvertError> {
     let s = std::str::from_utf8(v).map_err(|e| ConvertError::invalid(utf8_reason(e)))?;
     if let Some(p) = memchr::memchr(0, v) {
         return Err(ConvertError::invalid(format!(
@@ -252,7 +274,45 @@ fn check_text(v: &[u8]) -> Result<&str, ConvertError> {
     Ok(s)
 }
 
+/// The inlined fast path for the values flat files are made of: plain digits, ISO dates,
+/// short decimals and ASCII strings that fit. Returns false (with `out` untouched) when the
+/// value needs the general path, which also produces every error message.
+#[inline(always)]
+fn encode_hot(ty: &PgType, v: &[u8], out: &mut Vec<u8>) -> bool {
+    match ty {
+        PgType::Int4 | PgType::Int8 | PgType::Int2
+            if !v.is_empty() && v.len() <= 9 && v.iter().all(u8::is_ascii_digit) =>
+        {
+            let n = v.iter().fold(0i64, |n, &b| n * 10 + i64::from(b - b'0'));
+            match ty {
+                PgType::Int4 => out.extend_from_slice(&(n as i32).to_be_bytes()),
+                PgType::Int8 => out.extend_from_slice(&n.to_be_bytes()),
+                _ if n <= i16::MAX as i64 => out.extend_from_slice(&(n as i16).to_be_bytes()),
+                _ => return false,
+            }
+            true
+        }
+        PgType::Date => crate::datetime::encode_date_fast(v, out),
+        PgType::Numeric(typmod) => crate::numeric::encode_numeric_fast(v, *typmod, out),
+        PgType::Text | PgType::Varchar(None) | PgType::Json if plain_ascii(v) => {
+            out.extend_from_slice(v);
+            true
+        }
+        PgType::Varchar(Some(n)) if v.len() <= *n && plain_ascii(v) => {
+            out.extend_from_slice(v);
+            true
+        }
+        PgType::Char(Some(n)) if v.len() <= *n && plain_ascii(v) => {
+            out.extend_from_slice(v);
+            out.resize(out.len() + (n - v.len()), b' ');
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Encodes one non-NULL value of type `ty` (the binary `send` form) onto `out`.
+#[inline(never)]
 pub fn encode_value(
     ty: &PgType,
     zone: &SessionZone,
@@ -481,11 +541,17 @@ fn char_count(s: &str) -> usize {
 
 /// Applies a `varchar(n)`/`char(n)` limit: longer values fail unless the excess is spaces,
 /// which are cut, as PostgreSQL does.
+#[inline]
 fn fit_length<'a>(s: &'a str, limit: Option<usize>, name: &str) -> Result<&'a str, ConvertError> {
     let Some(n) = limit else { return Ok(s) };
     if s.len() <= n {
         return Ok(s);
     }
+    fit_length_slow(s, n, name)
+}
+
+#[cold]
+fn fit_length_slow<'a>(s: &'a str, n: usize, name: &str) -> Result<&'a str, ConvertError> {
     let cut = match s.char_indices().nth(n) {
         None => return Ok(s),
         Some((i, _)) => i,

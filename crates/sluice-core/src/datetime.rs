@@ -306,8 +306,45 @@ fn parse_timestamp(s: &[u8], what: &str) -> Result<Parsed, ConvertError> {
     })
 }
 
+/// `YYYY-MM-DD` exactly, as nearly every file spells dates: the Julian day, or `None` to take
+/// the general path (which also produces the error messages).
+#[inline]
+fn iso_date_fast(s: &[u8]) -> Option<i64> {
+    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1] = *s else {
+        return None;
+    };
+    let digits = [y0, y1, y2, y3, m0, m1, d0, d1];
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = |a: u8, b: u8| i64::from(a - b'0') * 10 + i64::from(b - b'0');
+    let year = n(y0, y1) * 100 + n(y2, y3);
+    let (month, day) = (n(m0, m1), n(d0, d1));
+    if year == 0 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    Some(date2j(year, month, day))
+}
+
+/// Encodes an exact `YYYY-MM-DD` date; false when the general path is needed.
+#[inline(always)]
+pub fn encode_date_fast(value: &[u8], out: &mut Vec<u8>) -> bool {
+    match iso_date_fast(value) {
+        Some(j) => {
+            out.extend_from_slice(&((j - POSTGRES_EPOCH_JDATE) as i32).to_be_bytes());
+            true
+        }
+        None => false,
+    }
+}
+
 /// Encodes a `date` as days since 2000-01-01.
+#[inline]
 pub fn encode_date(value: &[u8], out: &mut Vec<u8>) -> Result<(), ConvertError> {
+    if let Some(j) = iso_date_fast(value) {
+        out.extend_from_slice(&((j - POSTGRES_EPOCH_JDATE) as i32).to_be_bytes());
+        return Ok(());
+    }
     let s = trim(value);
     let days = match special(s) {
         Some(Special::Infinity) => i32::MAX as i64,

@@ -7,6 +7,7 @@
 //!
 //! - [`dialect`]: the input formats (tbl, CSV, text) and their options;
 //! - [`records`]: splitting bytes into records and fields with COPY's exact rules;
+//! - [`tokens`]: finding delimiters 64 bytes at a time for the record splitter;
 //! - [`boundary`]: where a big file may be cut into chunks for parallel streams;
 //! - [`column`]: target column types as the catalog describes them;
 //! - [`convert`], [`numeric`], [`datetime`]: typed conversion with PostgreSQL's input rules;
@@ -22,3 +23,4 @@ pub mod dialect;
 pub mod error;
 pub mod numeric;
 pub mod records;
+pub mod tokens;

@@ -29,6 +29,25 @@ struct Decimal<'a> {
     dscale: i64,
 }
 
+/// The inlined fast path: a plain `-?digits[.digits]` value that fits [`encode_small`] and
+/// is valid. False, with `out` untouched, when the general path is needed.
+#[inline(always)]
+pub fn encode_numeric_fast(value: &[u8], typmod: Option<(i32, i32)>, out: &mut Vec<u8>) -> bool {
+    let (negative, body) = match value.first() {
+        Some(b'-') => (true, &value[1..]),
+        _ => (false, value),
+    };
+    let mark = out.len();
+    match encode_small(negative, body, typmod, out) {
+        Some(Ok(())) => true,
+        Some(Err(_)) => {
+            out.truncate(mark);
+            false
+        }
+        None => false,
+    }
+}
+
 /// Encodes `value` as binary numeric into `out`, applying `typmod` (precision, scale).
 /// `digits` is scratch space reused between calls.
 pub fn encode_numeric(
@@ -57,6 +76,9 @@ pub fn encode_numeric(
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
+    if let Some(done) = encode_small(negative, body, typmod, out) {
+        return done;
+    }
     if body.eq_ignore_ascii_case(b"infinity") || body.eq_ignore_ascii_case(b"inf") {
         if let Some((p, sc)) = typmod {
             return Err(ConvertError::invalid(format!(
@@ -82,6 +104,140 @@ pub fn encode_numeric(
         }
     }
     write_decimal(&dec, out)
+}
+
+const POW10: [u64; 20] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+    100_000_000_000,
+    1_000_000_000_000,
+    10_000_000_000_000,
+    100_000_000_000_000,
+    1_000_000_000_000_000,
+    10_000_000_000_000_000,
+    100_000_000_000_000_000,
+    1_000_000_000_000_000_000,
+    10_000_000_000_000_000_000,
+];
+
+/// The fast path for the values flat files are made of (`-123.45`): at most 18 digits, no
+/// exponent, a scale of 0 to 16. Works in one u64 and writes the groups directly; returns
+/// `None` for anything else, which the general path handles. Same rules, same results.
+#[inline]
+fn encode_small(
+    negative: bool,
+    s: &[u8],
+    typmod: Option<(i32, i32)>,
+    out: &mut Vec<u8>,
+) -> Option<Result<(), ConvertError>> {
+    let mut m: u64 = 0;
+    let mut digits = 0usize;
+    let mut frac: usize = 0;
+    let mut seen_point = false;
+    for &b in s {
+        if b.is_ascii_digit() {
+            if digits == 18 {
+                return None;
+            }
+            m = m * 10 + u64::from(b - b'0');
+            digits += 1;
+            if seen_point {
+                frac += 1;
+            }
+        } else if b == b'.' && !seen_point {
+            seen_point = true;
+        } else {
+            return None;
+        }
+    }
+    if digits == 0 {
+        return None;
+    }
+    let dscale = match typmod {
+        None => frac,
+        Some((precision, scale)) => {
+            if !(0..=16).contains(&scale) {
+                return None;
+            }
+            let scale = scale as usize;
+            if frac > scale {
+                let div = POW10[frac - scale];
+                let (q, r) = (m / div, m % div);
+                m = q + u64::from(r * 2 >= div);
+            } else if frac < scale {
+                if digits + (scale - frac) > 18 {
+                    return None;
+                }
+                m *= POW10[scale - frac];
+            }
+            let allowed = precision - scale as i32;
+            if allowed < 0 {
+                return None;
+            }
+            if allowed < 19 && m / POW10[scale] >= POW10[allowed as usize] {
+                return Some(Err(ConvertError::invalid(format!(
+                    "numeric field overflow: numeric({precision},{scale}) must round to an \
+                     absolute value less than 10^{allowed}"
+                ))));
+            }
+            scale
+        }
+    };
+    if dscale > 16 {
+        return None;
+    }
+    if m == 0 {
+        out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        out.extend_from_slice(&(dscale as u16).to_be_bytes());
+        return Some(Ok(()));
+    }
+    // Align the point to a group boundary: value = big / 10000^frac_groups.
+    let frac_groups = dscale.div_ceil(4);
+    let pad = POW10[frac_groups * 4 - dscale];
+    let mut groups = [0u16; 10];
+    let mut n = 0;
+    // u64 arithmetic when it fits (always, for values of up to 16 digits), else u128.
+    match m.checked_mul(pad) {
+        Some(mut v) => {
+            while v > 0 {
+                groups[n] = (v % 10_000) as u16;
+                v /= 10_000;
+                n += 1;
+            }
+        }
+        None => {
+            let mut v = u128::from(m) * u128::from(pad);
+            while v > 0 {
+                groups[n] = (v % 10_000) as u16;
+                v /= 10_000;
+                n += 1;
+            }
+        }
+    }
+    // groups[0] is the least significant; drop trailing (least significant) zero groups.
+    let mut low = 0;
+    while groups[low] == 0 {
+        low += 1;
+    }
+    let weight = n as i32 - frac_groups as i32 - 1;
+    out.extend_from_slice(&((n - low) as i16).to_be_bytes());
+    out.extend_from_slice(&(weight as i16).to_be_bytes());
+    let sign = if negative { NUMERIC_NEG } else { NUMERIC_POS };
+    out.extend_from_slice(&sign.to_be_bytes());
+    out.extend_from_slice(&(dscale as u16).to_be_bytes());
+    for g in groups[low..n].iter().rev() {
+        out.extend_from_slice(&g.to_be_bytes());
+    }
+    Some(Ok(()))
 }
 
 fn write_special(out: &mut Vec<u8>, sign: u16) -> Result<(), ConvertError> {
@@ -379,6 +535,73 @@ mod tests {
         assert_eq!(enc("999.994", Some((5, 2))).unwrap(), "999.99");
         let e = enc("123456", Some((5, 0))).unwrap_err();
         assert!(e.to_string().contains("numeric field overflow"), "{e}");
+    }
+
+    #[test]
+    fn fast_path_agrees_with_general_path() {
+        let cases = [
+            "0",
+            "-0",
+            "0.00",
+            "1",
+            "-1",
+            "17954.55",
+            "0.04",
+            "-0.005",
+            "12.345",
+            "99999999.994",
+            "123456789012345678",
+            "0.000000000000001",
+            "1000",
+            "10000.0001",
+            "9999.9999",
+            "100000000",
+            "-2.345",
+            "7",
+            "0.6",
+        ];
+        let typmods = [
+            None,
+            Some((10, 2)),
+            Some((15, 2)),
+            Some((18, 6)),
+            Some((5, 0)),
+            Some((30, 10)),
+        ];
+        for c in cases {
+            for t in typmods {
+                let mut fast = Vec::new();
+                let (neg, body) = match c.strip_prefix('-') {
+                    Some(b) => (true, b),
+                    None => (false, c),
+                };
+                let Some(fast_result) = encode_small(neg, body.as_bytes(), t, &mut fast) else {
+                    continue;
+                };
+                let mut general = Vec::new();
+                let mut scratch = Vec::new();
+                let general_result =
+                    parse_decimal(neg, body.as_bytes(), &mut scratch).and_then(|mut d| {
+                        if let Some((p, s)) = t {
+                            round_to_scale(&mut d, s as i64);
+                            let int_digits = if d.digits.is_empty() {
+                                0
+                            } else {
+                                d.point.max(0)
+                            };
+                            if int_digits > (p - s) as i64 {
+                                return Err(ConvertError::invalid("overflow"));
+                            }
+                        }
+                        write_decimal(&d, &mut general)
+                    });
+                assert_eq!(fast_result.is_ok(), general_result.is_ok(), "{c} {t:?}");
+                if fast_result.is_ok() {
+                    assert_eq!(decode(&fast), decode(&general), "{c} {t:?}");
+                    assert_eq!(fast, general, "{c} {t:?} bytes");
+                }
+            }
+        }
     }
 
     #[test]

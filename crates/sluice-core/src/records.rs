@@ -18,6 +18,7 @@
 //! - tbl: text format with one trailing delimiter removed from each line.
 
 use crate::dialect::{Dialect, Format, LineEnding};
+use crate::tokens::Tokens;
 use memchr::{memchr, memchr2, memchr3};
 
 /// Where one field's bytes are.
@@ -125,6 +126,16 @@ pub struct SyntaxError {
     pub offset: usize,
 }
 
+/// A slice handed to the parser, with what is known about all of it.
+pub struct Input<'a> {
+    pub bytes: &'a [u8],
+    /// The slice ends the whole input.
+    pub eof: bool,
+    /// The slice holds no stray line-end byte (`\r` in an LF file) anywhere, so no line needs
+    /// checking for one: one `memchr` per block instead of one per line.
+    clean: bool,
+}
+
 /// Splits records of one dialect.
 #[derive(Clone, Debug)]
 pub struct RecordParser {
@@ -155,125 +166,147 @@ impl RecordParser {
         }
     }
 
-    /// Parses the record that starts at `start` in `input`. `eof` says that `input` ends the
-    /// whole input, so that a last line without a terminator is a record, and an open quote is
-    /// an error rather than a reason to wait for more bytes.
+    /// Prepares a slice for parsing. `eof` says that it ends the whole input, so that a last
+    /// line without a terminator is a record, and an open quote is an error rather than a
+    /// reason to wait for more bytes.
+    pub fn input<'a>(&self, bytes: &'a [u8], eof: bool) -> Input<'a> {
+        Input {
+            bytes,
+            eof,
+            clean: memchr(self.stray, bytes).is_none(),
+        }
+    }
+
+    /// Parses the record that starts at `start`.
     #[inline]
-    pub fn parse(
+    pub fn parse_input(
         &self,
-        input: &[u8],
+        input: &Input<'_>,
         start: usize,
-        eof: bool,
         fields: &mut Fields,
     ) -> Result<Step, SyntaxError> {
         fields.clear();
-        if start >= input.len() {
-            return Ok(if eof { Step::End } else { Step::NeedMore });
+        if start >= input.bytes.len() {
+            return Ok(if input.eof { Step::End } else { Step::NeedMore });
         }
         match self.format {
-            Format::Csv => self.parse_csv(input, start, eof, fields),
-            Format::Text | Format::Tbl => self.parse_text(input, start, eof, fields),
+            Format::Csv => self.parse_csv(input.bytes, start, input.eof, fields),
+            Format::Text | Format::Tbl => self.parse_text(input, start, fields),
         }
     }
 
-    /// Finds the end of the text-format line at `start`: the terminator's position (or the end
-    /// of input at EOF), skipping newlines escaped by an odd run of backslashes.
-    #[inline]
-    fn text_line_end(&self, input: &[u8], start: usize) -> Option<usize> {
-        let mut from = start;
-        loop {
-            let nl = from + memchr(self.newline, &input[from..])?;
-            let mut k = nl;
-            while k > start && input[k - 1] == b'\\' {
-                k -= 1;
-            }
-            if (nl - k) % 2 == 0 {
-                return Some(nl);
-            }
-            from = nl + 1;
-        }
-    }
-
-    fn parse_text(
+    /// [`RecordParser::input`] and [`RecordParser::parse_input`] in one call.
+    pub fn parse(
         &self,
-        input: &[u8],
+        bytes: &[u8],
         start: usize,
         eof: bool,
         fields: &mut Fields,
     ) -> Result<Step, SyntaxError> {
-        let (mut line_end, next, lines) = match self.text_line_end(input, start) {
+        self.parse_input(&self.input(bytes, eof), start, fields)
+    }
+
+    /// Splits one text-format line in a single pass: one `memchr3` iterator finds the
+    /// delimiters, backslashes and the line end together, so a 16-field line costs one
+    /// vectorised scan instead of 16 short ones.
+    fn parse_text(
+        &self,
+        inp: &Input<'_>,
+        start: usize,
+        fields: &mut Fields,
+    ) -> Result<Step, SyntaxError> {
+        let input = inp.bytes;
+        let mut field_start = start;
+        let mut escaped = false;
+        let mut line_end = None;
+        let mut tokens = Tokens::new(&input[start..], [self.delimiter, b'\\', self.newline]);
+        while let Some(hit) = tokens.next() {
+            let p = start + hit;
+            let b = input[p];
+            if b == b'\\' {
+                match input.get(p + 1) {
+                    None if !inp.eof => return Ok(Step::NeedMore),
+                    Some(b'.') => {
+                        let line_end = match memchr(self.newline, &input[p..]) {
+                            Some(i) => p + i,
+                            None if inp.eof => input.len(),
+                            None => return Ok(Step::NeedMore),
+                        };
+                        let mut le = line_end;
+                        if self.crlf && le > p && input[le - 1] == b'\r' {
+                            le -= 1;
+                        }
+                        return self.end_marker(input, fields, p, le);
+                    }
+                    _ => {}
+                }
+                escaped = true;
+                tokens.skip_to(hit + 2);
+            } else if b == self.delimiter {
+                self.push_text_field(input, field_start, p, escaped, fields);
+                field_start = p + 1;
+                escaped = false;
+            } else {
+                line_end = Some(p);
+                break;
+            }
+        }
+        let (mut end, next, lines) = match line_end {
             Some(nl) => (nl, nl + 1, 1),
-            None if eof => (input.len(), input.len(), 0),
+            None if inp.eof => (input.len(), input.len(), 0),
             None => return Ok(Step::NeedMore),
         };
         if self.crlf && lines == 1 {
-            if line_end > start && input[line_end - 1] == b'\r' {
-                line_end -= 1;
+            if end > field_start && input[end - 1] == b'\r' {
+                end -= 1;
             } else {
                 return Err(SyntaxError {
                     kind: SyntaxErrorKind::NewlineInData,
-                    offset: line_end,
+                    offset: end,
                 });
             }
         }
-        // A raw stray line-end byte is an error unless escaped by a backslash.
-        let mut from = start;
-        while let Some(i) = memchr(self.stray, &input[from..line_end]) {
-            let pos = from + i;
-            if pos == start || input[pos - 1] != b'\\' {
-                let kind = if self.stray == b'\r' {
-                    SyntaxErrorKind::CarriageReturnInData
-                } else {
-                    SyntaxErrorKind::NewlineInData
-                };
-                return Err(SyntaxError { kind, offset: pos });
-            }
-            from = pos + 1;
-        }
-        if self.format == Format::Tbl && line_end > start && input[line_end - 1] == self.delimiter {
-            line_end -= 1;
-        }
-        let mut pos = start;
-        loop {
-            let field_start = pos;
-            let mut escaped = false;
-            let field_end = loop {
-                match memchr2(self.delimiter, b'\\', &input[pos..line_end]) {
-                    None => break line_end,
-                    Some(i) if input[pos + i] == self.delimiter => break pos + i,
-                    Some(i) => {
-                        let bs = pos + i;
-                        if input.get(bs + 1) == Some(&b'.') {
-                            return self.end_marker(
-                                input,
-                                fields,
-                                field_start,
-                                bs,
-                                line_end,
-                                lines,
-                            );
-                        }
-                        escaped = true;
-                        pos = (bs + 2).min(line_end);
-                    }
+        if !inp.clean {
+            // A raw stray line-end byte is an error unless escaped by a backslash.
+            let mut from = start;
+            while let Some(i) = memchr(self.stray, &input[from..end]) {
+                let pos = from + i;
+                if pos == start || input[pos - 1] != b'\\' {
+                    return Err(self.stray_error(pos));
                 }
-            };
-            let raw = &input[field_start..field_end];
-            if raw == self.null.as_slice() {
-                fields.spans.push(Span::Null);
-            } else if escaped {
-                let s = fields.scratch.len();
-                unescape_text(raw, &mut fields.scratch);
-                fields.spans.push(Span::Scratch(s, fields.scratch.len()));
-            } else {
-                fields.spans.push(Span::Input(field_start, field_end));
+                from = pos + 1;
             }
-            if field_end >= line_end {
-                break;
-            }
-            pos = field_end + 1;
+        }
+        // tbl: the one trailing delimiter dbgen writes ends the line, not a field.
+        let trailing = self.format == Format::Tbl
+            && end == field_start
+            && end > start
+            && input[end - 1] == self.delimiter;
+        if !trailing {
+            self.push_text_field(input, field_start, end, escaped, fields);
         }
         Ok(Step::Record { end: next, lines })
+    }
+
+    #[inline(always)]
+    fn push_text_field(
+        &self,
+        input: &[u8],
+        s: usize,
+        e: usize,
+        escaped: bool,
+        fields: &mut Fields,
+    ) {
+        let raw = &input[s..e];
+        if raw.len() == self.null.len() && raw == self.null.as_slice() {
+            fields.spans.push(Span::Null);
+        } else if escaped {
+            let at = fields.scratch.len();
+            unescape_text(raw, &mut fields.scratch);
+            fields.spans.push(Span::Scratch(at, fields.scratch.len()));
+        } else {
+            fields.spans.push(Span::Input(s, e));
+        }
     }
 
     /// `\.` in text format: the end of the data when followed by the line end, else an error.
@@ -282,12 +315,9 @@ impl RecordParser {
         &self,
         input: &[u8],
         fields: &mut Fields,
-        field_start: usize,
         bs: usize,
         line_end: usize,
-        lines: u32,
     ) -> Result<Step, SyntaxError> {
-        let _ = (field_start, lines);
         if bs + 2 != line_end {
             return Err(SyntaxError {
                 kind: SyntaxErrorKind::EndMarkerCorrupt,
@@ -298,14 +328,13 @@ impl RecordParser {
             .iter()
             .rposition(|&b| b == self.newline)
             .map_or(0, |p| p + 1);
+        fields.clear();
         if line_start == bs {
-            fields.clear();
             return Ok(Step::End);
         }
         // Data before the marker: parse it as a final line of its own.
-        let head = &input[..bs];
-        let step = self.parse_text(head, line_start, true, fields)?;
-        match step {
+        let head = self.input(&input[..bs], true);
+        match self.parse_text(&head, line_start, fields)? {
             Step::Record { .. } => Ok(Step::Record {
                 end: input.len(),
                 lines: 1,

@@ -16,7 +16,7 @@ use sluice_core::dialect::Dialect;
 use sluice_core::error::InputError;
 use sluice_core::records::{Fields, RecordParser, Step, SyntaxError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 /// Counters a chunk updates as it goes, shared with the progress display.
 #[derive(Default, Debug)]
@@ -54,17 +54,20 @@ fn chunk_dialect(plan: &Plan, chunk: &Chunk, first_block: &[u8]) -> Dialect {
 }
 
 /// Starts the reader thread for a chunk.
-pub fn start_reader(plan: &Plan, chunk: &Chunk) -> Result<Receiver<Block>, LoadError> {
+pub fn start_reader(
+    plan: &Plan,
+    chunk: &Chunk,
+) -> Result<(Receiver<Block>, SyncSender<Vec<u8>>), LoadError> {
     let input = &plan.inputs[chunk.input];
     let reader = open_chunk(input, chunk)
         .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", input.display)))?;
     let (tx, rx) = sync_channel(BLOCKS_IN_FLIGHT);
-    let (_recycle_tx, recycle_rx) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT);
+    let (recycle_tx, recycle_rx) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT);
     std::thread::Builder::new()
         .name(format!("sluice-read-{}", chunk.id))
         .spawn(move || pump(reader, tx, recycle_rx))
         .map_err(|e| LoadError::Io(format!("cannot start a reader thread: {e}")))?;
-    Ok(rx)
+    Ok((rx, recycle_tx))
 }
 
 /// Where a record is, for messages.
@@ -81,7 +84,7 @@ struct Position {
 fn walk_records(
     plan: &Plan,
     chunk: &Chunk,
-    blocks: Receiver<Block>,
+    (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
     abort: Option<&AtomicBool>,
     mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
 ) -> Result<u64, LoadError> {
@@ -145,8 +148,9 @@ fn walk_records(
                 stitch.extend_from_slice(&tail);
                 stitch.extend_from_slice(&block[..take]);
                 let is_eof = eof && take == block.len();
+                let stitched = parser.input(&stitch, is_eof);
                 match parser
-                    .parse(&stitch, 0, is_eof, &mut fields)
+                    .parse_input(&stitched, 0, &mut fields)
                     .map_err(|e| syntax(e, tail_base, line))?
                 {
                     Step::NeedMore if take < block.len() => {
@@ -183,12 +187,14 @@ fn walk_records(
             }
             if !tail.is_empty() {
                 base += block.len() as u64;
+                let _ = recycle.try_send(block);
                 continue;
             }
         }
+        let whole = parser.input(&block, eof);
         while !done {
             match parser
-                .parse(&block, pos, eof, &mut fields)
+                .parse_input(&whole, pos, &mut fields)
                 .map_err(|e| syntax(e, base, line))?
             {
                 Step::Record { end, lines } => {
@@ -218,6 +224,8 @@ fn walk_records(
             done = true;
         }
         base += block.len() as u64;
+        // Hand the buffer back to the reader: steady state allocates and zeroes nothing.
+        let _ = recycle.try_send(block);
     }
     Ok(base - chunk.start)
 }

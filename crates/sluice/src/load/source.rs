@@ -46,10 +46,8 @@ pub enum Block {
 /// Spent buffers come back through `recycle` so that steady state allocates nothing.
 pub fn pump(mut reader: Box<dyn Read + Send>, tx: SyncSender<Block>, recycle: Receiver<Vec<u8>>) {
     loop {
-        let mut buf = recycle
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BLOCK));
-        buf.clear();
+        // A recycled buffer keeps its length, so only a new one is zeroed.
+        let mut buf = recycle.try_recv().unwrap_or_default();
         buf.resize(BLOCK, 0);
         let mut filled = 0;
         let result = loop {
