@@ -58,7 +58,7 @@ pub fn next_record_start(
             k -= 1;
         }
         // A run of backslashes reaching the window start is ambiguous: try the next newline.
-        if k > 0 && (nl - k) % 2 == 0 {
+        if k > 0 && (nl - k).is_multiple_of(2) {
             return Some(nl + 1);
         }
         pos = nl + 1;

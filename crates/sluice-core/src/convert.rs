@@ -592,7 +592,7 @@ fn decode_bytea(v: &[u8], out: &mut Vec<u8>) -> Result<(), ConvertError> {
         } else if v.get(i + 1) == Some(&b'\\') {
             out.push(b'\\');
             i += 2;
-        } else if i + 3 < v.len() + 0
+        } else if i + 3 < v.len()
             && (b'0'..=b'3').contains(&v[i + 1])
             && (b'0'..=b'7').contains(&v[i + 2])
             && (b'0'..=b'7').contains(&v[i + 3])

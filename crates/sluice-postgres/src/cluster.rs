@@ -71,13 +71,23 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Finds the directory holding `initdb`, `pg_ctl` and `postgres`.
+/// Finds the directory holding `initdb`, `pg_ctl` and `postgres`: `$SLUICE_PG_BIN` alone when
+/// set (to choose a version), else `pg_config --bindir`, `/usr/lib/postgresql/*/bin` newest
+/// first, then `PATH`.
 pub fn find_bindir() -> Result<PathBuf, ClusterError> {
     let has_all = |d: &Path| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
             .all(|b| d.join(b).is_file())
     };
+    if let Some(dir) = std::env::var_os("SLUICE_PG_BIN") {
+        let dir = PathBuf::from(dir);
+        return if has_all(&dir) {
+            Ok(dir)
+        } else {
+            Err(ClusterError::NoBinaries)
+        };
+    }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
         if out.status.success() {
             let d = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -95,7 +105,7 @@ pub fn find_bindir() -> Result<PathBuf, ClusterError> {
             Some((v, e.path().join("bin")))
         })
         .collect();
-    versions.sort_by(|a, b| b.0.cmp(&a.0));
+    versions.sort_by_key(|v| std::cmp::Reverse(v.0));
     if let Some((_, d)) = versions.into_iter().find(|(_, d)| has_all(d)) {
         return Ok(d);
     }

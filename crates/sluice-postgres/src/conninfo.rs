@@ -332,8 +332,8 @@ fn split_pgpass_line(line: &str) -> Vec<String> {
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
-                if let Some(n) = chars.next() {
-                    fields.last_mut().map(|f| f.push(n));
+                if let (Some(n), Some(f)) = (chars.next(), fields.last_mut()) {
+                    f.push(n);
                 }
             }
             ':' if fields.len() < 5 => fields.push(String::new()),

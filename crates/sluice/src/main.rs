@@ -50,6 +50,10 @@ enum Command {
     /// Print or create benchmark schemas.
     #[command(subcommand)]
     Ddl(commands::ddl::DdlCommand),
+    /// The private PostgreSQL cluster used when no target is given.
+    Pg(commands::pg::PgArgs),
+    /// Generate TPC-H, load it in parallel, verify it, query it: the whole job in one command.
+    Demo(commands::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,8 @@ fn main() -> ExitCode {
         Command::Load(args) => commands::load::run(args),
         Command::Gen(cmd) => commands::gen::run(cmd),
         Command::Ddl(cmd) => commands::ddl::run(cmd),
+        Command::Pg(args) => commands::pg::run(args),
+        Command::Demo(args) => commands::demo::run(args),
     };
     ExitCode::from(code as u8)
 }

@@ -35,8 +35,6 @@ fn environment_names_server() -> bool {
 /// Where a command connects.
 pub struct Target {
     pub info: ConnInfo,
-    /// The private cluster, when that is the target.
-    pub cluster: Option<Cluster>,
 }
 
 /// Resolves `--target`, then the environment, then the private cluster (started if needed).
@@ -54,10 +52,7 @@ pub fn resolve(
         for w in &info.warnings {
             eprintln!("warning: {w}");
         }
-        return Ok(Target {
-            info,
-            cluster: None,
-        });
+        return Ok(Target { info });
     }
     let dir = default_pg_dir(pg_dir);
     let cluster = Cluster::new(&dir)?;
@@ -74,8 +69,5 @@ pub fn resolve(
         .url()
         .ok_or_else(|| anyhow::anyhow!("the private cluster has no port"))?;
     let info = ConnInfo::resolve(&url, &ProcessEnv).map_err(|e| anyhow::anyhow!(e))?;
-    Ok(Target {
-        info,
-        cluster: Some(cluster),
-    })
+    Ok(Target { info })
 }

@@ -164,7 +164,7 @@ fn default_jobs() -> usize {
 }
 
 pub fn run(args: LoadArgs) -> i32 {
-    match run_inner(&args) {
+    match load(&args).and_then(|rep| print_report(&args, &rep)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {e}");
@@ -178,7 +178,19 @@ pub fn run(args: LoadArgs) -> i32 {
     }
 }
 
-fn run_inner(args: &LoadArgs) -> Result<(), LoadError> {
+/// Prints the summary and writes the JSON report.
+pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), LoadError> {
+    print!("{}", report::render(rep));
+    if let Some(path) = &args.report_json {
+        let json = serde_json::to_string_pretty(rep).expect("report serializes");
+        std::fs::write(path, json + "\n")
+            .map_err(|e| LoadError::Io(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// Plans and runs a load; returns its report.
+pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     if args.files.iter().filter(|f| f.as_str() == "-").count() > 1 {
         return Err(LoadError::Usage(
             "standard input (`-`) can be given only once".into(),
@@ -371,21 +383,14 @@ fn run_inner(args: &LoadArgs) -> Result<(), LoadError> {
     let outcome = execute(&plan, &opts, &info, rt.handle(), &counters);
     drop(display);
     let outcome = outcome?;
-    let rep = report::build(
+    Ok(report::build(
         &plan,
         &outcome,
         info.to_string(),
         args.dry_run,
         jobs,
         args.copy_buffer,
-    );
-    print!("{}", report::render(&rep));
-    if let Some(path) = &args.report_json {
-        let json = serde_json::to_string_pretty(&rep).expect("report serializes");
-        std::fs::write(path, json + "\n")
-            .map_err(|e| LoadError::Io(format!("cannot write {}: {e}", path.display())))?;
-    }
-    Ok(())
+    ))
 }
 
 #[cfg(test)]

@@ -357,9 +357,8 @@ pub fn execute(
     }
     let (streams, stats): (Vec<Option<Stream>>, Vec<StreamStats>) = results.into_iter().unzip();
     // Every stream finished cleanly: commit them all, back to back.
-    let mut committed = 0;
     let total = streams.iter().flatten().count();
-    for s in streams.into_iter().flatten() {
+    for (committed, s) in streams.into_iter().flatten().enumerate() {
         if let Err(e) = rt.block_on(s.commit()) {
             return Err(LoadError::Server(format!(
                 "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
@@ -367,7 +366,6 @@ pub fn execute(
                 committed + 1
             )));
         }
-        committed += 1;
     }
     Ok(RunOutcome {
         streams: stats,

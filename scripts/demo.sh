@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# From a fresh machine to a loaded, verified TPC-H database in one command:
+# builds sluice, installs PostgreSQL's server package if it is missing (saying so), and runs
+# `sluice demo` against sluice's private cluster. Extra arguments go to `sluice demo`
+# (for example --scale 10 --jobs 8, or --target postgresql://...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/ensure-postgres.sh
+cargo build --release --quiet
+exec target/release/sluice demo "$@"
