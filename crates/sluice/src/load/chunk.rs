@@ -6,7 +6,7 @@
 //! buffer that is handed off as a single COPY message once it reaches the configured size:
 //! no per-row allocation and few, large protocol messages.
 
-use super::plan::{Chunk, Plan};
+use super::plan::{Chunk, Compression, InputSource, Plan};
 use super::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
 use super::LoadError;
 use bytes::Bytes;
@@ -80,8 +80,139 @@ struct Position {
 }
 
 /// Walks the records of a chunk, calling `visit` for each with its fields, the slice they
-/// refer to and its position. Shared by conversion and by locating a server-reported record.
+/// refer to, that slice's absolute offset and the record's position; `visit` returns false to
+/// stop. Shared by conversion and by locating a server-reported record. Returns the bytes
+/// consumed.
 fn walk_records(
+    plan: &Plan,
+    chunk: &Chunk,
+    abort: Option<&AtomicBool>,
+    visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
+) -> Result<u64, LoadError> {
+    let input = &plan.inputs[chunk.input];
+    match (&input.source, input.compression) {
+        (InputSource::File(path), Compression::None) => {
+            walk_mapped(plan, chunk, path, abort, visit)
+        }
+        _ => {
+            let reader = start_reader(plan, chunk)?;
+            walk_blocks(plan, chunk, reader, abort, visit)
+        }
+    }
+}
+
+/// How much of a mapped file is parsed at a time; pages behind it are released.
+const WINDOW: usize = 8 << 20;
+
+/// Walks a plain file through a memory map: no read copies, no reader thread, and no record
+/// is ever stitched, because the whole chunk is contiguous. The file is parsed in windows so
+/// that the stray-byte check stays one pass per window, and pages already parsed are dropped
+/// from the process (`MADV_DONTNEED`; they stay in the page cache), which keeps the resident
+/// size bounded however big the file is.
+fn walk_mapped(
+    plan: &Plan,
+    chunk: &Chunk,
+    path: &std::path::Path,
+    abort: Option<&AtomicBool>,
+    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
+) -> Result<u64, LoadError> {
+    let input = &plan.inputs[chunk.input];
+    let io = |e: std::io::Error| LoadError::Io(format!("cannot read {}: {e}", input.display));
+    let file = std::fs::File::open(path).map_err(io)?;
+    let end = match chunk.end {
+        Some(e) => e,
+        None => file.metadata().map_err(io)?.len(),
+    };
+    if end <= chunk.start {
+        return Ok(0);
+    }
+    const PAGE: usize = 4096;
+    let aligned = chunk.start / PAGE as u64 * PAGE as u64;
+    // SAFETY: the map is read-only and private to this function. If another process
+    // truncated the file during the load, touching the lost pages would raise SIGBUS; the
+    // README says that inputs must not be truncated while they load.
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(aligned)
+            .len((end - aligned) as usize)
+            .map(&file)
+            .map_err(io)?
+    };
+    let _ = map.advise(memmap2::Advice::Sequential);
+    let skip = (chunk.start - aligned) as usize;
+    let data = &map[skip..];
+    let dialect = chunk_dialect(plan, chunk, &data[..data.len().min(64 << 10)]);
+    let parser = RecordParser::new(&dialect);
+    let mut header = chunk.is_first() && input.dialect.header;
+    let mut fields = Fields::new();
+    let mut line = 1u64;
+    let mut pos = 0usize;
+    let mut released = 0usize;
+    let mut window = WINDOW;
+    'windows: while pos < data.len() {
+        if abort.is_some_and(|a| a.load(Ordering::Relaxed)) {
+            return Err(LoadError::Aborted);
+        }
+        let stop = (pos + window).min(data.len());
+        let slice = &data[pos..stop];
+        let inp = parser.input(slice, stop == data.len());
+        let base = chunk.start + pos as u64;
+        let mut at = 0usize;
+        loop {
+            let step = parser.parse_input(&inp, at, &mut fields).map_err(|e| {
+                let mut err = InputError::new(&input.display, e.kind.message(dialect.is_csv()));
+                err.line = Some(line);
+                err.offset = Some(base + e.offset as u64);
+                LoadError::Input(Box::new(err))
+            })?;
+            match step {
+                Step::Record { end, lines } => {
+                    let here = Position {
+                        line,
+                        offset: base + at as u64,
+                    };
+                    line += u64::from(lines);
+                    if header {
+                        header = false;
+                    } else if !visit(&fields, slice, base, here)? {
+                        return Ok((pos + end) as u64);
+                    }
+                    at = end;
+                }
+                Step::NeedMore if at == 0 => {
+                    // One record longer than the window: widen it.
+                    window *= 2;
+                    continue 'windows;
+                }
+                Step::NeedMore => break,
+                Step::End => {
+                    pos = data.len();
+                    break 'windows;
+                }
+            }
+        }
+        pos += at;
+        window = WINDOW;
+        // Release the parsed pages, in the map's own page-aligned offsets.
+        let done = (skip + pos) / PAGE * PAGE;
+        if done > released {
+            // SAFETY: the range lies inside the map and nothing reads it again: every later
+            // access is at or after `pos`.
+            unsafe {
+                let _ = map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    released,
+                    done - released,
+                );
+            }
+            released = done;
+        }
+    }
+    Ok(pos as u64)
+}
+
+/// Walks a stream of blocks from the reader thread (compressed files, standard input).
+fn walk_blocks(
     plan: &Plan,
     chunk: &Chunk,
     (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
@@ -282,7 +413,6 @@ pub fn convert_chunk(
         counters,
     } = job;
     let binary = plan.tables[plan.inputs[chunk.input].table].binary;
-    let blocks = start_reader(plan, chunk)?;
     let capacity = copy_buffer + copy_buffer / 4;
     let mut out = Vec::with_capacity(capacity);
     if binary {
@@ -292,51 +422,45 @@ pub fn convert_chunk(
     let mut last_offset = chunk.start;
     let mut reported_bytes = 0u64;
     let mut reported_rows = 0u64;
-    let consumed = walk_records(
-        plan,
-        chunk,
-        blocks,
-        Some(abort),
-        |fields, data, data_base, pos| {
-            let result = if binary {
-                converter.encode_record(
-                    fields,
-                    data,
-                    &mut out,
-                    server.as_mut().map(|s| &mut **s as &mut dyn ServerConvert),
-                )
-            } else {
-                converter.encode_text_record(fields, data, &mut out)
-            };
-            if let Err(e) = result {
-                let field_offset = e
-                    .column
-                    .filter(|&i| i < fields.len())
-                    .and_then(|i| fields.input_offset(i))
-                    .map(|o| data_base + o as u64);
-                return Err(record_error(plan, chunk, converter, e, pos, field_offset));
+    let consumed = walk_records(plan, chunk, Some(abort), |fields, data, data_base, pos| {
+        let result = if binary {
+            converter.encode_record(
+                fields,
+                data,
+                &mut out,
+                server.as_mut().map(|s| &mut **s as &mut dyn ServerConvert),
+            )
+        } else {
+            converter.encode_text_record(fields, data, &mut out)
+        };
+        if let Err(e) = result {
+            let field_offset = e
+                .column
+                .filter(|&i| i < fields.len())
+                .and_then(|i| fields.input_offset(i))
+                .map(|o| data_base + o as u64);
+            return Err(record_error(plan, chunk, converter, e, pos, field_offset));
+        }
+        records += 1;
+        last_offset = pos.offset;
+        if out.len() >= copy_buffer {
+            let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
+            emit(Bytes::from(full))?;
+            let bytes = last_offset - chunk.start;
+            counters
+                .bytes
+                .fetch_add(bytes - reported_bytes, Ordering::Relaxed);
+            counters
+                .rows
+                .fetch_add(records - reported_rows, Ordering::Relaxed);
+            reported_bytes = bytes;
+            reported_rows = records;
+            if abort.load(Ordering::Relaxed) {
+                return Err(LoadError::Aborted);
             }
-            records += 1;
-            last_offset = pos.offset;
-            if out.len() >= copy_buffer {
-                let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
-                emit(Bytes::from(full))?;
-                let bytes = last_offset - chunk.start;
-                counters
-                    .bytes
-                    .fetch_add(bytes - reported_bytes, Ordering::Relaxed);
-                counters
-                    .rows
-                    .fetch_add(records - reported_rows, Ordering::Relaxed);
-                reported_bytes = bytes;
-                reported_rows = records;
-                if abort.load(Ordering::Relaxed) {
-                    return Err(LoadError::Aborted);
-                }
-            }
-            Ok(true)
-        },
-    )?;
+        }
+        Ok(true)
+    })?;
     if binary {
         out.extend_from_slice(TRAILER);
     }
@@ -362,10 +486,9 @@ pub fn locate_record(
     n: u64,
     column: Option<usize>,
 ) -> Option<(u64, u64, Option<Vec<u8>>)> {
-    let blocks = start_reader(plan, chunk).ok()?;
     let mut seen = 0u64;
     let mut found = None;
-    let _ = walk_records(plan, chunk, blocks, None, |fields, data, _, pos| {
+    let _ = walk_records(plan, chunk, None, |fields, data, _, pos| {
         seen += 1;
         if seen == n {
             let value = column
