@@ -1,4 +1,4 @@
-//! Finding delimiter, escape and newline bytes 64 at a time.
+//! Finding delimiter, escape, newline and carriage-return bytes 64 at a time.
 //!
 //! A text-format line has a delimiter every few bytes. Calling `memchr` per field pays its
 //! setup cost on spans of eight bytes; instead [`Tokens`] compares a 64-byte window against the
@@ -6,18 +6,18 @@
 //! yields positions with `trailing_zeros`, the technique of simdjson and simdcsv. Other
 //! architectures get the same iterator over a scalar mask.
 
-/// Positions of any of three bytes in a slice, in order.
+/// Positions of any of four bytes in a slice, in order.
 pub struct Tokens<'a> {
     bytes: &'a [u8],
     /// Offset of the current window in `bytes`.
     base: usize,
     mask: u64,
-    needles: [u8; 3],
+    needles: [u8; 4],
 }
 
 impl<'a> Tokens<'a> {
     #[inline]
-    pub fn new(bytes: &'a [u8], needles: [u8; 3]) -> Tokens<'a> {
+    pub fn new(bytes: &'a [u8], needles: [u8; 4]) -> Tokens<'a> {
         let mut t = Tokens {
             bytes,
             base: 0,
@@ -36,7 +36,7 @@ impl<'a> Tokens<'a> {
         } else {
             let mut m = 0u64;
             for (i, &b) in rest.iter().enumerate() {
-                if b == self.needles[0] || b == self.needles[1] || b == self.needles[2] {
+                if self.needles.contains(&b) {
                     m |= 1 << i;
                 }
             }
@@ -84,7 +84,7 @@ impl Iterator for Tokens<'_> {
 
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn mask64(w: &[u8], needles: [u8; 3]) -> u64 {
+fn mask64(w: &[u8], needles: [u8; 4]) -> u64 {
     use std::arch::x86_64::*;
     debug_assert!(w.len() >= 64);
     // SAFETY: SSE2 is part of the x86-64 baseline; the four unaligned 16-byte loads stay
@@ -93,12 +93,13 @@ fn mask64(w: &[u8], needles: [u8; 3]) -> u64 {
         let a = _mm_set1_epi8(needles[0] as i8);
         let b = _mm_set1_epi8(needles[1] as i8);
         let c = _mm_set1_epi8(needles[2] as i8);
+        let d = _mm_set1_epi8(needles[3] as i8);
         let mut m = 0u64;
         for i in 0..4 {
             let v = _mm_loadu_si128(w.as_ptr().add(16 * i) as *const __m128i);
             let hit = _mm_or_si128(
                 _mm_or_si128(_mm_cmpeq_epi8(v, a), _mm_cmpeq_epi8(v, b)),
-                _mm_cmpeq_epi8(v, c),
+                _mm_or_si128(_mm_cmpeq_epi8(v, c), _mm_cmpeq_epi8(v, d)),
             );
             m |= u64::from(_mm_movemask_epi8(hit) as u16) << (16 * i);
         }
@@ -108,10 +109,10 @@ fn mask64(w: &[u8], needles: [u8; 3]) -> u64 {
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline]
-fn mask64(w: &[u8], needles: [u8; 3]) -> u64 {
+fn mask64(w: &[u8], needles: [u8; 4]) -> u64 {
     let mut m = 0u64;
     for (i, &b) in w[..64].iter().enumerate() {
-        if b == needles[0] || b == needles[1] || b == needles[2] {
+        if needles.contains(&b) {
             m |= 1 << i;
         }
     }
@@ -122,7 +123,7 @@ fn mask64(w: &[u8], needles: [u8; 3]) -> u64 {
 mod tests {
     use super::*;
 
-    fn naive(b: &[u8], n: [u8; 3]) -> Vec<usize> {
+    fn naive(b: &[u8], n: [u8; 4]) -> Vec<usize> {
         b.iter()
             .enumerate()
             .filter(|(_, &x)| n.contains(&x))
@@ -137,20 +138,21 @@ mod tests {
             data.push(b"ab|c\\\nxyz"[(i as usize * 7 + i as usize / 3) % 9]);
         }
         for len in [0, 1, 63, 64, 65, 127, 128, 129, 1000] {
-            let got: Vec<usize> = Tokens::new(&data[..len], [b'|', b'\\', b'\n']).collect();
-            assert_eq!(got, naive(&data[..len], [b'|', b'\\', b'\n']), "len {len}");
+            let n = [b'|', b'\\', b'\n', b'z'];
+            let got: Vec<usize> = Tokens::new(&data[..len], n).collect();
+            assert_eq!(got, naive(&data[..len], n), "len {len}");
         }
     }
 
     #[test]
     fn skip_to_drops_earlier_matches() {
         let data = b"|a|b|c|".repeat(30);
-        let mut t = Tokens::new(&data, [b'|', 0xfe, 0xff]);
+        let mut t = Tokens::new(&data, [b'|', 0xfd, 0xfe, 0xff]);
         t.skip_to(100);
         let rest: Vec<usize> = t.collect();
         assert_eq!(
             rest,
-            naive(&data, [b'|', 0xfe, 0xff])
+            naive(&data, [b'|', 0xfd, 0xfe, 0xff])
                 .into_iter()
                 .filter(|&p| p >= 100)
                 .collect::<Vec<_>>()
