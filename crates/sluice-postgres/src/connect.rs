@@ -22,12 +22,28 @@ use tokio_postgres::{Client, NoTls};
 pub enum ConnectError {
     #[error("TLS setup for {target}: {reason}")]
     Tls { target: String, reason: String },
-    #[error("cannot connect to {target}: {source}")]
+    #[error("cannot connect to {target}: {}", chain(source))]
     Connect {
         target: String,
         #[source]
         source: tokio_postgres::Error,
     },
+}
+
+/// An error and its causes, `a: b: c`: tokio-postgres keeps the useful part (which
+/// certificate check failed, which address refused) in the source chain.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = c.source();
+    }
+    out
 }
 
 fn provider() -> Arc<CryptoProvider> {

@@ -154,6 +154,9 @@ fn walk_mapped(
             return Err(LoadError::Aborted);
         }
         let stop = (pos + window).min(data.len());
+        // Map the window's pages in one call rather than one fault at a time.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise_range(memmap2::Advice::PopulateRead, skip + pos, stop - pos);
         let slice = &data[pos..stop];
         let inp = parser.input(slice, stop == data.len());
         let base = chunk.start + pos as u64;
