@@ -54,6 +54,8 @@ enum Command {
     Pg(commands::pg::PgArgs),
     /// Generate TPC-H, load it in parallel, verify it, query it: the whole job in one command.
     Demo(commands::demo::DemoArgs),
+    /// Benchmark TPC-H loads over a sweep of --jobs, every run on a fresh server, verified.
+    Bench(commands::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Ddl(cmd) => commands::ddl::run(cmd),
         Command::Pg(args) => commands::pg::run(args),
         Command::Demo(args) => commands::demo::run(args),
+        Command::Bench(args) => commands::bench::run(args),
     };
     ExitCode::from(code as u8)
 }

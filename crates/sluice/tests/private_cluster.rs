@@ -259,7 +259,7 @@ fn demo_end_to_end_on_the_private_cluster_and_on_a_target() {
     );
     assert!(stdout.contains("l_returnflag"), "Q1 answered: {stdout}");
     assert!(stdout.contains("TB/hour"), "{stdout}");
-    assert!(stdout.contains("sluice pg psql"), "{stdout}");
+    assert!(stdout.contains(" pg psql"), "{stdout}");
     // A second run reuses the data and replaces the tables cleanly.
     let again = sluice_cmd()
         .args(["demo", "-q", "--scale", "0.01", "--pg-dir"])

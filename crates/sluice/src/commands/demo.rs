@@ -3,13 +3,11 @@
 //! parallel, verify every table's row count against the generator's, run Q1, and put the
 //! throughput next to the seed paper's record, honestly labelled.
 
-use super::gen::{generate_all, GenTpchArgs};
+use super::gen::ensure_tpch;
 use super::load::{load, LoadArgs};
-use crate::progress::human_bytes;
-use crate::tpch::{self, GenFormat, Manifest};
+use crate::tpch;
 use clap::Args;
 use std::path::PathBuf;
-use std::time::Instant;
 
 /// The seed paper: 1.18 TB of TPC-H loaded into SQL Server 2008 in 1,794 s (2008, 64 cores).
 const SEED_TB_PER_HOUR: f64 = 1.18 * 3600.0 / 1794.0;
@@ -82,42 +80,8 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
             .join(format!("tpch-sf{}-p{}", args.scale, args.parts))
     });
     // 1. Data.
-    let wanted = |m: &Manifest| {
-        m.scale == args.scale && m.parts == args.parts && m.format == GenFormat::Tbl && m.complete()
-    };
-    let manifest = match Manifest::read(&data).filter(wanted) {
-        Some(m) => {
-            step(
-                1,
-                &format!("TPC-H SF{} is already in {}", args.scale, data.display()),
-            );
-            m
-        }
-        None => {
-            step(
-                1,
-                &format!("generating TPC-H SF{} in {}", args.scale, data.display()),
-            );
-            let t = Instant::now();
-            let m = generate_all(&GenTpchArgs {
-                scale: args.scale,
-                parts: args.parts,
-                part: None,
-                out: data.clone(),
-                format: GenFormat::Tbl,
-                tables: None,
-                jobs: None,
-                quiet: args.quiet,
-            })?;
-            let bytes: u64 = m.files.iter().map(|f| f.bytes).sum();
-            eprintln!(
-                "    {} in {:.1} s",
-                human_bytes(bytes),
-                t.elapsed().as_secs_f64()
-            );
-            m
-        }
-    };
+    step(1, &format!("TPC-H SF{} in {}", args.scale, data.display()));
+    let manifest = ensure_tpch(args.scale, args.parts, &data, args.quiet)?;
     // 2. Server.
     step(
         2,
@@ -142,21 +106,10 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
     let load_args = LoadArgs {
         files,
         target: Some(url_with_password(&target.info, args.target.as_deref())),
-        table: None,
-        format: None,
-        delimiter: None,
-        quote: None,
-        escape: None,
-        header: false,
-        null: None,
-        columns: None,
         jobs: args.jobs,
-        copy_buffer: 256 << 10,
-        chunk_size: None,
-        dry_run: false,
         quiet: args.quiet,
-        report_json: None,
         pg_dir: Some(pg_dir.clone()),
+        ..LoadArgs::defaults()
     };
     let report = load(&load_args).map_err(DemoError::Load)?;
     print!("{}", crate::report::render(&report));
@@ -220,8 +173,10 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
     );
     // 8. How to connect.
     step(8, "done");
+    // Name the program as it was invoked: after scripts/demo.sh it is not on PATH.
+    let me = std::env::args().next().unwrap_or_else(|| "sluice".into());
     match &args.target {
-        None => println!("\nconnect with: sluice pg psql      (or: psql {url})"),
+        None => println!("\nconnect with: {me} pg psql      (or: psql {url})"),
         Some(_) => println!("\nconnect with: psql {url}"),
     }
     Ok(())

@@ -164,3 +164,39 @@ pub fn generate_all(args: &GenTpchArgs) -> anyhow::Result<Manifest> {
     manifest.write(&args.out)?;
     Ok(manifest)
 }
+
+/// TPC-H `.tbl` data at `dir`: reused when its manifest matches and every file is intact,
+/// generated otherwise.
+pub fn ensure_tpch(
+    scale: f64,
+    parts: u32,
+    dir: &std::path::Path,
+    quiet: bool,
+) -> anyhow::Result<Manifest> {
+    let wanted = |m: &Manifest| {
+        m.scale == scale && m.parts == parts && m.format == GenFormat::Tbl && m.complete()
+    };
+    if let Some(m) = Manifest::read(dir).filter(wanted) {
+        if !quiet {
+            eprintln!("sluice: TPC-H SF{scale} is already in {}", dir.display());
+        }
+        return Ok(m);
+    }
+    if !quiet {
+        eprintln!(
+            "sluice: generating TPC-H SF{scale} in {} parts in {}",
+            parts,
+            dir.display()
+        );
+    }
+    generate_all(&GenTpchArgs {
+        scale,
+        parts,
+        part: None,
+        out: dir.to_path_buf(),
+        format: GenFormat::Tbl,
+        tables: None,
+        jobs: None,
+        quiet,
+    })
+}

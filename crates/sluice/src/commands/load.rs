@@ -97,6 +97,31 @@ pub struct LoadArgs {
     pub pg_dir: Option<PathBuf>,
 }
 
+impl LoadArgs {
+    /// A load of nothing with every option at its default, to be filled in.
+    pub fn defaults() -> LoadArgs {
+        LoadArgs {
+            files: Vec::new(),
+            target: None,
+            table: None,
+            format: None,
+            delimiter: None,
+            quote: None,
+            escape: None,
+            header: false,
+            null: None,
+            columns: None,
+            jobs: None,
+            copy_buffer: 256 << 10,
+            chunk_size: None,
+            dry_run: false,
+            quiet: true,
+            report_json: None,
+            pg_dir: None,
+        }
+    }
+}
+
 /// Parses `256k`, `1M`, `4096`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim();

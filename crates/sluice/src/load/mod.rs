@@ -77,11 +77,24 @@ pub struct RunOptions {
     pub timezone: String,
 }
 
+/// One chunk as a stream ran it, for verification and the timeline.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ChunkStat {
+    pub chunk: usize,
+    pub table: String,
+    /// Rows the server confirmed for this chunk's COPY (records converted, in a dry run).
+    pub rows: u64,
+    pub bytes: u64,
+    /// Seconds since the load started.
+    pub start: f64,
+    pub end: f64,
+}
+
 /// What one stream did.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
     pub stream: usize,
-    pub chunks: Vec<usize>,
+    pub chunks: Vec<ChunkStat>,
     pub rows: u64,
     pub bytes: u64,
     pub seconds: f64,
@@ -260,11 +273,23 @@ pub fn execute(
         }
     };
     let conversions = std::sync::atomic::AtomicU64::new(0);
+    // Test hook: silently skip one chunk, as a lost stream would, so that tests can prove
+    // that `sluice bench` verification notices. Never set outside tests.
+    let drop_chunk: Option<usize> = std::env::var("SLUICE_TEST_DROP_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let results: Vec<(Option<Stream>, StreamStats)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|n| {
-                let (queue, abort, fail, table_stats, zone, conversions) =
-                    (&queue, &abort, &fail, &table_stats, &zone, &conversions);
+                let (queue, abort, fail, table_stats, zone, conversions, drop_chunk) = (
+                    &queue,
+                    &abort,
+                    &fail,
+                    &table_stats,
+                    &zone,
+                    &conversions,
+                    drop_chunk,
+                );
                 std::thread::Builder::new()
                     .name(format!("sluice-stream-{n}"))
                     .spawn_scoped(scope, move || {
@@ -302,6 +327,9 @@ pub fn execute(
                             }
                             let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
                             let Some(chunk) = next else { break };
+                            if drop_chunk == Some(chunk.id) {
+                                continue;
+                            }
                             let t = plan.inputs[chunk.input].table;
                             let converter = converters[t].get_or_insert_with(|| {
                                 Converter::new(plan.tables[t].columns.clone(), zone.clone())
@@ -319,7 +347,14 @@ pub fn execute(
                                 &counters[t],
                             ) {
                                 Ok(o) => {
-                                    stats.chunks.push(chunk.id);
+                                    stats.chunks.push(ChunkStat {
+                                        chunk: chunk.id,
+                                        table: plan.tables[t].table.name.clone(),
+                                        rows: o.records,
+                                        bytes: o.bytes,
+                                        start: (chunk_start - started).as_secs_f64(),
+                                        end: started.elapsed().as_secs_f64(),
+                                    });
                                     stats.rows += o.records;
                                     stats.bytes += o.bytes;
                                     let mut ts =

@@ -1,0 +1,124 @@
+//! `sluice bench` at scale 0.01: results and charts are produced, every run is verified, and a
+//! deliberately lost chunk (a test hook) fails the run loudly.
+
+mod common;
+
+use common::{db, sluice_cmd, stderr};
+
+fn dir(name: &str) -> std::path::PathBuf {
+    let d = common::pg().root.join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn bench_sweep_writes_results_and_charts() {
+    let out = dir("bench-out");
+    let data = dir("bench-data");
+    let o = sluice_cmd()
+        .args([
+            "bench", "--scale", "0.01", "--parts", "2", "--jobs", "1,2", "--repeat", "2",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let md = String::from_utf8(o.stdout).unwrap();
+    assert!(md.contains("| jobs | median s |"), "{md}");
+    assert!(md.contains("best: --jobs"), "{md}");
+    assert_eq!(std::fs::read_to_string(out.join("results.md")).unwrap(), md);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "2 settings x 2 repeats");
+    for run in runs {
+        let jobs = run["jobs"].as_u64().unwrap() as usize;
+        let streams = run["streams"].as_array().unwrap();
+        assert_eq!(streams.len(), jobs, "every stream reported");
+        assert_eq!(run["rows"].as_u64(), Some(86_805), "SF0.01 has 86,805 rows");
+        for s in streams {
+            let chunk_rows: u64 = s["chunks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["rows"].as_u64().unwrap())
+                .sum();
+            assert_eq!(s["rows"].as_u64().unwrap(), chunk_rows);
+        }
+    }
+    let settings = json["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 2);
+    for s in settings {
+        assert!(s["min_seconds"].as_f64() <= s["median_seconds"].as_f64());
+        assert!(s["median_seconds"].as_f64() <= s["max_seconds"].as_f64());
+    }
+    assert!(json["server_settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|kv| kv[0] == "shared_buffers"));
+    for chart in ["throughput.svg", "timeline.svg"] {
+        let svg = std::fs::read_to_string(out.join(chart)).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}");
+        assert!(svg.contains("<rect"), "{chart} draws something");
+    }
+    let timeline = std::fs::read_to_string(out.join("timeline.svg")).unwrap();
+    assert!(timeline.contains("lineitem"), "the legend names the tables");
+    // Fresh clusters are removed after each run.
+    let left = std::fs::read_dir(out.join("clusters")).map_or(0, |d| d.count());
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn a_lost_chunk_fails_the_run() {
+    let out = dir("bench-lost");
+    let data = dir("bench-lost-data");
+    let o = sluice_cmd()
+        .args([
+            "bench", "-q", "--scale", "0.01", "--parts", "2", "--jobs", "2", "--repeat", "1",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--data")
+        .arg(&data)
+        .env("SLUICE_TEST_DROP_CHUNK", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("verification failed for --jobs 2"), "{err}");
+    assert!(err.contains("chunk 0 was loaded 0 times"), "{err}");
+    assert!(err.contains("holds"), "a table is short: {err}");
+    assert!(
+        !out.join("results.json").exists(),
+        "no results from a failed bench"
+    );
+}
+
+#[test]
+fn a_target_needs_yes() {
+    let d = db("bench_target");
+    let out = dir("bench-target");
+    let data = dir("bench-target-data");
+    let base = || {
+        let mut c = sluice_cmd();
+        c.args([
+            "bench", "-q", "--scale", "0.01", "--parts", "1", "--jobs", "2", "--repeat", "1",
+        ])
+        .args(["--target", &d.url])
+        .arg("--out")
+        .arg(&out)
+        .arg("--data")
+        .arg(&data);
+        c
+    };
+    let o = base().output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("add --yes"), "{}", stderr(&o));
+    let o = base().arg("--yes").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(d.count("lineitem"), 60_175);
+}
