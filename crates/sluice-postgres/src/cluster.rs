@@ -161,8 +161,12 @@ impl Cluster {
         } else {
             None
         };
+        // Absolute, because the server's commands run with the cluster as working directory.
+        let dir: PathBuf = dir.into();
+        let dir =
+            std::path::absolute(&dir).map_err(|e| io("resolving the cluster directory", e))?;
         Ok(Cluster {
-            dir: dir.into(),
+            dir,
             bindir,
             run_as,
         })
@@ -349,19 +353,22 @@ impl Cluster {
             let _ = fs::remove_file(&pidfile);
         }
         let log = self.dir.join("server.log");
-        let mut cmd = self.command("pg_ctl");
-        cmd.arg("start")
-            .arg("-w")
-            .args(["-t", "120"])
-            .arg("-D")
-            .arg(&self.dir)
-            .arg("-l")
-            .arg(&log)
-            .stdout(Stdio::null());
+        let start_command = || {
+            let mut cmd = self.command("pg_ctl");
+            cmd.arg("start")
+                .arg("-w")
+                .args(["-t", "120"])
+                .arg("-D")
+                .arg(&self.dir)
+                .arg("-l")
+                .arg(&log)
+                .stdout(Stdio::null());
+            cmd
+        };
         let mut last = None;
         // Orphaned backends of a killed server can hold shared memory for a moment.
         for attempt in 0..5 {
-            match self.run("pg_ctl start", cmd_clone(&cmd)) {
+            match self.run("pg_ctl start", start_command()) {
                 Ok(_) => {
                     last = None;
                     break;
@@ -445,29 +452,6 @@ impl Cluster {
         }
         Ok(())
     }
-}
-
-fn cmd_clone(c: &Command) -> Command {
-    let mut n = Command::new(c.get_program());
-    n.args(c.get_args());
-    for (k, v) in c.get_envs() {
-        match v {
-            Some(v) => n.env(k, v),
-            None => n.env_remove(k),
-        };
-    }
-    if let Some(d) = c.get_current_dir() {
-        n.current_dir(d);
-    }
-    n.stdout(Stdio::null());
-    // uid/gid are not readable back from a Command; re-apply from the process owner rules.
-    if is_root() {
-        if let Some(r) = postgres_account() {
-            use std::os::unix::process::CommandExt;
-            n.uid(r.uid).gid(r.gid);
-        }
-    }
-    n
 }
 
 fn chown(path: &Path, r: &RunAs) -> Result<(), ClusterError> {

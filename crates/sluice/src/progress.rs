@@ -135,13 +135,23 @@ fn bars(
     overall.finish_and_clear();
 }
 
+/// How often plain progress lines are printed: `SLUICE_PROGRESS_SECONDS`, default 5.
+fn line_interval() -> Duration {
+    std::env::var("SLUICE_PROGRESS_SECONDS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map_or(Duration::from_secs(5), Duration::from_secs_f64)
+}
+
 fn lines(totals: Vec<u64>, counters: Arc<Vec<Counters>>, stop: Arc<AtomicBool>, verb: &str) {
     let total: u64 = totals.iter().sum();
+    let interval = line_interval();
     let t0 = Instant::now();
     let mut last = Instant::now();
     while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+        if last.elapsed() < interval {
             continue;
         }
         last = Instant::now();

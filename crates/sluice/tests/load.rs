@@ -460,3 +460,45 @@ fn compressed_csv_with_records_across_block_boundaries_matches_psql() {
         d.assert_same_rows("s", "p");
     }
 }
+
+#[test]
+fn plain_progress_lines_when_not_a_terminal() {
+    let d = db("progress");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let body: String = (0..400_000).map(|i| format!("{i}|value {i}|\n")).collect();
+    let f = d.file("t.tbl", body.as_bytes());
+    let run = |quiet: bool| {
+        let mut c = sluice_cmd();
+        c.args([
+            "load",
+            f.to_str().unwrap(),
+            "--target",
+            &d.url,
+            "--jobs",
+            "1",
+        ])
+        .env("SLUICE_PROGRESS_SECONDS", "0.001");
+        if quiet {
+            c.arg("--quiet");
+        }
+        c.output().unwrap()
+    };
+    let out = run(false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("sluice: loading "),
+        "progress lines on stderr: {err}"
+    );
+    assert!(err.contains(" rows, ") && err.contains(" MB/s"), "{err}");
+    // The summary goes to stdout.
+    let summary = String::from_utf8(out.stdout).unwrap();
+    assert!(summary.starts_with("table"), "{summary}");
+    assert!(summary.contains("total"), "{summary}");
+    let quiet = run(true);
+    assert!(
+        !stderr(&quiet).contains("sluice: loading"),
+        "{}",
+        stderr(&quiet)
+    );
+}

@@ -284,3 +284,21 @@ fn demo_end_to_end_on_the_private_cluster_and_on_a_target() {
     assert_eq!(d.count("lineitem"), 60_175);
     assert_eq!(d.count("nation"), 25);
 }
+
+#[test]
+fn a_relative_cluster_directory_works() {
+    let root = temp_dir("relative");
+    let out = sluice_cmd()
+        .current_dir(&root)
+        .args(["pg", "start", "--pg-dir", "rel/pg"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(root.join("rel/pg/PG_VERSION").exists());
+    let stop = sluice_cmd()
+        .current_dir(&root)
+        .args(["pg", "stop", "--pg-dir", "rel/pg"])
+        .output()
+        .unwrap();
+    assert!(stop.status.success(), "{}", stderr(&stop));
+}

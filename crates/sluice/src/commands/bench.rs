@@ -320,14 +320,7 @@ fn inspect(url: &str) -> anyhow::Result<ServerState> {
         .build()?;
     rt.block_on(async {
         let c = sluice_postgres::connect::connect(&info).await?;
-        let mut counts = Vec::new();
-        for t in tpch::TABLES {
-            let n: i64 = c
-                .query_one(&format!("SELECT count(*) FROM {t}"), &[])
-                .await?
-                .get(0);
-            counts.push((t.to_string(), n as u64));
-        }
+        let counts = tpch::table_counts(&c).await?;
         let settings = c
             .query(
                 "SELECT name, setting || coalesce(unit, '') FROM pg_settings \
@@ -399,7 +392,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
             .unwrap_or(&pg_dir)
             .join(format!("tpch-sf{}-p{}", args.scale, args.parts))
     });
-    let manifest = ensure_tpch(args.scale, args.parts, &data, args.quiet)?;
+    let manifest = ensure_tpch(args.scale, args.parts, &data, !args.quiet, !args.quiet)?;
     let files: Vec<String> = manifest
         .files
         .iter()

@@ -80,8 +80,8 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
             .join(format!("tpch-sf{}-p{}", args.scale, args.parts))
     });
     // 1. Data.
-    step(1, &format!("TPC-H SF{} in {}", args.scale, data.display()));
-    let manifest = ensure_tpch(args.scale, args.parts, &data, args.quiet)?;
+    step(1, "TPC-H data");
+    let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet)?;
     // 2. Server.
     step(
         2,
@@ -125,14 +125,7 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
         .map_err(anyhow::Error::from)?;
     let (counts, q1) = rt.block_on(async {
         let client = sluice_postgres::connect::connect(&target.info).await?;
-        let mut counts = Vec::new();
-        for t in tpch::TABLES {
-            let n: i64 = client
-                .query_one(&format!("SELECT count(*) FROM {t}"), &[])
-                .await?
-                .get(0);
-            counts.push((t, n as u64));
-        }
+        let counts = tpch::table_counts(&client).await?;
         let q1 = client.simple_query(tpch::Q1).await?;
         Ok::<_, anyhow::Error>((counts, q1))
     })?;

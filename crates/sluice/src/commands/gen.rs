@@ -166,30 +166,30 @@ pub fn generate_all(args: &GenTpchArgs) -> anyhow::Result<Manifest> {
 }
 
 /// TPC-H `.tbl` data at `dir`: reused when its manifest matches and every file is intact,
-/// generated otherwise.
+/// generated otherwise (with a progress bar when `bars`). Says which on stderr when `say`.
 pub fn ensure_tpch(
     scale: f64,
     parts: u32,
     dir: &std::path::Path,
-    quiet: bool,
+    say: bool,
+    bars: bool,
 ) -> anyhow::Result<Manifest> {
     let wanted = |m: &Manifest| {
         m.scale == scale && m.parts == parts && m.format == GenFormat::Tbl && m.complete()
     };
     if let Some(m) = Manifest::read(dir).filter(wanted) {
-        if !quiet {
+        if say {
             eprintln!("sluice: TPC-H SF{scale} is already in {}", dir.display());
         }
         return Ok(m);
     }
-    if !quiet {
+    if say {
         eprintln!(
-            "sluice: generating TPC-H SF{scale} in {} parts in {}",
-            parts,
+            "sluice: generating TPC-H SF{scale} in {parts} parts in {}",
             dir.display()
         );
     }
-    generate_all(&GenTpchArgs {
+    let m = generate_all(&GenTpchArgs {
         scale,
         parts,
         part: None,
@@ -197,6 +197,7 @@ pub fn ensure_tpch(
         format: GenFormat::Tbl,
         tables: None,
         jobs: None,
-        quiet,
-    })
+        quiet: !bars,
+    })?;
+    Ok(m)
 }
