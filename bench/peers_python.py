@@ -15,8 +15,8 @@ TABLES = ["lineitem", "orders", "partsupp", "part", "customer", "supplier", "nat
 
 
 def files_of(prepared, table):
-    return sorted(glob.glob(os.path.join(prepared, f"{table}.*tbl.txt")) +
-                  glob.glob(os.path.join(prepared, f"{table}.tbl.txt")))
+    # `lineitem.3.tbl.txt` (parts) and `nation.tbl.txt` (whole); `part.` never matches partsupp.
+    return sorted(glob.glob(os.path.join(prepared, f"{table}.*.txt")))
 
 
 def duckdb_load(url, prepared, jobs):
