@@ -74,7 +74,8 @@ def adbc_load(url, prepared, jobs):
             cur.adbc_ingest(table, data, mode="append")
             conn.commit()
 
-    work = [(f, t) for t in TABLES for f in files_of(prepared, t)]
+    work = sorted(((f, t) for t in TABLES for f in files_of(prepared, t)),
+                  key=lambda w: os.path.getsize(w[0]), reverse=True)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         for fut in [pool.submit(one, f, t) for f, t in work]:
             fut.result()

@@ -134,11 +134,10 @@ impl Converter {
                 write_null(out);
                 continue;
             };
-            let w = FieldWriter::begin(out);
             if encode_hot(&col.ty, v, out) {
-                w.finish(out);
                 continue;
             }
+            let w = FieldWriter::begin(out);
             match encode_value(&col.ty, &self.zone, v, &mut self.scratch, out) {
                 Ok(()) => w.finish(out),
                 Err(ConvertError::Unsupported(reason)) => {
@@ -275,8 +274,10 @@ fn check_text_slow(v: &[u8]) -> Result<&str, ConvertError> {
 }
 
 /// The inlined fast path for the values flat files are made of: plain digits, ISO dates,
-/// short decimals and ASCII strings that fit. Returns false (with `out` untouched) when the
-/// value needs the general path, which also produces every error message.
+/// short decimals and ASCII strings that fit. Writes the whole field, length prefix included
+/// (for fixed-size types in one store, with no length to patch afterwards). Returns false
+/// with `out` untouched when the value needs the general path, which also produces every
+/// error message.
 #[inline(always)]
 fn encode_hot(ty: &PgType, v: &[u8], out: &mut Vec<u8>) -> bool {
     match ty {
@@ -285,24 +286,45 @@ fn encode_hot(ty: &PgType, v: &[u8], out: &mut Vec<u8>) -> bool {
         {
             let n = v.iter().fold(0i64, |n, &b| n * 10 + i64::from(b - b'0'));
             match ty {
-                PgType::Int4 => out.extend_from_slice(&(n as i32).to_be_bytes()),
-                PgType::Int8 => out.extend_from_slice(&n.to_be_bytes()),
-                _ if n <= i16::MAX as i64 => out.extend_from_slice(&(n as i16).to_be_bytes()),
+                PgType::Int4 => {
+                    out.extend_from_slice(&((4u64 << 32) | (n as u32 as u64)).to_be_bytes())
+                }
+                PgType::Int8 => {
+                    let mut field = [0u8; 12];
+                    field[..4].copy_from_slice(&8i32.to_be_bytes());
+                    field[4..].copy_from_slice(&n.to_be_bytes());
+                    out.extend_from_slice(&field);
+                }
+                _ if n <= i16::MAX as i64 => {
+                    out.extend_from_slice(&((2u64 << 16) | (n as u16 as u64)).to_be_bytes()[2..]);
+                }
                 _ => return false,
             }
             true
         }
-        PgType::Date => crate::datetime::encode_date_fast(v, out),
-        PgType::Numeric(typmod) => crate::numeric::encode_numeric_fast(v, *typmod, out),
+        PgType::Date => crate::datetime::encode_date_field(v, out),
+        PgType::Numeric(typmod) => {
+            let w = FieldWriter::begin(out);
+            if crate::numeric::encode_numeric_fast(v, *typmod, out) {
+                w.finish(out);
+                true
+            } else {
+                out.truncate(w.start());
+                false
+            }
+        }
         PgType::Text | PgType::Varchar(None) | PgType::Json if plain_ascii(v) => {
+            out.extend_from_slice(&(v.len() as i32).to_be_bytes());
             out.extend_from_slice(v);
             true
         }
         PgType::Varchar(Some(n)) if v.len() <= *n && plain_ascii(v) => {
+            out.extend_from_slice(&(v.len() as i32).to_be_bytes());
             out.extend_from_slice(v);
             true
         }
         PgType::Char(Some(n)) if v.len() <= *n && plain_ascii(v) => {
+            out.extend_from_slice(&(*n as i32).to_be_bytes());
             out.extend_from_slice(v);
             out.resize(out.len() + (n - v.len()), b' ');
             true

@@ -326,12 +326,14 @@ fn iso_date_fast(s: &[u8]) -> Option<i64> {
     Some(date2j(year, month, day))
 }
 
-/// Encodes an exact `YYYY-MM-DD` date; false when the general path is needed.
+/// Writes an exact `YYYY-MM-DD` date as a whole binary COPY field (length 4, then the days)
+/// in one store; false when the general path is needed.
 #[inline(always)]
-pub fn encode_date_fast(value: &[u8], out: &mut Vec<u8>) -> bool {
+pub fn encode_date_field(value: &[u8], out: &mut Vec<u8>) -> bool {
     match iso_date_fast(value) {
         Some(j) => {
-            out.extend_from_slice(&((j - POSTGRES_EPOCH_JDATE) as i32).to_be_bytes());
+            let days = (j - POSTGRES_EPOCH_JDATE) as i32 as u32;
+            out.extend_from_slice(&((4u64 << 32) | u64::from(days)).to_be_bytes());
             true
         }
         None => false,

@@ -59,7 +59,7 @@ fn bench_sweep_writes_results_and_charts() {
         .as_array()
         .unwrap()
         .iter()
-        .any(|kv| kv[0] == "shared_buffers"));
+        .any(|kv| kv[0] == "shared_buffers" && kv[1] == "1GB"));
     for chart in ["throughput.svg", "timeline.svg"] {
         let svg = std::fs::read_to_string(out.join(chart)).unwrap();
         assert!(svg.starts_with("<svg"), "{chart}");

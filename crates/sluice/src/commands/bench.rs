@@ -323,7 +323,7 @@ fn inspect(url: &str) -> anyhow::Result<ServerState> {
         let counts = tpch::table_counts(&c).await?;
         let settings = c
             .query(
-                "SELECT name, setting || coalesce(unit, '') FROM pg_settings \
+                "SELECT name, current_setting(name) FROM pg_settings \
                  WHERE source NOT IN ('default', 'override', 'client') ORDER BY name",
                 &[],
             )

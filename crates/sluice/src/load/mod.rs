@@ -21,6 +21,7 @@ use sluice_postgres::conninfo::ConnInfo;
 use sluice_postgres::oracle::Oracle;
 use sluice_postgres::stream::{ServerError, Stream};
 use std::collections::VecDeque;
+use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -176,21 +177,29 @@ fn absolute_line(plan: &Plan, chunk: &Chunk, err: &mut InputError) {
     err.line = Some(line + before);
 }
 
-use std::io::Read;
+/// What every chunk of a run shares.
+struct RunContext<'a> {
+    plan: &'a Plan,
+    rt: &'a Handle,
+    opts: &'a RunOptions,
+    abort: &'a AtomicBool,
+}
 
 /// Runs one chunk on a stream (or on none, for a dry run).
-#[allow(clippy::too_many_arguments)]
 fn run_chunk(
-    plan: &Plan,
+    ctx: &RunContext<'_>,
     chunk: &Chunk,
     stream: Option<&Stream>,
-    rt: &Handle,
     converter: &mut Converter,
     oracle: &mut Oracle,
-    opts: &RunOptions,
-    abort: &AtomicBool,
     counters: &Counters,
 ) -> Result<ChunkOutcome, LoadError> {
+    let RunContext {
+        plan,
+        rt,
+        opts,
+        abort,
+    } = *ctx;
     let table = &plan.tables[plan.inputs[chunk.input].table];
     let mut writer = match stream {
         Some(s) => Some(
@@ -335,15 +344,18 @@ pub fn execute(
                                 Converter::new(plan.tables[t].columns.clone(), zone.clone())
                             });
                             let chunk_start = Instant::now();
-                            match run_chunk(
+                            let ctx = RunContext {
                                 plan,
-                                chunk,
-                                stream.as_ref(),
                                 rt,
-                                converter,
-                                &mut oracle,
                                 opts,
                                 abort,
+                            };
+                            match run_chunk(
+                                &ctx,
+                                chunk,
+                                stream.as_ref(),
+                                converter,
+                                &mut oracle,
                                 &counters[t],
                             ) {
                                 Ok(o) => {
