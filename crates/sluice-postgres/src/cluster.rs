@@ -2,8 +2,8 @@
 //!
 //! sluice finds PostgreSQL's server binaries (`pg_config --bindir`, then
 //! `/usr/lib/postgresql/*/bin` newest first, then `PATH`), runs `initdb` into a directory,
-//! and serves it on a free port on 127.0.0.1 only, with a socket in the directory itself so no
-//! system path is touched. PostgreSQL refuses to run as root, so when sluice runs as root the
+//! and serves it on a free port on 127.0.0.1 only, over TCP alone: no Unix socket, so no system
+//! path is touched and a deep directory does not hit the 107-byte socket path limit. PostgreSQL refuses to run as root, so when sluice runs as root the
 //! server runs as the `postgres` user, which then owns the directory.
 //!
 //! Starting is idempotent: a running cluster is reused, and a `postmaster.pid` left by a crash
@@ -271,10 +271,9 @@ impl Cluster {
         let mut conf = String::from("# Written by sluice for a private bulk-loading cluster.\n");
         conf.push_str("listen_addresses = '127.0.0.1'\n");
         conf.push_str(&format!("port = {port}\n"));
-        conf.push_str(&format!(
-            "unix_socket_directories = '{}'\n",
-            self.dir.display()
-        ));
+        // TCP only: a Unix socket path is limited to 107 bytes, which a deep cluster directory
+        // exceeds, and nothing here needs one (sluice and `sluice pg psql` use 127.0.0.1).
+        conf.push_str("unix_socket_directories = ''\n");
         for (k, v) in settings {
             conf.push_str(&format!("{k} = '{v}'\n"));
         }

@@ -122,3 +122,27 @@ fn a_target_needs_yes() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(d.count("lineitem"), 60_175);
 }
+
+#[test]
+fn minimal_server_config_runs_without_wal_senders() {
+    let out = dir("bench-minimal");
+    let data = dir("bench-minimal-data");
+    let o = sluice_cmd()
+        .args([
+            "bench", "-q", "--scale", "0.01", "--parts", "1", "--jobs", "1", "--repeat", "1",
+        ])
+        .args(["--server-config", "minimal", "--out"])
+        .arg(&out)
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let settings = json["server_settings"].as_array().unwrap();
+    let has = |k: &str, v: &str| settings.iter().any(|kv| kv[0] == k && kv[1] == v);
+    assert!(has("wal_level", "minimal"), "{settings:?}");
+    assert!(has("max_wal_senders", "0"), "{settings:?}");
+    assert_eq!(json["server_config"], "minimal");
+}
