@@ -269,10 +269,9 @@ fn walk_blocks(
             }
             Err(_) => (Vec::new(), true),
         };
-        let parser = parser.get_or_insert_with(|| {
-            let d = chunk_dialect(plan, chunk, if tail.is_empty() { &block } else { &tail });
-            RecordParser::new(&d)
-        });
+        // Created on the first block, which also fixes the line ending.
+        let parser =
+            parser.get_or_insert_with(|| RecordParser::new(&chunk_dialect(plan, chunk, &block)));
         let mut pos = 0usize;
         if !tail.is_empty() {
             // Stitch the record cut by the block boundary.
