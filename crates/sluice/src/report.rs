@@ -47,23 +47,26 @@ pub fn build(
     jobs: usize,
     copy_buffer: usize,
 ) -> Report {
+    let chunks: Vec<&crate::load::ChunkStat> =
+        outcome.streams.iter().flat_map(|s| &s.chunks).collect();
     let tables: Vec<TableReport> = plan
         .tables
         .iter()
-        .zip(&outcome.tables)
         .enumerate()
-        .map(|(i, (tp, st))| {
-            let seconds = match (st.first_start, st.last_end) {
-                (Some(a), Some(b)) => (b - a).as_secs_f64(),
-                _ => 0.0,
-            };
+        .map(|(i, tp)| {
+            let mine = chunks.iter().filter(|c| c.table_index == i);
+            let (rows, bytes, start, end) = mine
+                .fold((0, 0, f64::INFINITY, 0f64), |(r, b, s, e), c| {
+                    (r + c.rows, b + c.bytes, s.min(c.start), e.max(c.end))
+                });
+            let seconds = (end - start).max(0.0);
             TableReport {
                 table: tp.table.name.clone(),
                 files: plan.inputs.iter().filter(|inp| inp.table == i).count(),
-                rows: st.rows,
-                bytes: st.bytes,
+                rows,
+                bytes,
                 seconds,
-                mb_per_s: mbps(st.bytes, seconds),
+                mb_per_s: mbps(bytes, seconds),
                 copy_format: if tp.binary { "binary" } else { "text" },
                 server_converted_columns: tp
                     .server_converted()

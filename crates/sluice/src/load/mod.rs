@@ -83,6 +83,9 @@ pub struct RunOptions {
 pub struct ChunkStat {
     pub chunk: usize,
     pub table: String,
+    /// Index of the table in the plan (names can repeat across schemas).
+    #[serde(skip)]
+    pub table_index: usize,
     /// Rows the server confirmed for this chunk's COPY (records converted, in a dry run).
     pub rows: u64,
     pub bytes: u64,
@@ -101,20 +104,10 @@ pub struct StreamStats {
     pub seconds: f64,
 }
 
-/// What one table got.
-#[derive(Clone, Debug, Default)]
-pub struct TableStats {
-    pub rows: u64,
-    pub bytes: u64,
-    pub first_start: Option<Instant>,
-    pub last_end: Option<Instant>,
-}
-
 /// The outcome of a successful run.
 #[derive(Debug)]
 pub struct RunOutcome {
     pub streams: Vec<StreamStats>,
-    pub tables: Vec<TableStats>,
     pub elapsed: Duration,
     /// Values converted by the server because sluice does not parse their spelling.
     pub server_conversions: u64,
@@ -270,8 +263,6 @@ pub fn execute(
     let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(plan.chunks.iter().collect());
     let abort = AtomicBool::new(false);
     let first_error: Mutex<Option<LoadError>> = Mutex::new(None);
-    let table_stats: Mutex<Vec<TableStats>> =
-        Mutex::new(vec![TableStats::default(); plan.tables.len()]);
     let jobs = opts.jobs.max(1);
     let zone = SessionZone::from_setting(&opts.timezone);
     let fail = |e: LoadError| {
@@ -287,18 +278,17 @@ pub fn execute(
     let drop_chunk: Option<usize> = std::env::var("SLUICE_TEST_DROP_CHUNK")
         .ok()
         .and_then(|v| v.parse().ok());
+    let ctx = RunContext {
+        plan,
+        rt,
+        opts,
+        abort: &abort,
+    };
     let results: Vec<(Option<Stream>, StreamStats)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|n| {
-                let (queue, abort, fail, table_stats, zone, conversions, drop_chunk) = (
-                    &queue,
-                    &abort,
-                    &fail,
-                    &table_stats,
-                    &zone,
-                    &conversions,
-                    drop_chunk,
-                );
+                let (ctx, queue, abort, fail, zone, conversions) =
+                    (&ctx, &queue, &abort, &fail, &zone, &conversions);
                 std::thread::Builder::new()
                     .name(format!("sluice-stream-{n}"))
                     .spawn_scoped(scope, move || {
@@ -344,14 +334,8 @@ pub fn execute(
                                 Converter::new(plan.tables[t].columns.clone(), zone.clone())
                             });
                             let chunk_start = Instant::now();
-                            let ctx = RunContext {
-                                plan,
-                                rt,
-                                opts,
-                                abort,
-                            };
                             match run_chunk(
-                                &ctx,
+                                ctx,
                                 chunk,
                                 stream.as_ref(),
                                 converter,
@@ -362,6 +346,7 @@ pub fn execute(
                                     stats.chunks.push(ChunkStat {
                                         chunk: chunk.id,
                                         table: plan.tables[t].table.name.clone(),
+                                        table_index: t,
                                         rows: o.records,
                                         bytes: o.bytes,
                                         start: (chunk_start - started).as_secs_f64(),
@@ -369,15 +354,6 @@ pub fn execute(
                                     });
                                     stats.rows += o.records;
                                     stats.bytes += o.bytes;
-                                    let mut ts =
-                                        table_stats.lock().unwrap_or_else(|p| p.into_inner());
-                                    let ts = &mut ts[t];
-                                    ts.rows += o.records;
-                                    ts.bytes += o.bytes;
-                                    ts.first_start = Some(
-                                        ts.first_start.map_or(chunk_start, |s| s.min(chunk_start)),
-                                    );
-                                    ts.last_end = Some(Instant::now());
                                 }
                                 Err(e) => {
                                     fail(e);
@@ -416,7 +392,6 @@ pub fn execute(
     }
     Ok(RunOutcome {
         streams: stats,
-        tables: table_stats.into_inner().unwrap_or_else(|p| p.into_inner()),
         elapsed: started.elapsed(),
         server_conversions: conversions.into_inner(),
     })
