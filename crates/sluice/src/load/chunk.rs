@@ -79,6 +79,49 @@ struct Position {
     offset: u64,
 }
 
+/// What both walkers keep while they go: the line count, whether the header is still to be
+/// skipped, and how a syntax error is placed.
+struct LineTracker<'a> {
+    input: &'a super::plan::Input,
+    header: bool,
+    /// 1-based line, within the chunk, where the next record starts.
+    line: u64,
+}
+
+impl<'a> LineTracker<'a> {
+    fn new(plan: &'a Plan, chunk: &Chunk) -> LineTracker<'a> {
+        let input = &plan.inputs[chunk.input];
+        LineTracker {
+            input,
+            header: chunk.is_first() && input.dialect.header,
+            line: 1,
+        }
+    }
+
+    /// Accounts for a record at `offset` spanning `lines` line ends: its position, or `None`
+    /// when it is the header.
+    fn record(&mut self, offset: u64, lines: u32) -> Option<Position> {
+        let pos = Position {
+            line: self.line,
+            offset,
+        };
+        self.line += u64::from(lines);
+        if std::mem::take(&mut self.header) {
+            return None;
+        }
+        Some(pos)
+    }
+
+    /// A syntax error in a slice that starts at absolute offset `base`.
+    fn syntax(&self, e: SyntaxError, base: u64) -> LoadError {
+        let csv = self.input.dialect.is_csv();
+        let mut err = InputError::new(&self.input.display, e.kind.message(csv));
+        err.line = Some(self.line);
+        err.offset = Some(base + e.offset as u64);
+        LoadError::Input(Box::new(err))
+    }
+}
+
 /// Walks the records of a chunk, calling `visit` for each with its fields, the slice they
 /// refer to, that slice's absolute offset and the record's position; `visit` returns false to
 /// stop. Shared by conversion and by locating a server-reported record. Returns the bytes
@@ -143,9 +186,8 @@ fn walk_mapped(
     let data = &map[skip..];
     let dialect = chunk_dialect(plan, chunk, &data[..data.len().min(64 << 10)]);
     let parser = RecordParser::new(&dialect);
-    let mut header = chunk.is_first() && input.dialect.header;
+    let mut lines_seen = LineTracker::new(plan, chunk);
     let mut fields = Fields::new();
-    let mut line = 1u64;
     let mut pos = 0usize;
     let mut released = 0usize;
     let mut window = WINDOW;
@@ -162,23 +204,15 @@ fn walk_mapped(
         let base = chunk.start + pos as u64;
         let mut at = 0usize;
         loop {
-            let step = parser.parse_input(&inp, at, &mut fields).map_err(|e| {
-                let mut err = InputError::new(&input.display, e.kind.message(dialect.is_csv()));
-                err.line = Some(line);
-                err.offset = Some(base + e.offset as u64);
-                LoadError::Input(Box::new(err))
-            })?;
+            let step = parser
+                .parse_input(&inp, at, &mut fields)
+                .map_err(|e| lines_seen.syntax(e, base))?;
             match step {
                 Step::Record { end, lines } => {
-                    let here = Position {
-                        line,
-                        offset: base + at as u64,
-                    };
-                    line += u64::from(lines);
-                    if header {
-                        header = false;
-                    } else if !visit(&fields, slice, base, here)? {
-                        return Ok((pos + end) as u64);
+                    if let Some(here) = lines_seen.record(base + at as u64, lines) {
+                        if !visit(&fields, slice, base, here)? {
+                            return Ok((pos + end) as u64);
+                        }
                     }
                     at = end;
                 }
@@ -224,40 +258,13 @@ fn walk_blocks(
 ) -> Result<u64, LoadError> {
     let input = &plan.inputs[chunk.input];
     let mut parser: Option<RecordParser> = None;
-    let mut header = chunk.is_first() && input.dialect.header;
+    let mut lines_seen = LineTracker::new(plan, chunk);
     let mut fields = Fields::new();
     let mut tail: Vec<u8> = Vec::new();
     let mut tail_base = 0u64;
     let mut stitch: Vec<u8> = Vec::new();
     let mut base = chunk.start;
-    let mut line = 1u64;
     let mut done = false;
-    let syntax = |e: SyntaxError, at: u64, line: u64| {
-        let mut err = InputError::new(&input.display, e.kind.message(input.dialect.is_csv()));
-        err.line = Some(line);
-        err.offset = Some(at + e.offset as u64);
-        LoadError::Input(Box::new(err))
-    };
-    // Handles one record; returns false to stop.
-    let mut on_record = |fields: &Fields,
-                         data: &[u8],
-                         data_base: u64,
-                         at: u64,
-                         lines: u32,
-                         header: &mut bool,
-                         line: &mut u64|
-     -> Result<bool, LoadError> {
-        let pos = Position {
-            line: *line,
-            offset: at,
-        };
-        *line += u64::from(lines);
-        if *header {
-            *header = false;
-            return Ok(true);
-        }
-        visit(fields, data, data_base, pos)
-    };
     while !done {
         if abort.is_some_and(|a| a.load(Ordering::Relaxed)) {
             return Err(LoadError::Aborted);
@@ -284,7 +291,7 @@ fn walk_blocks(
                 let stitched = parser.input(&stitch, is_eof);
                 match parser
                     .parse_input(&stitched, 0, &mut fields)
-                    .map_err(|e| syntax(e, tail_base, line))?
+                    .map_err(|e| lines_seen.syntax(e, tail_base))?
                 {
                     Step::NeedMore if take < block.len() => {
                         take = (take * 4).min(block.len());
@@ -296,16 +303,10 @@ fn walk_blocks(
                         break;
                     }
                     Step::Record { end, lines } => {
-                        if !on_record(
-                            &fields,
-                            &stitch,
-                            tail_base,
-                            tail_base,
-                            lines,
-                            &mut header,
-                            &mut line,
-                        )? {
-                            return Ok(base - chunk.start);
+                        if let Some(here) = lines_seen.record(tail_base, lines) {
+                            if !visit(&fields, &stitch, tail_base, here)? {
+                                return Ok(base - chunk.start);
+                            }
                         }
                         pos = end - tail.len();
                         tail.clear();
@@ -328,19 +329,13 @@ fn walk_blocks(
         while !done {
             match parser
                 .parse_input(&whole, pos, &mut fields)
-                .map_err(|e| syntax(e, base, line))?
+                .map_err(|e| lines_seen.syntax(e, base))?
             {
                 Step::Record { end, lines } => {
-                    if !on_record(
-                        &fields,
-                        &block,
-                        base,
-                        base + pos as u64,
-                        lines,
-                        &mut header,
-                        &mut line,
-                    )? {
-                        return Ok(base - chunk.start);
+                    if let Some(here) = lines_seen.record(base + pos as u64, lines) {
+                        if !visit(&fields, &block, base, here)? {
+                            return Ok(base - chunk.start);
+                        }
                     }
                     pos = end;
                 }
@@ -421,7 +416,6 @@ pub fn convert_chunk(
         out.extend_from_slice(HEADER);
     }
     let mut records = 0u64;
-    let mut last_offset = chunk.start;
     let mut reported_bytes = 0u64;
     let mut reported_rows = 0u64;
     let consumed = walk_records(plan, chunk, Some(abort), |fields, data, data_base, pos| {
@@ -444,11 +438,10 @@ pub fn convert_chunk(
             return Err(record_error(plan, chunk, converter, e, pos, field_offset));
         }
         records += 1;
-        last_offset = pos.offset;
         if out.len() >= copy_buffer {
             let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
             emit(Bytes::from(full))?;
-            let bytes = last_offset - chunk.start;
+            let bytes = pos.offset - chunk.start;
             counters
                 .bytes
                 .fetch_add(bytes - reported_bytes, Ordering::Relaxed);
@@ -467,16 +460,15 @@ pub fn convert_chunk(
         out.extend_from_slice(TRAILER);
     }
     emit(Bytes::from(out))?;
-    let total = consumed;
     counters
         .rows
         .fetch_add(records - reported_rows, Ordering::Relaxed);
     counters
         .bytes
-        .fetch_add(total.saturating_sub(reported_bytes), Ordering::Relaxed);
+        .fetch_add(consumed.saturating_sub(reported_bytes), Ordering::Relaxed);
     Ok(ChunkOutcome {
         records,
-        bytes: total,
+        bytes: consumed,
     })
 }
 
