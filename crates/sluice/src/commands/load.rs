@@ -221,6 +221,20 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             "standard input (`-`) can be given only once".into(),
         ));
     }
+    // The table each file goes to: --table, or the file's name up to its first dot.
+    let file_tables = args
+        .files
+        .iter()
+        .map(|f| match (&args.table, f.as_str()) {
+            (Some(t), _) => Ok(t.clone()),
+            (None, "-") => Err(LoadError::Usage(
+                "reading standard input needs --table (and --format)".into(),
+            )),
+            (None, path) => table_from_file_name(path).ok_or_else(|| {
+                LoadError::Usage(format!("cannot name a table after `{path}`: give --table"))
+            }),
+        })
+        .collect::<Result<Vec<String>, LoadError>>()?;
     let target = target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet)
         .map_err(|e| LoadError::Connect(format!("{e:#}")))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -248,26 +262,15 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             .map(|r| r.get(0))
             .unwrap_or(i64::MAX);
         let mut described = Vec::new();
-        for f in &args.files {
-            let name = match (&args.table, f.as_str()) {
-                (Some(t), _) => t.clone(),
-                (None, "-") => {
-                    return Err(LoadError::Usage(
-                        "reading standard input needs --table (and --format)".into(),
-                    ))
-                }
-                (None, path) => table_from_file_name(path).ok_or_else(|| {
-                    LoadError::Usage(format!("cannot name a table after `{path}`: give --table"))
-                })?,
-            };
-            if described.iter().any(|(n, _): &(String, _)| n == &name) {
+        for name in &file_tables {
+            if described.iter().any(|(n, _): &(String, _)| n == name) {
                 continue;
             }
-            let table = describe_table(&client, &name).await.map_err(|e| match e {
+            let table = describe_table(&client, name).await.map_err(|e| match e {
                 CatalogError::Db(e) => LoadError::Server(e.to_string()),
                 other => LoadError::Usage(other.to_string()),
             })?;
-            described.push((name, table));
+            described.push((name.clone(), table));
         }
         Ok::<_, LoadError>((sess, free, described))
     })?;
@@ -291,16 +294,11 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     }
     let jobs_wanted = args.jobs.unwrap_or_else(default_jobs).max(1);
     let mut inputs = Vec::new();
-    for f in &args.files {
-        let name = args
-            .table
-            .clone()
-            .or_else(|| table_from_file_name(f))
-            .unwrap_or_default();
+    for (f, name) in args.files.iter().zip(&file_tables) {
         let table = described
             .iter()
-            .position(|(n, _)| n == &name)
-            .ok_or_else(|| LoadError::Usage(format!("no table for {f}")))?;
+            .position(|(n, _)| n == name)
+            .expect("every file's table was described above");
         if f == "-" {
             let format = args.format.ok_or_else(|| {
                 LoadError::Usage("reading standard input needs --format tbl|csv|text".into())
