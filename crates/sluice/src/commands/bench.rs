@@ -9,7 +9,7 @@
 //! spread, the long tail (slowest stream against the median stream, named), the best setting
 //! and the point past which more connections made the load slower.
 
-use super::gen::ensure_tpch;
+use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::{load, LoadArgs};
 use crate::load::StreamStats;
 use crate::report::Report;
@@ -212,6 +212,13 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The run of setting `jobs` closest to the median time `med`: the one a setting is shown by.
+fn median_run(runs: &[Run], jobs: usize, med: f64) -> Option<&Run> {
+    runs.iter()
+        .filter(|r| r.jobs == jobs)
+        .min_by(|a, b| (a.seconds - med).abs().total_cmp(&(b.seconds - med).abs()))
+}
+
 /// The slowest stream against the median stream (by the stream's busy seconds).
 fn long_tail(streams: &[StreamStats]) -> LongTail {
     let mut by_time: Vec<&StreamStats> = streams.iter().collect();
@@ -386,12 +393,10 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
     std::fs::create_dir_all(&out)
         .map_err(|e| BenchError::Failed(format!("{}: {e}", out.display())))?;
     let pg_dir = crate::target::default_pg_dir(None);
-    let data = args.data.clone().unwrap_or_else(|| {
-        pg_dir
-            .parent()
-            .unwrap_or(&pg_dir)
-            .join(format!("tpch-sf{}-p{}", args.scale, args.parts))
-    });
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
     let manifest = ensure_tpch(args.scale, args.parts, &data, !args.quiet, !args.quiet)?;
     let files: Vec<String> = manifest
         .files
@@ -479,10 +484,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
             let mut secs: Vec<f64> = mine.iter().map(|r| r.seconds).collect();
             let med = median(&mut secs.clone());
             secs.sort_by(f64::total_cmp);
-            let median_run = mine
-                .iter()
-                .min_by(|a, b| (a.seconds - med).abs().total_cmp(&(b.seconds - med).abs()))
-                .expect("every setting ran");
+            let median_run = median_run(&runs, j, med).expect("every setting ran");
             Setting {
                 jobs: j,
                 median_seconds: med,
@@ -538,19 +540,11 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
     )?;
     super::bench_charts::throughput(&results, &out.join("throughput.svg"))
         .map_err(|e| BenchError::Failed(format!("drawing throughput.svg: {e}")))?;
-    let shown = results
-        .runs
+    let best = results
+        .settings
         .iter()
-        .filter(|r| r.jobs == results.best_jobs)
-        .min_by(|a, b| {
-            let best = results
-                .settings
-                .iter()
-                .find(|s| s.jobs == results.best_jobs);
-            let med = best.map_or(0.0, |s| s.median_seconds);
-            (a.seconds - med).abs().total_cmp(&(b.seconds - med).abs())
-        });
-    if let Some(run) = shown {
+        .find(|s| s.jobs == results.best_jobs);
+    if let Some(run) = best.and_then(|b| median_run(&results.runs, b.jobs, b.median_seconds)) {
         super::bench_charts::timeline(run, &out.join("timeline.svg"))
             .map_err(|e| BenchError::Failed(format!("drawing timeline.svg: {e}")))?;
     }

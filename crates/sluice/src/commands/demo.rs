@@ -3,7 +3,7 @@
 //! parallel, verify every table's row count against the generator's, run Q1, and put the
 //! throughput next to the seed paper's record, honestly labelled.
 
-use super::gen::ensure_tpch;
+use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::{load, LoadArgs};
 use crate::tpch;
 use clap::Args;
@@ -73,12 +73,10 @@ fn step(n: u32, text: &str) {
 
 fn demo(args: &DemoArgs) -> Result<(), DemoError> {
     let pg_dir = crate::target::default_pg_dir(args.pg_dir.clone());
-    let data = args.data.clone().unwrap_or_else(|| {
-        pg_dir
-            .parent()
-            .unwrap_or(&pg_dir)
-            .join(format!("tpch-sf{}-p{}", args.scale, args.parts))
-    });
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
     // 1. Data.
     step(1, "TPC-H data");
     let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet)?;

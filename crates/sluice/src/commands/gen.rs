@@ -165,6 +165,14 @@ pub fn generate_all(args: &GenTpchArgs) -> anyhow::Result<Manifest> {
     Ok(manifest)
 }
 
+/// Where demo and bench keep generated TPC-H by default: beside the private cluster.
+pub fn default_tpch_dir(pg_dir: &std::path::Path, scale: f64, parts: u32) -> PathBuf {
+    pg_dir
+        .parent()
+        .unwrap_or(pg_dir)
+        .join(format!("tpch-sf{scale}-p{parts}"))
+}
+
 /// TPC-H `.tbl` data at `dir`: reused when its manifest matches and every file is intact,
 /// generated otherwise (with a progress bar when `bars`). Says which on stderr when `say`.
 pub fn ensure_tpch(
