@@ -89,6 +89,19 @@ impl Converter {
         &self.columns
     }
 
+    /// The binary form of one value of column `i`, or `None` when sluice cannot convert it
+    /// (an invalid value, a spelling left to the server, a type the server converts). Used to
+    /// compare a key the server names with the input's values, whatever their spelling.
+    pub fn encode_field(&mut self, i: usize, raw: &[u8]) -> Option<Vec<u8>> {
+        let col = self.columns.get(i)?;
+        if !col.ty.client_converted() {
+            return None;
+        }
+        let mut out = Vec::new();
+        encode_value(&col.ty, &self.zone, raw, &mut self.scratch, &mut out).ok()?;
+        Some(out)
+    }
+
     /// Whether every column is converted on the client, so the table can use binary COPY.
     pub fn binary_capable(&self) -> bool {
         self.columns.iter().all(|c| c.ty.client_converted())

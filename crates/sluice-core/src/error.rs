@@ -23,6 +23,9 @@ pub struct InputError {
     pub column: Option<String>,
     /// The raw value, before conversion.
     pub value: Option<Vec<u8>>,
+    /// The whole record as it stands in the input, when the fault is the record's (a wrong
+    /// number of fields), as psql shows the line.
+    pub row: Option<Vec<u8>>,
     pub reason: String,
 }
 
@@ -34,13 +37,26 @@ impl InputError {
             offset: None,
             column: None,
             value: None,
+            row: None,
             reason: reason.into(),
         }
     }
 }
 
-/// Shows a raw value for a message: at most [`SHOWN_CHARS`] characters, invalid UTF-8 and
-/// control characters escaped, with its full length when shortened.
+/// Whether a character prints as nothing or as blank space that is not a plain space: a
+/// byte-order mark, zero-width and direction marks, line and paragraph separators, no-break
+/// and other Unicode spaces. In a message they would be invisible.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00A0}' | '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}'
+        | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{2000}'..='\u{200F}'
+        | '\u{2028}'..='\u{202F}' | '\u{205F}'..='\u{206F}' | '\u{3000}' | '\u{3164}'
+        | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
+/// Shows a raw value for a message: at most [`SHOWN_CHARS`] characters, with its full length
+/// when shortened. Nothing in it is invisible: invalid UTF-8 and control bytes show as `\xNN`
+/// (`\n`, `\r`, `\t` as such), invisible characters as `<U+FEFF>`.
 pub fn show_value(raw: &[u8]) -> String {
     let mut out = String::from("\"");
     let mut shown = 0;
@@ -53,7 +69,13 @@ pub fn show_value(raw: &[u8]) -> String {
             match c {
                 '"' => out.push_str("\\\""),
                 '\\' => out.push_str("\\\\"),
-                c if c.is_control() => out.extend(c.escape_default()),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if c.is_control() || invisible(c) => {
+                    out.push_str(&format!("<U+{:04X}>", c as u32))
+                }
                 c => out.push(c),
             }
             shown += 1;
@@ -89,6 +111,9 @@ impl fmt::Display for InputError {
         if let Some(v) = &self.value {
             write!(f, ", value {}", show_value(v))?;
         }
+        if let Some(r) = &self.row {
+            write!(f, ", row {}", show_value(r))?;
+        }
         write!(f, ": {}", self.reason)
     }
 }
@@ -107,6 +132,7 @@ mod tests {
             offset: Some(57),
             column: Some("o_totalprice (numeric(15,2))".into()),
             value: Some(b"12x".to_vec()),
+            row: None,
             reason: "not a valid number".into(),
         };
         assert_eq!(
@@ -119,6 +145,11 @@ mod tests {
     #[test]
     fn values_are_shortened_and_escaped() {
         assert_eq!(show_value(b"a\xffb\n"), "\"a\\xffb\\n\"");
+        assert_eq!(show_value(b"\x01\x1b[0m\t"), "\"\\x01\\x1b[0m\\t\"");
+        assert_eq!(
+            show_value("\u{feff}1\u{200b}\u{a0}é\u{85}".as_bytes()),
+            "\"<U+FEFF>1<U+200B><U+00A0>é<U+0085>\""
+        );
         let long = "x".repeat(100);
         assert_eq!(
             show_value(long.as_bytes()),

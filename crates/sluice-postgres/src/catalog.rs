@@ -25,30 +25,32 @@ impl Table {
     }
 
     /// Picks the columns a file's fields map to: all of them in order, or the `--columns`
-    /// list. Names match exactly, or case-insensitively when unambiguous.
+    /// list, whose names are already identifiers (folded or unquoted by SQL's rules) and so
+    /// must match exactly, as the server matches them in `COPY t (a, b)`.
     pub fn select_columns(&self, names: Option<&[String]>) -> Result<Vec<Column>, String> {
         let Some(names) = names else {
             return Ok(self.columns.clone());
         };
         let mut out = Vec::with_capacity(names.len());
         for n in names {
-            let exact = self.columns.iter().find(|c| &c.name == n);
-            let folded: Vec<&Column> = self
-                .columns
-                .iter()
-                .filter(|c| c.name.eq_ignore_ascii_case(n))
-                .collect();
-            let col = match (exact, folded.as_slice()) {
-                (Some(c), _) => c,
-                (None, [c]) => c,
-                _ => {
-                    let have: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
-                    return Err(format!(
-                        "table {} has no column \"{n}\" (it has: {})",
-                        self.qualified(),
-                        have.join(", ")
-                    ));
-                }
+            let Some(col) = self.columns.iter().find(|c| &c.name == n) else {
+                let have: Vec<String> = self.columns.iter().map(|c| quote_ident(&c.name)).collect();
+                let hint = self
+                    .columns
+                    .iter()
+                    .find(|c| c.name.eq_ignore_ascii_case(n))
+                    .map_or(String::new(), |c| {
+                        format!(
+                            "; to name {} write it in double quotes, as in SQL: --columns '{}'",
+                            quote_ident(&c.name),
+                            quote_ident(&c.name)
+                        )
+                    });
+                return Err(format!(
+                    "table {} has no column \"{n}\" (it has: {}){hint}",
+                    self.qualified(),
+                    have.join(", ")
+                ));
             };
             if out.iter().any(|c: &Column| c.name == col.name) {
                 return Err(format!("column \"{n}\" is named twice in --columns"));
@@ -68,6 +70,7 @@ pub fn quote_ident(s: &str) -> String {
 #[derive(Clone, Debug)]
 pub struct Session {
     pub timezone: String,
+    pub datestyle: String,
     pub server_version: String,
     pub server_version_num: i32,
     pub max_connections: i32,
@@ -79,7 +82,8 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         .query_one(
             "SELECT current_setting('TimeZone'), current_setting('server_version'), \
              current_setting('server_version_num')::int, \
-             current_setting('max_connections')::int, current_setting('server_encoding')",
+             current_setting('max_connections')::int, current_setting('server_encoding'), \
+             current_setting('DateStyle')",
             &[],
         )
         .await?;
@@ -89,7 +93,57 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         server_version_num: row.get(2),
         max_connections: row.get(3),
         server_encoding: row.get(4),
+        datestyle: row.get(5),
     })
+}
+
+/// What identifies one server across connections: its system identifier (shared with its
+/// standbys) and its start time (which sets a standby apart, and a restarted server too).
+pub async fn server_identity(client: &Client) -> Result<String, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
+                    pg_postmaster_start_time()::text",
+            &[],
+        )
+        .await;
+    match row {
+        Ok(r) => Ok(r.get(0)),
+        // Some managed services revoke pg_control_system: the start time alone must do.
+        Err(e) if e.as_db_error().is_some() => {
+            let r = client
+                .query_one("SELECT pg_postmaster_start_time()::text", &[])
+                .await?;
+            Ok(r.get(0))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An index's table (qualified for SQL) and key columns (without INCLUDE columns), or `None`
+/// for an index with expressions or an unknown name. Ambiguous names (one per schema) resolve
+/// to the first visible on the search path, then any.
+pub async fn index_key(client: &Client, index: &str) -> Option<(String, Vec<String>)> {
+    let row = client
+        .query_opt(
+            "SELECT i.indrelid::regclass::text, \
+                    array(SELECT a.attname::text \
+                          FROM unnest(i.indkey[0:i.indnkeyatts - 1]) WITH ORDINALITY k(n, o) \
+                          LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n \
+                          ORDER BY k.o), \
+                    i.indnkeyatts::int, 0 = ANY(i.indkey[0:i.indnkeyatts - 1]) \
+             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+             WHERE c.relname = $1 \
+             ORDER BY pg_table_is_visible(c.oid) DESC LIMIT 1",
+            &[&index],
+        )
+        .await
+        .ok()??;
+    let has_expression: bool = row.get(3);
+    if has_expression {
+        return None;
+    }
+    Some((row.get(0), row.get(1)))
 }
 
 /// Why a table cannot be described.

@@ -5,8 +5,16 @@
 //! against `sslrootcert` but not the host name; `verify-full` checks both. `sslrootcert=system`
 //! uses the operating system's trusted roots. TLS is rustls, so a fresh machine needs no
 //! OpenSSL headers to build sluice.
+//!
+//! As libpq does, each listed host is tried in turn, each within `connect_timeout` for its
+//! whole startup (TCP, TLS, authentication: tokio-postgres alone bounds only the TCP connect,
+//! so a server that accepts and never answers would hang), and a server that does not meet
+//! `target_session_attrs` is passed over. Every session is then made fit for a bulk load, as
+//! pg_dump and pg_restore do: `statement_timeout`, `lock_timeout`,
+//! `idle_in_transaction_session_timeout` and `idle_session_timeout` set by a role or database
+//! would otherwise end a long COPY, or a stream waiting at the commit barrier.
 
-use crate::conninfo::{ConnInfo, SslMode};
+use crate::conninfo::{ConnInfo, HostSpec, SessionAttrs, SslMode};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -15,6 +23,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
 
 /// Why a connection could not be opened; the message never holds the password.
@@ -22,12 +31,9 @@ use tokio_postgres::{Client, NoTls};
 pub enum ConnectError {
     #[error("TLS setup for {target}: {reason}")]
     Tls { target: String, reason: String },
-    #[error("cannot connect to {target}: {}", chain(source))]
-    Connect {
-        target: String,
-        #[source]
-        source: tokio_postgres::Error,
-    },
+    /// Every host failed; `reason` says why for each.
+    #[error("cannot connect to {target}: {reason}")]
+    Connect { target: String, reason: String },
 }
 
 /// An error and its causes, `a: b: c`: tokio-postgres keeps the useful part (which
@@ -198,25 +204,131 @@ fn tls_config(info: &ConnInfo) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
+/// A connection, and which of the target's hosts it reached.
+pub struct Connected {
+    pub client: Client,
+    pub host: usize,
+}
+
 /// Connects and spawns the connection task on the current tokio runtime.
 pub async fn connect(info: &ConnInfo) -> Result<Client, ConnectError> {
-    let config = info.to_config();
+    connect_host(info).await.map(|c| c.client)
+}
+
+/// Connects to the first host that answers and suits `target_session_attrs`, libpq's way.
+pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
     let target = info.to_string();
-    let wrap = |source| ConnectError::Connect {
-        target: target.clone(),
-        source,
+    let mut failures: Vec<String> = Vec::new();
+    let mut tls = None;
+    let passes: &[SessionAttrs] = if info.target_session_attrs == SessionAttrs::PreferStandby {
+        &[SessionAttrs::Standby, SessionAttrs::Any]
+    } else {
+        std::slice::from_ref(&info.target_session_attrs)
     };
-    if info.sslmode == SslMode::Disable || info.is_unix_socket() {
-        let (client, conn) = config.connect(NoTls).await.map_err(wrap)?;
+    for &attrs in passes {
+        for (i, h) in info.hosts.iter().enumerate() {
+            let attempt = async {
+                let client = open(info, h, &mut tls).await?;
+                prepare_session(&client, attrs).await?;
+                Ok::<_, String>(client)
+            };
+            let result = match info.connect_timeout {
+                Some(secs) => tokio::time::timeout(Duration::from_secs(secs), attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "timeout expired after {secs} s (connect_timeout): the server did \
+                             not complete the startup"
+                        ))
+                    }),
+                None => attempt.await,
+            };
+            match result {
+                Ok(client) => return Ok(Connected { client, host: i }),
+                Err(reason) => failures.push(if info.hosts.len() > 1 {
+                    format!("{}: {reason}", h.label())
+                } else {
+                    reason
+                }),
+            }
+        }
+    }
+    Err(ConnectError::Connect {
+        target,
+        reason: failures.join("; "),
+    })
+}
+
+/// Opens one host's connection, TLS as `sslmode` says.
+async fn open(
+    info: &ConnInfo,
+    h: &HostSpec,
+    tls: &mut Option<tokio_postgres_rustls::MakeRustlsConnect>,
+) -> Result<Client, String> {
+    let config = info.to_config(h);
+    if info.sslmode == SslMode::Disable || h.is_unix_socket() {
+        let (client, conn) = config.connect(NoTls).await.map_err(startup_error)?;
         tokio::spawn(conn);
         return Ok(client);
     }
-    let tls = tls_config(info).map_err(|reason| ConnectError::Tls {
-        target: target.clone(),
-        reason,
-    })?;
-    let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-    let (client, conn) = config.connect(tls).await.map_err(wrap)?;
+    if tls.is_none() {
+        let config = tls_config(info).map_err(|reason| format!("TLS setup: {reason}"))?;
+        *tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(config));
+    }
+    let tls = tls.clone().expect("set above");
+    let (client, conn) = config.connect(tls).await.map_err(startup_error)?;
     tokio::spawn(conn);
     Ok(client)
+}
+
+/// Words a startup failure. A peer that is not PostgreSQL (an HTTP server on the port)
+/// makes tokio-postgres fail to decode its first message; say that rather than the decoder's
+/// "bytes remaining on stream".
+fn startup_error(e: tokio_postgres::Error) -> String {
+    let text = chain(&e);
+    let garbled = [
+        "bytes remaining on stream",
+        "unexpected message",
+        "invalid message length",
+        "unknown authentication",
+        "unexpected EOF",
+        "invalid response",
+        "unknown message tag",
+    ];
+    if e.as_db_error().is_none() && garbled.iter().any(|g| text.contains(g)) {
+        return format!(
+            "the other end did not answer like a PostgreSQL server (is something else \
+             listening on this port?): {text}"
+        );
+    }
+    text
+}
+
+/// Session settings for a bulk load, applied to every connection (see the module doc), and
+/// the `target_session_attrs` check.
+async fn prepare_session(client: &Client, attrs: SessionAttrs) -> Result<(), String> {
+    let row = client
+        .query_one(
+            "SELECT count(set_config(name, '0', false)), pg_is_in_recovery(), \
+                    current_setting('transaction_read_only') = 'on' \
+             FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout', \
+               'idle_in_transaction_session_timeout', 'idle_session_timeout', \
+               'transaction_timeout')",
+            &[],
+        )
+        .await
+        .map_err(|e| format!("setting up the session: {}", chain(&e)))?;
+    let (in_recovery, read_only): (bool, bool) = (row.get(1), row.get(2));
+    if !attrs.accepts(in_recovery, read_only) {
+        return Err(format!(
+            "the server is {} and target_session_attrs is {}",
+            match (in_recovery, read_only) {
+                (true, _) => "a standby (in recovery)",
+                (false, true) => "read-only",
+                (false, false) => "a read-write primary",
+            },
+            attrs.as_str()
+        ));
+    }
+    Ok(())
 }

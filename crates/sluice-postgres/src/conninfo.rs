@@ -1,9 +1,16 @@
 //! Connection parameters with libpq's conventions, so that sluice connects wherever psql does.
 //!
-//! A target is a URI (`postgresql://user@host:5432/db?sslmode=require`) or a `key=value`
-//! string. Whatever it leaves out comes from the environment (`PGHOST`, `PGPORT`, `PGUSER`,
-//! `PGDATABASE`, `PGPASSWORD`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGAPPNAME`, `PGCONNECT_TIMEOUT`)
-//! and then libpq's defaults. A missing password is looked up in `~/.pgpass` (or
+//! A target is a URI (`postgresql://user@h1:5433,h2/db?sslmode=require`) or a `key=value`
+//! string, with libpq's multi-host lists (`host=h1,h2 port=5433,5432`), tried in order under
+//! `target_session_attrs`. Whatever it leaves out comes from the environment (`PGHOST`,
+//! `PGHOSTADDR`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`, `PGSSLMODE`, `PGSSLROOTCERT`,
+//! `PGAPPNAME`, `PGCONNECT_TIMEOUT`, `PGOPTIONS`, `PGTARGETSESSIONATTRS`, `PGCLIENTENCODING`)
+//! and then libpq's defaults.
+//!
+//! The session is the one psql would get: `options`/`PGOPTIONS` is sent as is, and the
+//! variables libpq turns into session settings (`PGTZ`, `PGDATESTYLE`, `PGGEQO`) are added
+//! after it, so they win as they do in libpq. A client encoding other than UTF-8 is refused:
+//! the server would convert text from it, and sluice reads input as UTF-8. A missing password is looked up in `~/.pgpass` (or
 //! `PGPASSFILE`), which is ignored with a warning when group or others can read it, exactly as
 //! libpq does. The password never leaves this module in printable form: [`ConnInfo`]'s
 //! `Display` and `Debug` redact it.
@@ -46,19 +53,104 @@ impl SslMode {
     }
 }
 
+/// libpq's `target_session_attrs`: which of the listed servers is acceptable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionAttrs {
+    Any,
+    ReadWrite,
+    ReadOnly,
+    Primary,
+    Standby,
+    PreferStandby,
+}
+
+impl SessionAttrs {
+    fn parse(s: &str) -> Result<SessionAttrs, String> {
+        Ok(match s {
+            "any" => SessionAttrs::Any,
+            "read-write" => SessionAttrs::ReadWrite,
+            "read-only" => SessionAttrs::ReadOnly,
+            "primary" => SessionAttrs::Primary,
+            "standby" => SessionAttrs::Standby,
+            "prefer-standby" => SessionAttrs::PreferStandby,
+            other => {
+                return Err(format!(
+                    "invalid target_session_attrs `{other}`: expected any, read-write, read-only,                      primary, standby or prefer-standby"
+                ))
+            }
+        })
+    }
+
+    /// Whether a server in this state is acceptable (`prefer-standby` accepts a standby on
+    /// its first pass; the caller makes a second pass accepting any).
+    pub fn accepts(self, in_recovery: bool, read_only: bool) -> bool {
+        match self {
+            SessionAttrs::Any => true,
+            SessionAttrs::ReadWrite => !read_only,
+            SessionAttrs::ReadOnly => read_only,
+            SessionAttrs::Primary => !in_recovery,
+            SessionAttrs::Standby | SessionAttrs::PreferStandby => in_recovery,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionAttrs::Any => "any",
+            SessionAttrs::ReadWrite => "read-write",
+            SessionAttrs::ReadOnly => "read-only",
+            SessionAttrs::Primary => "primary",
+            SessionAttrs::Standby => "standby",
+            SessionAttrs::PreferStandby => "prefer-standby",
+        }
+    }
+}
+
+/// One server of a (possibly multi-host) target.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HostSpec {
+    /// Host name, IP address or Unix socket directory (an absolute path).
+    pub host: String,
+    /// `hostaddr`: the address to connect to without a name lookup.
+    pub hostaddr: Option<String>,
+    pub port: u16,
+    /// The password for this host from the password file, when none was given.
+    pgpass: Option<String>,
+}
+
+impl HostSpec {
+    pub fn is_unix_socket(&self) -> bool {
+        self.host.starts_with('/') && self.hostaddr.is_none()
+    }
+
+    /// `host:port`, for messages.
+    pub fn label(&self) -> String {
+        let host = self.hostaddr.as_deref().unwrap_or(&self.host);
+        if host.contains(':') {
+            format!("[{host}]:{}", self.port)
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
 /// Resolved connection parameters.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnInfo {
-    /// Host names, IP addresses or Unix socket directories (absolute paths).
-    pub host: String,
-    pub port: u16,
+    /// The servers to try, in order (libpq's `host`/`hostaddr`/`port` lists).
+    pub hosts: Vec<HostSpec>,
     pub user: String,
     pub dbname: String,
     password: Option<String>,
     pub sslmode: SslMode,
     pub sslrootcert: Option<PathBuf>,
     pub application_name: String,
+    /// Seconds allowed for each host's whole startup (TCP, TLS, authentication); `None`
+    /// waits forever, as libpq does without `connect_timeout`.
     pub connect_timeout: Option<u64>,
+    /// The startup `options` string: `PGOPTIONS`, then `-c` settings from `PGTZ`,
+    /// `PGDATESTYLE` and `PGGEQO`.
+    pub options: Option<String>,
+    pub target_session_attrs: SessionAttrs,
     /// Warnings met while resolving (an unsafe `.pgpass`), for the caller to print.
     pub warnings: Vec<String>,
 }
@@ -73,22 +165,31 @@ impl fmt::Display for ConnInfo {
     /// A URI with the password redacted: safe for logs and reports.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pw = if self.password.is_some() { ":***" } else { "" };
-        let host = if self.host.starts_with('/') {
-            String::new()
-        } else if self.host.contains(':') {
-            format!("[{}]", self.host)
+        let sockets: Vec<&HostSpec> = self.hosts.iter().filter(|h| h.is_unix_socket()).collect();
+        let authority: Vec<String> = if sockets.is_empty() {
+            self.hosts
+                .iter()
+                .map(|h| {
+                    if h.host.contains(':') {
+                        format!("[{}]:{}", h.host, h.port)
+                    } else {
+                        format!("{}:{}", h.host, h.port)
+                    }
+                })
+                .collect()
         } else {
-            self.host.clone()
+            vec![format!(":{}", self.hosts[0].port)]
         };
         write!(
             f,
-            "postgresql://{}{pw}@{host}:{}/{}",
+            "postgresql://{}{pw}@{}/{}",
             pct_encode(&self.user),
-            self.port,
+            authority.join(","),
             pct_encode(&self.dbname)
         )?;
-        if self.host.starts_with('/') {
-            write!(f, "?host={}", pct_encode(&self.host))?;
+        if !sockets.is_empty() {
+            let hosts: Vec<&str> = self.hosts.iter().map(|h| h.host.as_str()).collect();
+            write!(f, "?host={}", pct_encode(&hosts.join(",")))?;
         }
         Ok(())
     }
@@ -136,6 +237,7 @@ impl ConnInfo {
         let mut params = parse_target(target)?;
         let from_env = [
             ("host", "PGHOST"),
+            ("hostaddr", "PGHOSTADDR"),
             ("port", "PGPORT"),
             ("user", "PGUSER"),
             ("dbname", "PGDATABASE"),
@@ -145,29 +247,20 @@ impl ConnInfo {
             ("application_name", "PGAPPNAME"),
             ("connect_timeout", "PGCONNECT_TIMEOUT"),
             ("passfile", "PGPASSFILE"),
+            ("options", "PGOPTIONS"),
+            ("target_session_attrs", "PGTARGETSESSIONATTRS"),
+            ("client_encoding", "PGCLIENTENCODING"),
         ];
+        let mut source: BTreeMap<&str, &str> = BTreeMap::new();
         for (key, var) in from_env {
             if !params.contains_key(key) {
                 if let Some(v) = env.var(var) {
                     params.insert(key.to_string(), v);
+                    source.insert(key, var);
                 }
             }
         }
-        if let Some(addr) = params.get("hostaddr").cloned() {
-            params.entry("host".into()).or_insert(addr);
-        }
-        let host = params.get("host").cloned().unwrap_or_else(default_host);
-        // Only the first of several hosts is used; multi-host failover is not supported yet.
-        let host = host.split(',').next().unwrap_or_default().to_string();
-        let port = match params.get("port") {
-            None => 5432,
-            Some(p) => p
-                .split(',')
-                .next()
-                .unwrap_or_default()
-                .parse()
-                .map_err(|_| format!("invalid port `{p}`: expected a number from 1 to 65535"))?,
-        };
+        let hosts = host_list(&params)?;
         let user = match params.get("user") {
             Some(u) => u.clone(),
             None => env
@@ -185,14 +278,36 @@ impl ConnInfo {
         let sslrootcert = params.get("sslrootcert").map(PathBuf::from);
         let connect_timeout = match params.get("connect_timeout") {
             None => None,
-            Some(t) => Some(
-                t.parse()
-                    .map_err(|_| format!("invalid connect_timeout `{t}`: expected seconds"))?,
-            ),
+            Some(t) => match t.trim().parse::<i64>() {
+                // libpq: zero or negative waits forever; 1 second is raised to 2.
+                Ok(n) if n <= 0 => None,
+                Ok(n) => Some(n.max(2) as u64),
+                Err(_) => return Err(format!("invalid connect_timeout `{t}`: expected seconds")),
+            },
         };
+        if let Some(enc) = params.get("client_encoding") {
+            check_client_encoding(enc, source.get("client_encoding").copied())?;
+        }
+        let target_session_attrs = match params.get("target_session_attrs") {
+            Some(a) => SessionAttrs::parse(a)?,
+            None => SessionAttrs::Any,
+        };
+        let mut options = params.get("options").cloned().unwrap_or_default();
+        // libpq sends these as startup settings, which the server applies after `options`.
+        for (var, setting) in [
+            ("PGDATESTYLE", "datestyle"),
+            ("PGTZ", "timezone"),
+            ("PGGEQO", "geqo"),
+        ] {
+            if let Some(v) = env.var(var).filter(|v| !v.eq_ignore_ascii_case("default")) {
+                if !options.is_empty() {
+                    options.push(' ');
+                }
+                options.push_str(&format!("-c {setting}={}", escape_option(&v)));
+            }
+        }
         let mut info = ConnInfo {
-            host,
-            port,
+            hosts,
             user,
             dbname,
             password: params.get("password").cloned(),
@@ -203,6 +318,8 @@ impl ConnInfo {
                 .cloned()
                 .unwrap_or_else(|| "sluice".into()),
             connect_timeout,
+            options: (!options.is_empty()).then_some(options),
+            target_session_attrs,
             warnings: Vec::new(),
         };
         if info.password.is_none() {
@@ -211,10 +328,18 @@ impl ConnInfo {
                 .map(PathBuf::from)
                 .or_else(|| env.home().map(|h| h.join(".pgpass")));
             if let Some(path) = passfile {
-                info.password = info.lookup_pgpass(&path);
+                info.lookup_pgpass(&path);
             }
         }
         Ok(info)
+    }
+
+    /// The same target with only host `i`: every connection of a load goes where the first did.
+    pub fn pinned(&self, i: usize) -> ConnInfo {
+        let mut c = self.clone();
+        c.hosts = vec![self.hosts[i].clone()];
+        c.target_session_attrs = SessionAttrs::Any;
+        c
     }
 
     pub fn password(&self) -> Option<&str> {
@@ -227,22 +352,22 @@ impl ConnInfo {
         self
     }
 
-    pub fn is_unix_socket(&self) -> bool {
-        self.host.starts_with('/')
-    }
-
     /// Whether the server runs on this machine, which shares its cores with sluice.
     pub fn is_local(&self) -> bool {
-        self.is_unix_socket()
-            || matches!(self.host.as_str(), "localhost" | "::1")
-            || self.host.starts_with("127.")
+        self.hosts.iter().all(|h| {
+            let host = h.hostaddr.as_deref().unwrap_or(&h.host);
+            h.is_unix_socket() || matches!(host, "localhost" | "::1") || host.starts_with("127.")
+        })
     }
 
-    /// Reads `~/.pgpass`: `host:port:db:user:password` lines, `*` wildcards, `\` escapes.
-    fn lookup_pgpass(&mut self, path: &Path) -> Option<String> {
-        let meta = std::fs::metadata(path).ok()?;
+    /// Reads `~/.pgpass` (`host:port:db:user:password` lines, `*` wildcards, `\` escapes)
+    /// for each host, as libpq does for each host it tries.
+    fn lookup_pgpass(&mut self, path: &Path) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
         if !meta.is_file() {
-            return None;
+            return;
         }
         #[cfg(unix)]
         {
@@ -253,57 +378,55 @@ impl ConnInfo {
                      u=rw (0600) or less: ignoring it",
                     path.display()
                 ));
-                return None;
+                return;
             }
         }
-        let text = std::fs::read_to_string(path).ok()?;
-        let host = if self.is_unix_socket() {
-            "localhost".to_string()
-        } else {
-            self.host.clone()
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return;
         };
-        let wanted = [
-            host,
-            self.port.to_string(),
-            self.dbname.clone(),
-            self.user.clone(),
-        ];
-        for line in text.lines() {
-            if line.starts_with('#') || line.trim().is_empty() {
-                continue;
-            }
-            let fields = split_pgpass_line(line);
-            if fields.len() < 5 {
-                continue;
-            }
-            let matches = fields[..4]
-                .iter()
-                .zip(&wanted)
-                .all(|(f, w)| f == "*" || f == w);
-            if matches {
-                return Some(fields[4].clone());
-            }
+        for i in 0..self.hosts.len() {
+            let h = &self.hosts[i];
+            let host = if h.is_unix_socket() {
+                "localhost".to_string()
+            } else {
+                h.host.clone()
+            };
+            let wanted = [
+                host,
+                h.port.to_string(),
+                self.dbname.clone(),
+                self.user.clone(),
+            ];
+            self.hosts[i].pgpass = pgpass_entry(&text, &wanted);
         }
-        None
     }
 
-    /// The tokio-postgres configuration, without TLS (set up by [`crate::connect`]).
-    pub fn to_config(&self) -> tokio_postgres::Config {
+    /// The password to send to `host`: the given one, else its password-file entry.
+    pub fn password_for<'a>(&'a self, host: &'a HostSpec) -> Option<&'a str> {
+        self.password.as_deref().or(host.pgpass.as_deref())
+    }
+
+    /// The tokio-postgres configuration for one host, without TLS (set up by
+    /// [`crate::connect`]) and without a connect timeout (the caller bounds the whole startup).
+    pub fn to_config(&self, h: &HostSpec) -> tokio_postgres::Config {
         let mut c = tokio_postgres::Config::new();
-        if self.is_unix_socket() {
-            c.host_path(&self.host);
+        if h.is_unix_socket() {
+            c.host_path(&h.host);
         } else {
-            c.host(&self.host);
+            c.host(&h.host);
         }
-        c.port(self.port)
+        if let Some(addr) = h.hostaddr.as_ref().and_then(|a| a.parse().ok()) {
+            c.hostaddr(addr);
+        }
+        c.port(h.port)
             .user(&self.user)
             .dbname(&self.dbname)
             .application_name(&self.application_name);
-        if let Some(pw) = &self.password {
-            c.password(pw);
+        if let Some(o) = &self.options {
+            c.options(o);
         }
-        if let Some(t) = self.connect_timeout {
-            c.connect_timeout(std::time::Duration::from_secs(t));
+        if let Some(pw) = self.password_for(h) {
+            c.password(pw);
         }
         c.ssl_mode(match self.sslmode {
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
@@ -314,6 +437,124 @@ impl ConnInfo {
         });
         c
     }
+}
+
+/// The password of the first password-file line matching `wanted` (host, port, db, user).
+fn pgpass_entry(text: &str, wanted: &[String; 4]) -> Option<String> {
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_pgpass_line(line);
+        if fields.len() < 5 {
+            continue;
+        }
+        let matches = fields[..4]
+            .iter()
+            .zip(wanted)
+            .all(|(f, w)| f == "*" || f == w);
+        if matches {
+            return Some(fields[4].clone());
+        }
+    }
+    None
+}
+
+/// Escapes a value for the startup `options` string, which the server splits on white space
+/// with backslash escapes.
+fn escape_option(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        if c == '\\' || c.is_whitespace() {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Accepts the client encodings that mean "the input is UTF-8" and refuses the others: the
+/// server would convert text from them, and sluice reads and validates input as UTF-8.
+fn check_client_encoding(enc: &str, var: Option<&str>) -> Result<(), String> {
+    let norm: String = enc
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    if matches!(norm.as_str(), "UTF8" | "UNICODE" | "SQLASCII" | "AUTO") {
+        return Ok(());
+    }
+    let from = var.map_or("client_encoding".to_string(), |v| v.to_string());
+    Err(format!(
+        "client encoding `{enc}` (from {from}) is not supported: sluice reads its input as UTF-8 \
+         and does not convert from other encodings. Convert the file first (iconv -f {enc} -t \
+         UTF-8) and unset {from}, or set it to UTF8"
+    ))
+}
+
+/// Splits libpq's comma-separated `host`, `hostaddr` and `port` lists into servers: one port
+/// serves every host, otherwise the lists must be as long as each other.
+fn host_list(params: &BTreeMap<String, String>) -> Result<Vec<HostSpec>, String> {
+    let split = |k: &str| -> Option<Vec<String>> {
+        params
+            .get(k)
+            .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
+    };
+    let hostaddrs = split("hostaddr");
+    let hosts = match (split("host"), &hostaddrs) {
+        (Some(h), _) => h,
+        (None, Some(a)) => a.clone(),
+        (None, None) => vec![String::new()],
+    };
+    let n = hosts.len();
+    if let Some(a) = &hostaddrs {
+        if a.len() != n {
+            return Err(format!(
+                "could not match {} host addresses to {n} host names",
+                a.len()
+            ));
+        }
+    }
+    let ports: Vec<u16> = match split("port") {
+        None => vec![5432; n],
+        Some(p) => {
+            let parsed = p
+                .iter()
+                .map(|x| {
+                    if x.is_empty() {
+                        return Ok(5432);
+                    }
+                    x.parse::<u16>().ok().filter(|&v| v > 0).ok_or_else(|| {
+                        format!("invalid port `{x}`: expected a number from 1 to 65535")
+                    })
+                })
+                .collect::<Result<Vec<u16>, String>>()?;
+            match parsed.len() {
+                1 => vec![parsed[0]; n],
+                k if k == n => parsed,
+                k => return Err(format!("could not match {k} port numbers to {n} hosts")),
+            }
+        }
+    };
+    let default = default_host();
+    Ok(hosts
+        .into_iter()
+        .zip(ports)
+        .enumerate()
+        .map(|(i, (host, port))| HostSpec {
+            host: if host.is_empty() {
+                default.clone()
+            } else {
+                host
+            },
+            hostaddr: hostaddrs
+                .as_ref()
+                .map(|a| a[i].clone())
+                .filter(|a| !a.is_empty()),
+            port,
+            pgpass: None,
+        })
+        .collect())
 }
 
 fn default_host() -> String {
@@ -393,6 +634,7 @@ const KNOWN_KEYS: &[&str] = &[
     "connect_timeout",
     "options",
     "target_session_attrs",
+    "client_encoding",
 ];
 
 /// Parses a URI or `key=value` string into libpq keywords.
@@ -438,23 +680,29 @@ fn parse_uri(uri: &str) -> Result<BTreeMap<String, String>, String> {
         }
         None => authority,
     };
+    // libpq's multi-host form: `h1:5433,[::1]:5434,h3`.
     if !hostport.is_empty() {
-        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-            let (h, after) = v6
-                .split_once(']')
-                .ok_or("unterminated [ in the connection URI's host")?;
-            (h.to_string(), after.strip_prefix(':').map(str::to_string))
-        } else {
-            match hostport.rsplit_once(':') {
-                Some((h, p)) => (h.to_string(), Some(p.to_string())),
-                None => (hostport.to_string(), None),
-            }
-        };
-        if !host.is_empty() {
-            params.insert("host".into(), pct_decode(&host)?);
+        let (mut hosts, mut ports) = (Vec::new(), Vec::new());
+        for hp in hostport.split(',') {
+            let (host, port) = if let Some(v6) = hp.strip_prefix('[') {
+                let (h, after) = v6
+                    .split_once(']')
+                    .ok_or("unterminated [ in the connection URI's host")?;
+                (h.to_string(), after.strip_prefix(':').unwrap_or(after))
+            } else {
+                match hp.rsplit_once(':') {
+                    Some((h, p)) => (h.to_string(), p),
+                    None => (hp.to_string(), ""),
+                }
+            };
+            hosts.push(pct_decode(&host)?);
+            ports.push(port.to_string());
         }
-        if let Some(p) = port.filter(|p| !p.is_empty()) {
-            params.insert("port".into(), p);
+        if hosts.iter().any(|h| !h.is_empty()) {
+            params.insert("host".into(), hosts.join(","));
+        }
+        if ports.iter().any(|p| !p.is_empty()) {
+            params.insert("port".into(), ports.join(","));
         }
     }
     if let Some(db) = path.filter(|p| !p.is_empty()) {
@@ -572,8 +820,8 @@ mod tests {
         .unwrap();
         assert_eq!(c.user, "al@ce");
         assert_eq!(c.password(), Some("s:cret"));
-        assert_eq!(c.host, "db.example");
-        assert_eq!(c.port, 6543);
+        assert_eq!(c.hosts[0].host, "db.example");
+        assert_eq!(c.hosts[0].port, 6543);
         assert_eq!(c.dbname, "my db");
         assert_eq!(c.sslmode, SslMode::Require);
         assert_eq!(c.application_name, "x");
@@ -582,10 +830,10 @@ mod tests {
     #[test]
     fn ipv6_and_socket_hosts() {
         let c = ConnInfo::resolve("postgresql://[::1]:5433/d", &env(&[])).unwrap();
-        assert_eq!((c.host.as_str(), c.port), ("::1", 5433));
+        assert_eq!((c.hosts[0].host.as_str(), c.hosts[0].port), ("::1", 5433));
         let c = ConnInfo::resolve("postgresql:///d?host=%2Ftmp%2Fsock", &env(&[])).unwrap();
-        assert_eq!(c.host, "/tmp/sock");
-        assert!(c.is_unix_socket());
+        assert_eq!(c.hosts[0].host, "/tmp/sock");
+        assert!(c.hosts[0].is_unix_socket());
     }
 
     #[test]
@@ -613,13 +861,18 @@ mod tests {
         ]);
         let c = ConnInfo::resolve("dbname=x", &e).unwrap();
         assert_eq!(
-            (c.host.as_str(), c.port, c.user.as_str(), c.dbname.as_str()),
+            (
+                c.hosts[0].host.as_str(),
+                c.hosts[0].port,
+                c.user.as_str(),
+                c.dbname.as_str()
+            ),
             ("envhost", 7777, "envuser", "x")
         );
         assert_eq!(c.password(), Some("pw"));
         // The target wins over the environment.
         let c = ConnInfo::resolve("postgresql://u@h/d", &e).unwrap();
-        assert_eq!((c.user.as_str(), c.host.as_str()), ("u", "h"));
+        assert_eq!((c.user.as_str(), c.hosts[0].host.as_str()), ("u", "h"));
         // Defaults: the OS user, and a database named after the user.
         let c = ConnInfo::resolve("host=h", &env(&[])).unwrap();
         assert_eq!((c.user.as_str(), c.dbname.as_str()), ("osuser", "osuser"));
@@ -646,18 +899,103 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let e = FakeEnv(HashMap::new(), Some(dir.clone()));
+        let pw = |c: &ConnInfo, i: usize| c.password_for(&c.hosts[i]).map(str::to_string);
         let c = ConnInfo::resolve("host=h user=u dbname=d", &e).unwrap();
-        assert_eq!(c.password(), Some("se:cret"));
+        assert_eq!(pw(&c, 0).as_deref(), Some("se:cret"));
         let c = ConnInfo::resolve("host=zz user=u", &e).unwrap();
-        assert_eq!(c.password(), Some("fallback"));
+        assert_eq!(pw(&c, 0).as_deref(), Some("fallback"));
+        // Each host of a list has its own entry, as libpq looks one up per host.
+        let c = ConnInfo::resolve("host=zz,h user=u dbname=d", &e).unwrap();
+        assert_eq!(pw(&c, 0).as_deref(), Some("fallback"));
+        assert_eq!(pw(&c, 1).as_deref(), Some("se:cret"));
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let c = ConnInfo::resolve("host=h user=u dbname=d", &e).unwrap();
-        assert_eq!(c.password(), None);
+        assert_eq!(pw(&c, 0), None);
         assert!(
             c.warnings[0].contains("group or world access"),
             "{:?}",
             c.warnings
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn hosts(c: &ConnInfo) -> Vec<(String, u16)> {
+        c.hosts.iter().map(|h| (h.host.clone(), h.port)).collect()
+    }
+
+    #[test]
+    fn multi_host_uri_and_keyword_lists() {
+        let c = ConnInfo::resolve("postgresql://u@h1:5433,h2:5432/db", &env(&[])).unwrap();
+        assert_eq!(hosts(&c), [("h1".into(), 5433), ("h2".into(), 5432)]);
+        assert_eq!(c.to_string(), "postgresql://u@h1:5433,h2:5432/db");
+        let c = ConnInfo::resolve("postgresql://u@h1,[::1]:7,h3/db", &env(&[])).unwrap();
+        assert_eq!(
+            hosts(&c),
+            [("h1".into(), 5432), ("::1".into(), 7), ("h3".into(), 5432)]
+        );
+        let c = ConnInfo::resolve("host=h1,h2 port=5432", &env(&[])).unwrap();
+        assert_eq!(hosts(&c), [("h1".into(), 5432), ("h2".into(), 5432)]);
+        let c = ConnInfo::resolve("host=h1,h2 port=1,2", &env(&[])).unwrap();
+        assert_eq!(hosts(&c), [("h1".into(), 1), ("h2".into(), 2)]);
+        let e = ConnInfo::resolve("host=h1,h2,h3 port=1,2", &env(&[])).unwrap_err();
+        assert!(
+            e.contains("could not match 2 port numbers to 3 hosts"),
+            "{e}"
+        );
+        let c = ConnInfo::resolve("host=a,b target_session_attrs=read-write", &env(&[])).unwrap();
+        assert_eq!(c.target_session_attrs, SessionAttrs::ReadWrite);
+        assert_eq!(c.pinned(1).hosts.len(), 1);
+        assert_eq!(c.pinned(1).hosts[0].host, "b");
+        assert!(ConnInfo::resolve("host=a target_session_attrs=fast", &env(&[])).is_err());
+    }
+
+    #[test]
+    fn bad_ports_are_usage_errors() {
+        let e = ConnInfo::resolve("postgresql://u@h:abc/db", &env(&[])).unwrap_err();
+        assert!(e.contains("invalid port `abc`"), "{e}");
+        assert!(ConnInfo::resolve("port=0", &env(&[])).is_err());
+    }
+
+    #[test]
+    fn session_variables_become_startup_options() {
+        let e = env(&[
+            ("PGOPTIONS", "-c search_path=s1"),
+            ("PGTZ", "Asia/Kolkata"),
+            ("PGDATESTYLE", "SQL, DMY"),
+        ]);
+        let c = ConnInfo::resolve("host=h", &e).unwrap();
+        assert_eq!(
+            c.options.as_deref(),
+            Some("-c search_path=s1 -c datestyle=SQL,\\ DMY -c timezone=Asia/Kolkata")
+        );
+        let c = ConnInfo::resolve("host=h options='-c geqo=off'", &env(&[("PGTZ", "default")]))
+            .unwrap();
+        assert_eq!(c.options.as_deref(), Some("-c geqo=off"));
+    }
+
+    #[test]
+    fn client_encodings_other_than_utf8_are_refused() {
+        for ok in ["UTF8", "utf-8", "unicode", "SQL_ASCII"] {
+            ConnInfo::resolve("host=h", &env(&[("PGCLIENTENCODING", ok)])).unwrap();
+        }
+        let e = ConnInfo::resolve("host=h", &env(&[("PGCLIENTENCODING", "LATIN1")])).unwrap_err();
+        assert!(
+            e.contains("LATIN1") && e.contains("PGCLIENTENCODING"),
+            "{e}"
+        );
+        assert!(ConnInfo::resolve("client_encoding=WIN1252", &env(&[])).is_err());
+    }
+
+    #[test]
+    fn connect_timeout_follows_libpq() {
+        let t = |v: &str| {
+            ConnInfo::resolve(&format!("host=h connect_timeout={v}"), &env(&[]))
+                .unwrap()
+                .connect_timeout
+        };
+        assert_eq!(
+            (t("0"), t("-3"), t("1"), t("10")),
+            (None, None, Some(2), Some(10))
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! - [`catalog`]: the target table's columns and the session settings conversion depends on;
 //! - [`stream`]: one connection's transaction of COPYs, committed only when the caller says so;
 //! - [`oracle`]: asking the server to convert a value sluice cannot parse itself;
+//! - [`watchdog`]: spotting two streams of one load waiting on each other;
 //! - [`cluster`]: a private PostgreSQL cluster in a directory, for tests and `sluice demo`.
 
 pub mod catalog;
@@ -16,3 +17,4 @@ pub mod connect;
 pub mod conninfo;
 pub mod oracle;
 pub mod stream;
+pub mod watchdog;

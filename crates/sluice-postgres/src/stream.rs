@@ -25,6 +25,8 @@ pub struct ServerError {
     pub record: Option<u64>,
     /// The column the server was converting, from the error's context.
     pub column: Option<String>,
+    /// The error's whole context (`CONTEXT:` lines), for the index and tuple it names.
+    pub context: Option<String>,
 }
 
 impl std::fmt::Display for ServerError {
@@ -52,24 +54,99 @@ impl ServerError {
                     sqlstate: db.code().code().to_string(),
                     record,
                     column,
+                    context: db.where_().map(str::to_string),
                 }
             }
             None => ServerError {
-                message: e.to_string(),
+                message: crate::connect::chain(e),
                 detail: None,
                 hint: None,
                 sqlstate: String::new(),
                 record: None,
                 column: None,
+                context: None,
             },
         }
     }
 
-    /// Whether the connection or server failed, as opposed to the data.
+    /// Whether the connection or server failed, as opposed to the data: connection errors,
+    /// an operator's shutdown or termination, and the session timeouts that end a connection.
+    /// A cancelled statement (57014) is not one: the connection is still there.
     pub fn is_connection(&self) -> bool {
         self.sqlstate.is_empty()
             || self.sqlstate.starts_with("08")
-            || self.sqlstate.starts_with("57")
+            || matches!(
+                self.sqlstate.as_str(),
+                "57P01" | "57P02" | "57P03" | "57P04" | "57P05" | "25P03"
+            )
+    }
+
+    /// A statement cancelled by `pg_cancel_backend`, a statement timeout or a lock timeout.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.sqlstate.as_str(), "57014" | "55P03")
+    }
+
+    /// The relation the error's context names (`... in relation "t_pkey"`): for a unique
+    /// check, the index.
+    pub fn context_relation(&self) -> Option<String> {
+        let ctx = self.context.as_deref()?;
+        let rest = ctx.split(" in relation \"").nth(1)?;
+        let mut name = String::new();
+        let mut chars = rest.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    name.push('"');
+                }
+                '"' => return Some(name),
+                c => name.push(c),
+            }
+        }
+        None
+    }
+
+    /// The heap tuple the context names (`tuple (12,3)`), as a `tid` literal.
+    pub fn context_tuple(&self) -> Option<String> {
+        let ctx = self.context.as_deref()?;
+        let i = ctx.find("tuple (")? + "tuple ".len();
+        let end = i + ctx[i..].find(')')? + 1;
+        Some(ctx[i..end].to_string())
+    }
+
+    /// The key a constraint error's DETAIL names: `Key (a, b)=(1, x) ...` gives the column
+    /// names and the values as the server prints them. Multi-column keys whose values contain
+    /// `, ` cannot be split unambiguously and give `None`.
+    pub fn detail_key(&self) -> Option<(Vec<String>, Vec<String>)> {
+        let d = self.detail.as_deref()?.strip_prefix("Key (")?;
+        let (cols, rest) = d.split_once(")=(")?;
+        let columns: Vec<String> = cols.split(", ").map(unquote_ident).collect();
+        // The values end at the last `)` before the sentence that follows them.
+        let end = [
+            ") already exists",
+            ") is not present",
+            ") is still referenced",
+            ") conflicts",
+        ]
+        .iter()
+        .filter_map(|m| rest.find(m))
+        .min()
+        .or_else(|| rest.rfind(')'))?;
+        let vals = &rest[..end];
+        let values: Vec<String> = if columns.len() == 1 {
+            vec![vals.to_string()]
+        } else {
+            vals.split(", ").map(str::to_string).collect()
+        };
+        (values.len() == columns.len()).then_some((columns, values))
+    }
+}
+
+/// `"My Col"` to `My Col`; plain names are returned as they are.
+fn unquote_ident(s: &str) -> String {
+    match s.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+        Some(inner) => inner.replace("\"\"", "\""),
+        None => s.to_string(),
     }
 }
 
@@ -92,13 +169,78 @@ fn parse_copy_context(ctx: &str) -> (Option<u64>, Option<String>) {
 /// One connection, inside one transaction.
 pub struct Stream {
     client: Client,
+    /// The backend's process id, for the watchdog.
+    pub pid: i32,
 }
 
+/// The savepoint taken before deferred checks fire, so that a conflict found by them leaves
+/// the stream's own rows readable for the message.
+const DEFERRED_SAVEPOINT: &str = "sluice_deferred_checks";
+
 impl Stream {
-    /// Connects and begins the transaction.
-    pub async fn open(info: &ConnInfo) -> Result<Stream, crate::connect::ConnectError> {
+    /// Connects to the server whose identity ([`crate::catalog::server_identity`]) is
+    /// `identity`: every connection of one load must reach the same server, and a multi-host
+    /// target could send a later one elsewhere.
+    pub async fn open(info: &ConnInfo, identity: &str) -> Result<Stream, StreamOpenError> {
         let client = crate::connect::connect(info).await?;
-        Ok(Stream { client })
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?
+            .get(0);
+        let here = crate::catalog::server_identity(&client)
+            .await
+            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
+        if here != identity {
+            return Err(StreamOpenError::OtherServer {
+                target: info.to_string(),
+            });
+        }
+        Ok(Stream { client, pid })
+    }
+
+    /// Fires every deferred constraint check now, under a savepoint, so that a check that
+    /// must wait on a sibling stream waits *before* the commit barrier, where the watchdog sees
+    /// it and every transaction can still roll back.
+    pub async fn fire_deferred_checks(&self) -> Result<(), ServerError> {
+        self.client
+            .batch_execute(&format!(
+                "SAVEPOINT {DEFERRED_SAVEPOINT}; SET CONSTRAINTS ALL IMMEDIATE"
+            ))
+            .await
+            .map_err(|e| ServerError::from_pg(&e))
+    }
+
+    /// After [`Stream::fire_deferred_checks`] failed: reads the key columns of the tuple the
+    /// error named (`tid`, in the table the index `index` belongs to), which only this
+    /// transaction can see. Returns the key's column names and text values.
+    pub async fn deferred_conflict_key(
+        &self,
+        index: &str,
+        tid: &str,
+    ) -> Option<(Vec<String>, Vec<Option<String>>)> {
+        self.client
+            .batch_execute(&format!("ROLLBACK TO SAVEPOINT {DEFERRED_SAVEPOINT}"))
+            .await
+            .ok()?;
+        let (table, columns) = crate::catalog::index_key(&self.client, index).await?;
+        let list: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{}::text", quote_ident(c)))
+            .collect();
+        let row = self
+            .client
+            .query_opt(
+                &format!(
+                    "SELECT {} FROM ONLY {table} WHERE ctid = $1::text::tid",
+                    list.join(", ")
+                ),
+                &[&tid],
+            )
+            .await
+            .ok()??;
+        let values = (0..columns.len()).map(|i| row.get(i)).collect();
+        Some((columns, values))
     }
 
     pub async fn begin(&self) -> Result<(), ServerError> {
@@ -151,6 +293,20 @@ impl Stream {
     }
 }
 
+/// Why a stream could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamOpenError {
+    #[error(transparent)]
+    Connect(#[from] crate::connect::ConnectError),
+    #[error("{0}")]
+    Server(ServerError),
+    #[error(
+        "a connection to {target} reached a different server than the load's first connection \
+         (a multi-host target?): sluice does not split one load across servers; name one host"
+    )]
+    OtherServer { target: String },
+}
+
 /// An open COPY. Dropping it without `finish` aborts the COPY.
 pub struct CopyWriter {
     sink: Pin<Box<CopyInSink<Bytes>>>,
@@ -191,5 +347,50 @@ mod tests {
             (Some(12), None)
         );
         assert_eq!(parse_copy_context("SQL function"), (None, None));
+    }
+
+    fn error(detail: Option<&str>, context: Option<&str>) -> ServerError {
+        ServerError {
+            message: String::new(),
+            detail: detail.map(str::to_string),
+            hint: None,
+            sqlstate: "23505".into(),
+            record: None,
+            column: None,
+            context: context.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn keys_indexes_and_tuples_are_read_from_errors() {
+        let e = error(Some("Key (id)=(50000) already exists."), None);
+        assert_eq!(
+            e.detail_key(),
+            Some((vec!["id".into()], vec!["50000".into()]))
+        );
+        let e = error(
+            Some("Key (a, \"My B\")=(1, x y) is not present in table \"p\"."),
+            None,
+        );
+        assert_eq!(
+            e.detail_key(),
+            Some((
+                vec!["a".into(), "My B".into()],
+                vec!["1".into(), "x y".into()]
+            ))
+        );
+        let e = error(Some("Key (t)=(a, b) already exists."), None);
+        assert_eq!(
+            e.detail_key(),
+            Some((vec!["t".into()], vec!["a, b".into()]))
+        );
+        let e = error(
+            None,
+            Some(
+                "while inserting index tuple (443,3) in relation \"pk \"\"x\"\"\"\nCOPY pk, line 3",
+            ),
+        );
+        assert_eq!(e.context_relation().as_deref(), Some("pk \"x\""));
+        assert_eq!(e.context_tuple().as_deref(), Some("(443,3)"));
     }
 }

@@ -32,6 +32,12 @@ fn environment_names_server() -> bool {
         .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
 }
 
+/// A target string or environment that does not parse (a usage error, not a failure to
+/// connect).
+#[derive(Debug, thiserror::Error)]
+#[error("bad connection target: {0}")]
+pub struct BadTarget(pub String);
+
 /// Where a command connects.
 pub struct Target {
     pub info: ConnInfo,
@@ -47,8 +53,8 @@ pub fn resolve(
         .map(str::to_string)
         .or_else(|| std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()));
     if explicit.is_some() || environment_names_server() {
-        let info = ConnInfo::resolve(explicit.as_deref().unwrap_or(""), &ProcessEnv)
-            .map_err(|e| anyhow::anyhow!("bad connection target: {e}"))?;
+        let info =
+            ConnInfo::resolve(explicit.as_deref().unwrap_or(""), &ProcessEnv).map_err(BadTarget)?;
         for w in &info.warnings {
             eprintln!("warning: {w}");
         }

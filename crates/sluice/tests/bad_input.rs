@@ -160,6 +160,8 @@ fn too_few_fields() {
         &[
             "line 3",
             "column code (character varying(3))",
+            // The row itself, as psql shows it (issue 7).
+            "row \"3,3.50,2024-01-03\"",
             "missing data: 3 fields where the table takes 6",
         ],
     );
@@ -170,12 +172,20 @@ fn too_many_fields() {
     let (_, e) = reject("too_many_fields.csv", &[]);
     assert_has(
         &e,
-        &["line 3", "extra data: 7 fields where the table takes 6"],
+        &[
+            "line 3",
+            "row \"3,3.50,2024-01-03,ghi,ef,bad,extra\"",
+            "extra data: 7 fields where the table takes 6",
+        ],
     );
     let (_, e) = reject("too_many_fields.tbl", &[]);
     assert_has(
         &e,
-        &["line 3", "extra data: 7 fields where the table takes 6"],
+        &[
+            "line 3",
+            "row \"3|3.50|2024-01-03|ghi|ef|bad|extra|\"",
+            "extra data: 7 fields where the table takes 6",
+        ],
     );
 }
 

@@ -317,7 +317,7 @@ fn quoted_names_options_and_column_lists() {
         "NULL",
         "--header",
         "--columns",
-        "ID,Weird Col",
+        r#""ID", "Weird Col""#,
         file.to_str().unwrap(),
     ]);
     d.psql_copy(

@@ -5,11 +5,11 @@ use crate::load::plan::{
     detect_line_ending, format_for, read_head, split_file, table_from_file_name, Chunk,
     Compression, Input, InputSource, Plan, TablePlan,
 };
-use crate::load::{execute, LoadError, RunOptions};
+use crate::load::{execute, Destination, LoadError, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
 use sluice_core::dialect::{Dialect, Format};
-use sluice_postgres::catalog::{describe_table, session, CatalogError};
+use sluice_postgres::catalog::{describe_table, server_identity, session, CatalogError};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -63,8 +63,10 @@ pub struct LoadArgs {
     pub null: Option<String>,
 
     /// The table columns the fields map to, in order, when not all columns in table order.
-    #[arg(long, value_delimiter = ',', value_name = "A,B,C")]
-    pub columns: Option<Vec<String>>,
+    /// SQL identifiers, as in `psql \copy t(a,b)`: unquoted names fold to lower case,
+    /// `"Quoted"` names keep case, spaces and commas (`--columns 'id,"My Col"'`).
+    #[arg(long, value_name = "A,B,C")]
+    pub columns: Option<String>,
 
     /// Parallel connections. Default: this machine's cores, at least 2 and at most 8, never
     /// more than the chunks to load or the server's free connection slots.
@@ -118,6 +120,74 @@ impl LoadArgs {
             quiet: true,
             report_json: None,
             pg_dir: None,
+        }
+    }
+}
+
+/// Parses a column list with SQL's identifier rules, as the server parses `COPY t (a, "B")`:
+/// unquoted names fold ASCII letters to lower case, double-quoted names are taken as they are
+/// (`""` for a quote), and names longer than 63 bytes are cut, as PostgreSQL cuts them.
+pub fn parse_column_list(list: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    let mut chars = list.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut name = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => return Err(format!("unterminated quoted name in --columns `{list}`")),
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        name.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => name.push(c),
+                }
+            }
+            if name.is_empty() {
+                return Err(format!("an empty quoted name (\"\") in --columns `{list}`"));
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' || c.is_whitespace() {
+                    break;
+                }
+                if c == '"' {
+                    return Err(format!(
+                        "a quote inside a name in --columns `{list}`: quote the whole name"
+                    ));
+                }
+                name.push(c.to_ascii_lowercase());
+                chars.next();
+            }
+            if name.is_empty() {
+                return Err(format!("an empty column name in --columns `{list}`"));
+            }
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if name.len() > 63 {
+            let mut cut = 63;
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            name.truncate(cut);
+        }
+        names.push(name);
+        match chars.next() {
+            None => return Ok(names),
+            Some(',') => {}
+            Some(c) => {
+                return Err(format!(
+                    "unexpected `{c}` after column \"{}\" in --columns `{list}`",
+                    names.last().map_or("", |n| n.as_str())
+                ))
+            }
         }
     }
 }
@@ -235,19 +305,35 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             }),
         })
         .collect::<Result<Vec<String>, LoadError>>()?;
-    let target = target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet)
-        .map_err(|e| LoadError::Connect(format!("{e:#}")))?;
+    let columns = args
+        .columns
+        .as_deref()
+        .map(parse_column_list)
+        .transpose()
+        .map_err(LoadError::Usage)?;
+    let target =
+        target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet).map_err(|e| {
+            match e.downcast_ref::<target::BadTarget>() {
+                Some(_) => LoadError::Usage(format!("{e:#}")),
+                None => LoadError::Connect(format!("{e:#}")),
+            }
+        })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .thread_name("sluice-net")
         .build()
         .map_err(|e| LoadError::Io(format!("cannot start the runtime: {e}")))?;
-    let info = target.info.clone();
-    let (sess, free_slots, described) = rt.block_on(async {
-        let client = sluice_postgres::connect::connect(&info)
+    let (info, identity, sess, free_slots, described) = rt.block_on(async {
+        let connected = sluice_postgres::connect::connect_host(&target.info)
             .await
             .map_err(|e| LoadError::Connect(e.to_string()))?;
+        // Every later connection of this load goes to the host the first one reached.
+        let info = target.info.pinned(connected.host);
+        let client = connected.client;
+        let identity = server_identity(&client)
+            .await
+            .map_err(|e| LoadError::Server(e.to_string()))?;
         let sess = session(&client)
             .await
             .map_err(|e| LoadError::Server(e.to_string()))?;
@@ -272,7 +358,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             })?;
             described.push((name.clone(), table));
         }
-        Ok::<_, LoadError>((sess, free, described))
+        Ok::<_, LoadError>((info, identity, sess, free, described))
     })?;
     if sess.server_encoding != "UTF8" && sess.server_encoding != "SQL_ASCII" {
         return Err(LoadError::Usage(format!(
@@ -283,7 +369,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     let mut tables: Vec<TablePlan> = Vec::new();
     for (_, table) in &described {
         let columns = table
-            .select_columns(args.columns.as_deref())
+            .select_columns(columns.as_deref())
             .map_err(LoadError::Usage)?;
         let binary = columns.iter().all(|c| c.ty.client_converted());
         tables.push(TablePlan {
@@ -365,8 +451,10 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         c.id = id;
     }
     let mut jobs = jobs_wanted.min(chunks.len().max(1));
-    if !args.dry_run && free_slots < jobs as i64 {
-        let slots = free_slots.max(1) as usize;
+    // Two or more streams also need the watchdog's connection.
+    let needed = if jobs > 1 { jobs as i64 + 1 } else { 1 };
+    if !args.dry_run && free_slots < needed {
+        let slots = (free_slots - 1).max(1) as usize;
         eprintln!("warning: the server has {free_slots} free connection slots; using {slots} jobs");
         jobs = slots;
     }
@@ -403,7 +491,12 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         counters.clone(),
         if args.dry_run { "checking" } else { "loading" },
     );
-    let outcome = execute(&plan, &opts, &info, rt.handle(), &counters);
+    let dest = Destination {
+        info: &info,
+        identity: &identity,
+    };
+    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
+    let outcome = execute(&plan, &opts, &dest, rt.handle(), &counters, warn);
     drop(display);
     let outcome = outcome?;
     Ok(report::build(
@@ -419,6 +512,24 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_lists_follow_sql_identifier_rules() {
+        let p = |s: &str| parse_column_list(s);
+        assert_eq!(p("ID,v").unwrap(), ["id", "v"]);
+        assert_eq!(p(" a , B ").unwrap(), ["a", "b"]);
+        assert_eq!(
+            p("\"Ünï \"\"q\"\"\",\"my col\"").unwrap(),
+            ["Ünï \"q\"", "my col"]
+        );
+        assert_eq!(p("\"a,b\",\"ColA\"").unwrap(), ["a,b", "ColA"]);
+        // Only ASCII letters fold, as in a UTF8 database.
+        assert_eq!(p("ÄB").unwrap(), ["Äb"]);
+        assert_eq!(p(&"x".repeat(70)).unwrap(), ["x".repeat(63)]);
+        for bad in ["", "a,,b", "a,", "\"open", "a b", "x\"y\"", "\"\""] {
+            assert!(p(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
 
     #[test]
     fn sizes() {

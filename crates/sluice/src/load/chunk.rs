@@ -77,6 +77,8 @@ struct Position {
     line: u64,
     /// Absolute byte offset in the (decompressed) input.
     offset: u64,
+    /// Absolute offset just past the record (its line terminator included).
+    end: u64,
 }
 
 /// What both walkers keep while they go: the line count, whether the header is still to be
@@ -100,10 +102,11 @@ impl<'a> LineTracker<'a> {
 
     /// Accounts for a record at `offset` spanning `lines` line ends: its position, or `None`
     /// when it is the header.
-    fn record(&mut self, offset: u64, lines: u32) -> Option<Position> {
+    fn record(&mut self, offset: u64, end: u64, lines: u32) -> Option<Position> {
         let pos = Position {
             line: self.line,
             offset,
+            end,
         };
         self.line += u64::from(lines);
         if std::mem::take(&mut self.header) {
@@ -209,7 +212,9 @@ fn walk_mapped(
                 .map_err(|e| lines_seen.syntax(e, base))?;
             match step {
                 Step::Record { end, lines } => {
-                    if let Some(here) = lines_seen.record(base + at as u64, lines) {
+                    if let Some(here) =
+                        lines_seen.record(base + at as u64, base + end as u64, lines)
+                    {
                         if !visit(&fields, slice, base, here)? {
                             return Ok((pos + end) as u64);
                         }
@@ -303,7 +308,9 @@ fn walk_blocks(
                         break;
                     }
                     Step::Record { end, lines } => {
-                        if let Some(here) = lines_seen.record(tail_base, lines) {
+                        if let Some(here) =
+                            lines_seen.record(tail_base, tail_base + end as u64, lines)
+                        {
                             if !visit(&fields, &stitch, tail_base, here)? {
                                 return Ok(base - chunk.start);
                             }
@@ -332,7 +339,9 @@ fn walk_blocks(
                 .map_err(|e| lines_seen.syntax(e, base))?
             {
                 Step::Record { end, lines } => {
-                    if let Some(here) = lines_seen.record(base + pos as u64, lines) {
+                    if let Some(here) =
+                        lines_seen.record(base + pos as u64, base + end as u64, lines)
+                    {
                         if !visit(&fields, &block, base, here)? {
                             return Ok(base - chunk.start);
                         }
@@ -358,7 +367,8 @@ fn walk_blocks(
     Ok(base - chunk.start)
 }
 
-/// Turns a converter error into an input error with the record's position.
+/// Turns a converter error into an input error with the record's position. `record` is the
+/// record's raw bytes, shown (as psql shows the line) when the field count is wrong.
 fn record_error(
     plan: &Plan,
     chunk: &Chunk,
@@ -366,6 +376,7 @@ fn record_error(
     e: RecordError,
     pos: Position,
     field_offset: Option<u64>,
+    record: &[u8],
 ) -> LoadError {
     let input = &plan.inputs[chunk.input];
     let mut err = InputError::new(&input.display, String::new());
@@ -374,6 +385,22 @@ fn record_error(
     let col = e.column.map(|i| &converter.columns()[i]);
     err.column = col.map(|c| format!("{} ({})", c.name, c.type_name));
     err.value = e.value;
+    if matches!(e.kind, RecordErrorKind::FieldCount { .. }) {
+        let nl = input.dialect.line_ending.terminator();
+        let mut line = record;
+        while let [rest @ .., last] = line {
+            if *last == nl || *last == b'\r' {
+                line = rest;
+            } else {
+                break;
+            }
+        }
+        if !matches!(e.kind, RecordErrorKind::FieldCount { expected, found } if found < expected) {
+            err.column = None;
+        }
+        err.value = None;
+        err.row = Some(line.to_vec());
+    }
     err.reason = match e.kind {
         RecordErrorKind::FieldCount { expected, found } if found < expected => format!(
             "missing data: {found} fields where the table takes {expected}; the next column is {}",
@@ -435,7 +462,18 @@ pub fn convert_chunk(
                 .filter(|&i| i < fields.len())
                 .and_then(|i| fields.input_offset(i))
                 .map(|o| data_base + o as u64);
-            return Err(record_error(plan, chunk, converter, e, pos, field_offset));
+            let from = (pos.offset - data_base) as usize;
+            let to = ((pos.end - data_base) as usize).min(data.len());
+            let record = data.get(from..to).unwrap_or_default();
+            return Err(record_error(
+                plan,
+                chunk,
+                converter,
+                e,
+                pos,
+                field_offset,
+                record,
+            ));
         }
         records += 1;
         if out.len() >= copy_buffer {
@@ -473,25 +511,103 @@ pub fn convert_chunk(
 }
 
 /// Finds record `n` (1-based, as COPY counts data rows) of a chunk, for a server error: its
-/// position and the value of `column` if named.
+/// position and the values of `columns` (NULL as `None`).
 pub fn locate_record(
     plan: &Plan,
     chunk: &Chunk,
     n: u64,
-    column: Option<usize>,
-) -> Option<(u64, u64, Option<Vec<u8>>)> {
+    columns: &[usize],
+) -> Option<(Found, Vec<Option<Vec<u8>>>)> {
     let mut seen = 0u64;
     let mut found = None;
     let _ = walk_records(plan, chunk, None, |fields, data, _, pos| {
         seen += 1;
         if seen == n {
-            let value = column
-                .filter(|&i| i < fields.len())
-                .and_then(|i| fields.get(i, data).map(<[u8]>::to_vec));
-            found = Some((pos.line, pos.offset, value));
+            let values = columns
+                .iter()
+                .map(|&i| {
+                    (i < fields.len())
+                        .then(|| fields.get(i, data).map(<[u8]>::to_vec))
+                        .flatten()
+                })
+                .collect();
+            let at = Found {
+                line: pos.line,
+                offset: pos.offset,
+            };
+            found = Some((at, values));
             return Ok(false);
         }
         Ok(true)
+    });
+    found
+}
+
+/// Where a record was found: chunk-relative line and absolute byte offset.
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    pub line: u64,
+    pub offset: u64,
+}
+
+/// A key to look for in the input: for each key column, its index among the converter's
+/// columns, the value as the server printed it, and that value's binary form when sluice can
+/// convert it (so `1.50` in the input matches `1.5` from the server).
+pub struct KeyProbe {
+    pub columns: Vec<usize>,
+    pub text: Vec<Vec<u8>>,
+    pub encoded: Vec<Option<Vec<u8>>>,
+}
+
+impl KeyProbe {
+    pub fn new(converter: &mut Converter, columns: Vec<usize>, text: Vec<Vec<u8>>) -> KeyProbe {
+        let encoded = columns
+            .iter()
+            .zip(&text)
+            .map(|(&c, t)| converter.encode_field(c, t))
+            .collect();
+        KeyProbe {
+            columns,
+            text,
+            encoded,
+        }
+    }
+
+    fn matches(&self, converter: &mut Converter, fields: &Fields, data: &[u8]) -> bool {
+        self.columns.iter().enumerate().all(|(k, &c)| {
+            let Some(raw) = (c < fields.len()).then(|| fields.get(c, data)).flatten() else {
+                return false;
+            };
+            raw == self.text[k].as_slice()
+                || self.encoded[k]
+                    .as_ref()
+                    .is_some_and(|e| converter.encode_field(c, raw).as_ref() == Some(e))
+        })
+    }
+}
+
+/// Finds up to `limit` records of a chunk whose key equals `probe`, giving up at `deadline`
+/// (this runs only on the error path, and must not turn an error into a hang).
+pub fn find_key(
+    plan: &Plan,
+    chunk: &Chunk,
+    converter: &mut Converter,
+    probe: &KeyProbe,
+    limit: usize,
+    deadline: std::time::Instant,
+) -> Vec<Found> {
+    let mut found = Vec::new();
+    let _ = walk_records(plan, chunk, None, |fields, data, _, pos| {
+        if probe.matches(converter, fields, data) {
+            found.push(Found {
+                line: pos.line,
+                offset: pos.offset,
+            });
+            if found.len() >= limit {
+                return Ok(false);
+            }
+        }
+        Ok(std::time::Instant::now() < deadline)
     });
     found
 }

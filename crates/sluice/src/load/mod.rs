@@ -7,19 +7,28 @@
 //! back; only when every stream has finished cleanly are they committed, back to back. The
 //! guarantee and its one window (a crash between the first and last COMMIT) are documented in
 //! the README.
+//!
+//! Two streams can wait on each other across the barrier (a key both insert: the later insert
+//! waits for the earlier transaction, which waits at the barrier). So before a stream reaches
+//! the barrier it fires its deferred constraint checks, and while any stream runs, a watchdog
+//! ([`sluice_postgres::watchdog`]) cancels a stream that waits on a sibling; the error then
+//! names the key and both rows ([`conflict`]). Nothing is committed in that case.
 
 pub mod chunk;
+pub mod conflict;
 pub mod plan;
 pub mod source;
 
 use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
+use conflict::{sibling_conflict, KeySearch, NamedKey};
 use plan::{Chunk, Plan};
 use sluice_core::convert::{Converter, ServerConvert};
 use sluice_core::datetime::SessionZone;
 use sluice_core::error::InputError;
 use sluice_postgres::conninfo::ConnInfo;
 use sluice_postgres::oracle::Oracle;
-use sluice_postgres::stream::{ServerError, Stream};
+use sluice_postgres::stream::{ServerError, Stream, StreamOpenError};
+use sluice_postgres::watchdog::Watchdog;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,38 +122,26 @@ pub struct RunOutcome {
     pub server_conversions: u64,
 }
 
-fn server_error(plan: &Plan, chunk: &Chunk, e: ServerError) -> LoadError {
+/// Words a server error that is not about one row: what happened, without blaming the
+/// connection for a cancelled statement.
+fn server_failure(e: &ServerError, stream: usize) -> LoadError {
     if e.is_connection() {
-        return LoadError::Server(format!("the connection failed: {e}"));
+        return LoadError::Server(format!("stream {} lost its connection: {e}", stream + 1));
     }
-    let Some(n) = e.record else {
-        return LoadError::Server(e.to_string());
-    };
-    let input = &plan.inputs[chunk.input];
-    let table = &plan.tables[input.table];
-    let col_idx = e
-        .column
-        .as_ref()
-        .and_then(|c| table.columns.iter().position(|col| &col.name == c));
-    let mut err = InputError::new(&input.display, format!("rejected by the server: {e}"));
-    err.column = col_idx.map(|i| {
-        let c = &table.columns[i];
-        format!("{} ({})", c.name, c.type_name)
-    });
-    match locate_record(plan, chunk, n, col_idx) {
-        Some((line, offset, value)) => {
-            err.line = Some(line);
-            err.offset = Some(offset);
-            err.value = value;
-        }
-        None => err.reason.push_str(&format!(" (record {n} of this input)")),
+    if e.is_cancelled() {
+        return LoadError::Server(format!(
+            "stream {}'s statement was cancelled by the server: {e}. sluice sets \
+             statement_timeout and lock_timeout to 0 for its own sessions, so another session \
+             or an administrator cancelled it (pg_cancel_backend)",
+            stream + 1
+        ));
     }
-    LoadError::Input(Box::new(err))
+    LoadError::Server(e.to_string())
 }
 
-/// Turns a chunk-relative line into a line of the whole file by counting line ends before the
+/// Turns a chunk-relative line into a line of the whole file/// Turns a chunk-relative line into a line of the whole file by counting line ends before the
 /// chunk (only on the error path).
-fn absolute_line(plan: &Plan, chunk: &Chunk, err: &mut InputError) {
+pub(crate) fn absolute_line(plan: &Plan, chunk: &Chunk, err: &mut InputError) {
     let (Some(line), true) = (err.line, chunk.start > 0) else {
         return;
     };
@@ -176,28 +173,314 @@ struct RunContext<'a> {
     rt: &'a Handle,
     opts: &'a RunOptions,
     abort: &'a AtomicBool,
+    info: &'a ConnInfo,
+    zone: &'a SessionZone,
+    watchdog: Option<&'a Watchdog>,
+    /// The chunks each stream has taken, to find the rows behind a key on the error path.
+    taken: &'a Mutex<Vec<Vec<usize>>>,
+}
+
+impl RunContext<'_> {
+    fn chunks_of(&self, stream: usize) -> Vec<&Chunk> {
+        let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        taken
+            .get(stream)
+            .map(|ids| ids.iter().map(|&i| &self.plan.chunks[i]).collect())
+            .unwrap_or_default()
+    }
+
+    fn files_of(&self, stream: usize) -> Vec<String> {
+        let mut files: Vec<String> = Vec::new();
+        for c in self.chunks_of(stream) {
+            let f = &self.plan.inputs[c.input].display;
+            if !files.contains(f) {
+                files.push(f.clone());
+            }
+        }
+        files
+    }
+
+    /// The key columns of an index, from the catalog, on a side connection (error path only).
+    fn index_columns(&self, index: &str) -> Option<Vec<String>> {
+        self.rt.block_on(async {
+            let client = sluice_postgres::connect::connect(self.info).await.ok()?;
+            sluice_postgres::catalog::index_key(&client, index)
+                .await
+                .map(|(_, cols)| cols)
+        })
+    }
+
+    /// The stream a deadlock report names as the other side, when it is one of ours.
+    fn deadlock_partner(&self, e: &ServerError, stream: usize) -> Option<usize> {
+        let (wd, detail) = (self.watchdog?, e.detail.as_deref()?);
+        detail
+            .split("process ")
+            .skip(1)
+            .filter_map(|rest| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
+            .filter_map(|pid| wd.stream_of(pid))
+            .find(|&s| s != stream)
+    }
+
+    /// The stream this one waited on, when the watchdog cancelled it for a conflict (or the
+    /// server's deadlock detector named a sibling first).
+    fn sibling_blocker(&self, e: &ServerError, stream: usize) -> Option<usize> {
+        if e.sqlstate == "40P01" {
+            return self.deadlock_partner(e, stream);
+        }
+        if !e.is_cancelled() {
+            return None;
+        }
+        self.watchdog?.conflict_for(stream).map(|c| c.blocker)
+    }
+
+    /// Maps a server error during a chunk's COPY to the row it names.
+    fn copy_error(&self, stream: usize, chunk: &Chunk, e: ServerError) -> LoadError {
+        if let Some(blocker) = self.sibling_blocker(&e, stream) {
+            return self.copy_conflict(stream, blocker, chunk, &e);
+        }
+        if e.is_connection() || e.is_cancelled() {
+            return server_failure(&e, stream);
+        }
+        let plan = self.plan;
+        let input = &plan.inputs[chunk.input];
+        if e.record.is_none() {
+            // A check that runs after the COPY's last row (a foreign key): find the row by key.
+            if let Some(err) = self.keyed_error(&e, &[chunk], chunk) {
+                return err;
+            }
+            return LoadError::Server(format!("{} (while loading {})", e, input.display));
+        }
+        let n = e.record.unwrap_or_default();
+        let table = &plan.tables[input.table];
+        let col_idx = e
+            .column
+            .as_ref()
+            .and_then(|c| table.columns.iter().position(|col| &col.name == c));
+        let mut err = InputError::new(&input.display, format!("rejected by the server: {e}"));
+        err.column = col_idx.map(|i| {
+            let c = &table.columns[i];
+            format!("{} ({})", c.name, c.type_name)
+        });
+        let cols: Vec<usize> = col_idx.into_iter().collect();
+        match locate_record(plan, chunk, n, &cols) {
+            Some((at, values)) => {
+                err.line = Some(at.line);
+                err.offset = Some(at.offset);
+                err.value = values.into_iter().next().flatten();
+                absolute_line(plan, chunk, &mut err);
+                if e.sqlstate == "23505" {
+                    let mine = self.chunks_of(stream);
+                    if let Some(first) = self.earlier_duplicate(&e, &mine, chunk, at) {
+                        err.reason
+                            .push_str(&format!("; the same key is in {first}"));
+                    }
+                }
+            }
+            None => err.reason.push_str(&format!(" (record {n} of this input)")),
+        }
+        LoadError::Input(Box::new(err))
+    }
+
+    /// For a unique violation inside one stream: where the key first appeared in the stream's
+    /// chunks, when that is not the rejected row itself (else it was in the table already).
+    fn earlier_duplicate(
+        &self,
+        e: &ServerError,
+        chunks: &[&Chunk],
+        chunk: &Chunk,
+        at: chunk::Found,
+    ) -> Option<String> {
+        let (columns, values) = e.detail_key()?;
+        let key = NamedKey {
+            table: self.plan.inputs[chunk.input].table,
+            columns,
+            values: values.into_iter().map(Some).collect(),
+        };
+        let search = KeySearch::new(self.plan, self.zone);
+        let first = search.find(&key, chunks)?;
+        let same = first.chunk == chunk.id && first.at.offset == at.offset;
+        (!same).then(|| search.describe(&first))
+    }
+
+    /// A constraint error whose DETAIL names a key (unique, foreign key, exclusion): the row
+    /// with that key among `chunks`, and a message that says what is wrong with it.
+    fn keyed_error(
+        &self,
+        e: &ServerError,
+        chunks: &[&Chunk],
+        fallback: &Chunk,
+    ) -> Option<LoadError> {
+        let (columns, values) = e.detail_key()?;
+        let plan = self.plan;
+        let table = chunks
+            .iter()
+            .map(|c| plan.inputs[c.input].table)
+            .find(|&t| {
+                columns
+                    .iter()
+                    .all(|k| plan.tables[t].columns.iter().any(|c| &c.name == k))
+            })?;
+        let key = NamedKey {
+            table,
+            columns,
+            values: values.into_iter().map(Some).collect(),
+        };
+        let search = KeySearch::new(plan, self.zone);
+        // A duplicate inside one stream's rows (a deferred unique check): the later row is the
+        // bad one, the earlier is named beside it.
+        let mut rows = search.find_n(&key, chunks, 2).into_iter();
+        let (earlier, row) = match (e.sqlstate == "23505", rows.next(), rows.next()) {
+            (true, Some(first), Some(second)) => (Some(first), Some(second)),
+            (_, first, _) => (None, first),
+        };
+        let mut reason = format!("rejected by the server: {}", e.message);
+        if let Some(d) = &e.detail {
+            reason.push_str(&format!(" ({})", d.trim_end_matches('.')));
+        }
+        if let Some(first) = &earlier {
+            reason.push_str(&format!("; the same key is in {}", search.describe(first)));
+        }
+        if e.sqlstate == "23503" {
+            if let Some(parent) = referenced_table(e) {
+                if plan.tables.iter().any(|t| t.table.name == parent) {
+                    reason.push_str(&format!(
+                        ". The parent table {parent} is loaded by this same command: its rows are \
+                         not visible to this check until they commit (another stream, or a later \
+                         chunk), so the row may be good. Load {parent} first, in its own command"
+                    ));
+                }
+            }
+        }
+        Some(search.input_error(&key, row.as_ref(), fallback, reason))
+    }
+
+    /// A COPY the watchdog cancelled because it waited on a sibling stream.
+    fn copy_conflict(
+        &self,
+        stream: usize,
+        blocker: usize,
+        chunk: &Chunk,
+        e: &ServerError,
+    ) -> LoadError {
+        let search = KeySearch::new(self.plan, self.zone);
+        let index = e.context_relation();
+        let located = index
+            .as_deref()
+            .and_then(|i| self.index_columns(i))
+            .zip(e.record)
+            .and_then(|(cols, n)| search.key_at(chunk, n, &cols));
+        let Some((key, at)) = located else {
+            return self.unnamed_conflict(stream, blocker, index.as_deref());
+        };
+        let waiter = conflict::Row {
+            chunk: chunk.id,
+            at,
+        };
+        let other = search.find(&key, &self.chunks_of(blocker));
+        sibling_conflict(
+            &search,
+            &key,
+            index.as_deref(),
+            Some(&waiter),
+            other.as_ref(),
+            chunk,
+            &self.files_of(blocker),
+        )
+    }
+
+    /// A deferred check, fired before the barrier, failed: a sibling conflict (the key read
+    /// back from this stream's own transaction), or a key the DETAIL names.
+    fn deferred_error(&self, stream: usize, s: &Stream, e: ServerError) -> LoadError {
+        let mine = self.chunks_of(stream);
+        let Some(first) = mine.first().copied() else {
+            return server_failure(&e, stream);
+        };
+        let Some(blocker) = self.sibling_blocker(&e, stream) else {
+            if e.is_connection() || e.is_cancelled() {
+                return server_failure(&e, stream);
+            }
+            return self.keyed_error(&e, &mine, first).unwrap_or_else(|| {
+                LoadError::Server(format!("a deferred constraint check failed: {e}"))
+            });
+        };
+        let index = e.context_relation();
+        let read = match (index.as_deref(), e.context_tuple()) {
+            (Some(i), Some(tid)) => self.rt.block_on(s.deferred_conflict_key(i, &tid)),
+            _ => None,
+        };
+        let key = read.and_then(|(columns, values)| {
+            let plan = self.plan;
+            let table = mine.iter().map(|c| plan.inputs[c.input].table).find(|&t| {
+                columns
+                    .iter()
+                    .all(|k| plan.tables[t].columns.iter().any(|c| &c.name == k))
+            })?;
+            Some(NamedKey {
+                table,
+                columns,
+                values,
+            })
+        });
+        let Some(key) = key else {
+            return self.unnamed_conflict(stream, blocker, index.as_deref());
+        };
+        let search = KeySearch::new(self.plan, self.zone);
+        let waiter = search.find(&key, &mine);
+        let other = search.find(&key, &self.chunks_of(blocker));
+        sibling_conflict(
+            &search,
+            &key,
+            index.as_deref(),
+            waiter.as_ref(),
+            other.as_ref(),
+            first,
+            &self.files_of(blocker),
+        )
+    }
+
+    /// A sibling conflict whose key could not be read: name the streams' inputs.
+    fn unnamed_conflict(&self, stream: usize, blocker: usize, index: Option<&str>) -> LoadError {
+        let mut err = InputError::new(
+            self.files_of(stream).join(", "),
+            format!(
+                "a key{} is in the rows of two streams of this load (the other read {}). \
+                 Streams cannot see each other's rows before they commit, so the server would \
+                 have waited forever; sluice stopped the load",
+                index.map_or(String::new(), |i| format!(" of index \"{i}\"")),
+                self.files_of(blocker).join(", ")
+            ),
+        );
+        err.line = None;
+        LoadError::Input(Box::new(err))
+    }
+}
+
+/// The table a foreign-key DETAIL names: `... is not present in table "parent".`
+fn referenced_table(e: &ServerError) -> Option<String> {
+    let d = e.detail.as_deref()?;
+    let rest = d.split(" in table \"").nth(1)?;
+    Some(rest.split('"').next()?.to_string())
 }
 
 /// Runs one chunk on a stream (or on none, for a dry run).
 fn run_chunk(
     ctx: &RunContext<'_>,
+    n: usize,
     chunk: &Chunk,
     stream: Option<&Stream>,
     converter: &mut Converter,
     oracle: &mut Oracle,
     counters: &Counters,
 ) -> Result<ChunkOutcome, LoadError> {
-    let RunContext {
-        plan,
-        rt,
-        opts,
-        abort,
-    } = *ctx;
+    let (plan, rt, opts, abort) = (ctx.plan, ctx.rt, ctx.opts, ctx.abort);
     let table = &plan.tables[plan.inputs[chunk.input].table];
     let mut writer = match stream {
         Some(s) => Some(
             rt.block_on(s.copy_in(&table.table, &table.columns, table.binary))
-                .map_err(|e| server_error(plan, chunk, e))?,
+                .map_err(|e| ctx.copy_error(n, chunk, e))?,
         ),
         None => None,
     };
@@ -229,7 +512,7 @@ fn run_chunk(
                 Some(w) => rt.block_on(w.finish()).err().unwrap_or(send_err),
                 None => send_err,
             };
-            return Err(server_error(plan, chunk, e));
+            return Err(ctx.copy_error(n, chunk, e));
         }
         (Err(LoadError::Input(mut e)), None) => {
             absolute_line(plan, chunk, &mut e);
@@ -240,7 +523,7 @@ fn run_chunk(
     if let Some(w) = writer {
         let rows = rt
             .block_on(w.finish())
-            .map_err(|e| server_error(plan, chunk, e))?;
+            .map_err(|e| ctx.copy_error(n, chunk, e))?;
         if rows != outcome.records {
             return Err(LoadError::Server(format!(
                 "the server stored {rows} rows from {} where sluice sent {}",
@@ -251,14 +534,24 @@ fn run_chunk(
     Ok(outcome)
 }
 
-/// Runs a plan on `jobs` streams and commits all of them, or none.
+/// Where a load goes: the connection (pinned to one host) and that server's identity, which
+/// every stream checks.
+pub struct Destination<'a> {
+    pub info: &'a ConnInfo,
+    pub identity: &'a str,
+}
+
+/// Runs a plan on `jobs` streams and commits all of them, or none. `warn` prints a warning
+/// while the load runs (a wait on a session outside the load).
 pub fn execute(
     plan: &Plan,
     opts: &RunOptions,
-    info: &ConnInfo,
+    dest: &Destination<'_>,
     rt: &Handle,
     counters: &[Counters],
+    warn: std::sync::Arc<dyn Fn(String) + Send + Sync>,
 ) -> Result<RunOutcome, LoadError> {
+    let info = dest.info;
     let started = Instant::now();
     let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(plan.chunks.iter().collect());
     let abort = AtomicBool::new(false);
@@ -273,16 +566,25 @@ pub fn execute(
         }
     };
     let conversions = std::sync::atomic::AtomicU64::new(0);
-    // Test hook: silently skip one chunk, as a lost stream would, so that tests can prove
-    // that `sluice bench` verification notices. Never set outside tests.
-    let drop_chunk: Option<usize> = std::env::var("SLUICE_TEST_DROP_CHUNK")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    // One stream cannot wait on itself; two or more need the watchdog.
+    let watchdog = if opts.dry_run || jobs < 2 {
+        None
+    } else {
+        Some(
+            rt.block_on(Watchdog::start(info, jobs, warn))
+                .map_err(|e| LoadError::Connect(e.to_string()))?,
+        )
+    };
+    let taken: Mutex<Vec<Vec<usize>>> = Mutex::new(vec![Vec::new(); jobs]);
     let ctx = RunContext {
         plan,
         rt,
         opts,
         abort: &abort,
+        info,
+        zone: &zone,
+        watchdog: watchdog.as_ref(),
+        taken: &taken,
     };
     let results: Vec<(Option<Stream>, StreamStats)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
@@ -301,16 +603,22 @@ pub fn execute(
                             None
                         } else {
                             let opened = rt.block_on(async {
-                                let s = Stream::open(info)
-                                    .await
-                                    .map_err(|e| LoadError::Connect(e.to_string()))?;
-                                s.begin()
-                                    .await
-                                    .map_err(|e| LoadError::Server(e.to_string()))?;
+                                let s = Stream::open(info, dest.identity).await.map_err(
+                                    |e| match e {
+                                        StreamOpenError::Server(e) => server_failure(&e, n),
+                                        other => LoadError::Connect(other.to_string()),
+                                    },
+                                )?;
+                                s.begin().await.map_err(|e| server_failure(&e, n))?;
                                 Ok::<_, LoadError>(s)
                             });
                             match opened {
-                                Ok(s) => Some(s),
+                                Ok(s) => {
+                                    if let Some(w) = ctx.watchdog {
+                                        w.register(n, s.pid);
+                                    }
+                                    Some(s)
+                                }
                                 Err(e) => {
                                     fail(e);
                                     return (None, stats);
@@ -320,15 +628,14 @@ pub fn execute(
                         let mut oracle = Oracle::new(rt.clone(), info.clone());
                         let mut converters: Vec<Option<Converter>> =
                             (0..plan.tables.len()).map(|_| None).collect();
+                        let mut failed = false;
                         loop {
                             if abort.load(Ordering::Relaxed) {
                                 break;
                             }
                             let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
                             let Some(chunk) = next else { break };
-                            if drop_chunk == Some(chunk.id) {
-                                continue;
-                            }
+                            ctx.taken.lock().unwrap_or_else(|p| p.into_inner())[n].push(chunk.id);
                             let t = plan.inputs[chunk.input].table;
                             let converter = converters[t].get_or_insert_with(|| {
                                 Converter::new(plan.tables[t].columns.clone(), zone.clone())
@@ -336,6 +643,7 @@ pub fn execute(
                             let chunk_start = Instant::now();
                             match run_chunk(
                                 ctx,
+                                n,
                                 chunk,
                                 stream.as_ref(),
                                 converter,
@@ -357,7 +665,17 @@ pub fn execute(
                                 }
                                 Err(e) => {
                                     fail(e);
+                                    failed = true;
                                     break;
+                                }
+                            }
+                        }
+                        // Deferred checks fire here, before the barrier, where a wait on a
+                        // sibling is still visible to the watchdog and everything can roll back.
+                        if let (Some(s), false) = (stream.as_ref(), failed) {
+                            if !abort.load(Ordering::Relaxed) {
+                                if let Err(e) = rt.block_on(s.fire_deferred_checks()) {
+                                    fail(ctx.deferred_error(n, s, e));
                                 }
                             }
                         }
@@ -373,6 +691,9 @@ pub fn execute(
             .map(|h| h.join().unwrap_or_else(|_| (None, StreamStats::default())))
             .collect()
     });
+    if let Some(w) = watchdog {
+        rt.block_on(w.stop());
+    }
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         // Dropping the streams closes their connections: every transaction rolls back.
         drop(results);

@@ -108,7 +108,8 @@ pub fn psql_bin() -> PathBuf {
 }
 
 impl Db {
-    fn psql_cmd(&self) -> Command {
+    /// psql on this database (session zone America/New_York unless the caller changes PGTZ).
+    pub fn psql_cmd(&self) -> Command {
         let mut c = Command::new(psql_bin());
         c.args([
             "-X",
@@ -232,4 +233,30 @@ pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/data")
         .join(rel)
+}
+
+/// Runs a command, failing the test if it has not ended after `secs` seconds (a hang is the
+/// bug some tests guard against: they must fail, not hang the suite).
+pub fn run_bounded(mut cmd: Command, secs: u64) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{cmd:?} still ran after {secs} s (a hang):\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

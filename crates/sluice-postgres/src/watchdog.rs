@@ -1,0 +1,250 @@
+//! A watchdog over one load's own backends: the waits the server cannot see as deadlocks.
+//!
+//! Every stream of a load holds its transaction open until every other stream has finished,
+//! and only then are they committed. If two streams insert the same unique key, the later
+//! insert waits for the earlier transaction to end (the unique check must know whether it
+//! commits), while that transaction waits at sluice's commit barrier for the waiter to finish.
+//! Half of that cycle is inside sluice, so the server's deadlock detector never fires, and the
+//! load would hang forever. The same happens with exclusion constraints, and with deferred
+//! unique checks fired by `SET CONSTRAINTS ALL IMMEDIATE` before the barrier.
+//!
+//! So a side connection samples `pg_stat_activity` a few times a second. A stream that waits
+//! on a *sibling's transaction or tuple* (lock types `transactionid` and `tuple`) can never be
+//! released before the barrier: after two sightings in a row the watchdog records the
+//! conflict and cancels the waiting statement, whose error then names the index and the COPY
+//! line it was on. Waits on relation extension, which sibling COPYs into one table meet all the
+//! time, are never conflicts. A stream that waits on a session outside the load is reported
+//! (a warning, once), not cancelled: that session may end, and psql would wait too.
+
+use crate::connect::{connect, ConnectError};
+use crate::conninfo::ConnInfo;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+
+/// How often the watchdog samples the load's backends.
+const SAMPLE: Duration = Duration::from_millis(200);
+/// Consecutive sightings of a wait on a sibling that make a conflict.
+const SIGHTINGS: u32 = 2;
+/// How long a wait on a session outside the load lasts before it is reported.
+const EXTERNAL_REPORT: Duration = Duration::from_secs(10);
+
+/// Two streams of one load waiting on each other inside and outside the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The stream whose statement waited (and was cancelled).
+    pub waiter: usize,
+    /// The stream whose open transaction it waited on.
+    pub blocker: usize,
+}
+
+#[derive(Default)]
+struct State {
+    /// Backend pid of each stream, once connected.
+    pids: Vec<Option<i32>>,
+    conflicts: Vec<Conflict>,
+}
+
+/// The running watchdog; [`Watchdog::stop`] ends it.
+pub struct Watchdog {
+    state: Arc<Mutex<State>>,
+    stop: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Watchdog {
+    /// Connects the side connection and starts sampling, for `streams` streams. `warn`
+    /// receives the warnings about waits on sessions outside the load.
+    pub async fn start(
+        info: &ConnInfo,
+        streams: usize,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+    ) -> Result<Watchdog, ConnectError> {
+        let client = connect(info).await?;
+        let state = Arc::new(Mutex::new(State {
+            pids: vec![None; streams],
+            ..State::default()
+        }));
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn(watch(client, state.clone(), stop.clone(), warn));
+        Ok(Watchdog { state, stop, task })
+    }
+
+    /// Records the backend pid of stream `stream`.
+    pub fn register(&self, stream: usize, pid: i32) {
+        if let Some(slot) = lock(&self.state).pids.get_mut(stream) {
+            *slot = Some(pid);
+        }
+    }
+
+    /// Forgets a stream whose connection is gone.
+    pub fn unregister(&self, stream: usize) {
+        if let Some(slot) = lock(&self.state).pids.get_mut(stream) {
+            *slot = None;
+        }
+    }
+
+    /// The conflict in which `stream` was the waiter, if the watchdog declared one.
+    pub fn conflict_for(&self, stream: usize) -> Option<Conflict> {
+        lock(&self.state)
+            .conflicts
+            .iter()
+            .find(|c| c.waiter == stream)
+            .copied()
+    }
+
+    /// Which stream a backend pid belongs to.
+    pub fn stream_of(&self, pid: i32) -> Option<usize> {
+        lock(&self.state).pids.iter().position(|p| *p == Some(pid))
+    }
+
+    /// Stops sampling and closes the side connection.
+    pub async fn stop(self) {
+        self.stop.notify_one();
+        let _ = self.task.await;
+    }
+}
+
+/// A waiting backend as one sample sees it.
+struct Waiting {
+    pid: i32,
+    lock_type: String,
+    blockers: Vec<i32>,
+}
+
+async fn sample(client: &Client, pids: &[i32]) -> Result<Vec<Waiting>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT pid, wait_event, pg_blocking_pids(pid) FROM pg_stat_activity \
+             WHERE pid = ANY($1) AND wait_event_type = 'Lock'",
+            &[&pids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Waiting {
+            pid: r.get(0),
+            lock_type: r.get::<_, Option<String>>(1).unwrap_or_default(),
+            blockers: r.get(2),
+        })
+        .collect())
+}
+
+async fn describe_session(client: &Client, pid: i32) -> String {
+    match client
+        .query_opt(
+            "SELECT coalesce(nullif(application_name, ''), '?'), coalesce(usename::text, '?'), \
+                    coalesce(state, '?') FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+    {
+        Ok(Some(r)) => format!(
+            "pid {pid} (application {}, user {}, {})",
+            r.get::<_, String>(0),
+            r.get::<_, String>(1),
+            r.get::<_, String>(2)
+        ),
+        _ => format!("pid {pid}"),
+    }
+}
+
+async fn watch(
+    client: Client,
+    state: Arc<Mutex<State>>,
+    stop: Arc<Notify>,
+    warn: Arc<dyn Fn(String) + Send + Sync>,
+) {
+    // Consecutive sightings of each (waiter, blocker) pair of our own streams.
+    let mut seen: Vec<((i32, i32), u32)> = Vec::new();
+    let mut external_since: Vec<(i32, Instant, bool)> = Vec::new();
+    loop {
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = tokio::time::sleep(SAMPLE) => {}
+        }
+        let pids: Vec<i32> = lock(&state).pids.iter().flatten().copied().collect();
+        if pids.len() < 2 {
+            continue;
+        }
+        let Ok(waiting) = sample(&client, &pids).await else {
+            // The side connection failed: the streams' own errors will say why.
+            continue;
+        };
+        let mut now_seen = Vec::new();
+        let mut now_external = Vec::new();
+        for w in &waiting {
+            let sibling = w
+                .blockers
+                .iter()
+                .copied()
+                .find(|b| pids.contains(b) && *b != w.pid);
+            match sibling {
+                Some(b) if matches!(w.lock_type.as_str(), "transactionid" | "tuple") => {
+                    let n = seen
+                        .iter()
+                        .find(|(k, _)| *k == (w.pid, b))
+                        .map_or(0, |(_, n)| *n)
+                        + 1;
+                    now_seen.push(((w.pid, b), n));
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(&ext) = w.blockers.first() {
+                        now_external.push((w.pid, ext));
+                    }
+                }
+            }
+        }
+        seen = now_seen;
+        for &((waiter, blocker), n) in &seen {
+            if n < SIGHTINGS {
+                continue;
+            }
+            let declared = {
+                let mut s = lock(&state);
+                let w = s.pids.iter().position(|p| *p == Some(waiter));
+                let b = s.pids.iter().position(|p| *p == Some(blocker));
+                match (w, b) {
+                    (Some(waiter), Some(blocker))
+                        if !s.conflicts.iter().any(|c| c.waiter == waiter) =>
+                    {
+                        s.conflicts.push(Conflict { waiter, blocker });
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if declared {
+                let _ = client
+                    .execute("SELECT pg_cancel_backend($1)", &[&waiter])
+                    .await;
+            }
+        }
+        external_since.retain(|(pid, _, _)| now_external.iter().any(|(p, _)| p == pid));
+        for (pid, ext) in now_external {
+            match external_since.iter_mut().find(|(p, _, _)| *p == pid) {
+                None => external_since.push((pid, Instant::now(), false)),
+                Some((_, since, reported)) if !*reported && since.elapsed() > EXTERNAL_REPORT => {
+                    *reported = true;
+                    let who = describe_session(&client, ext).await;
+                    let stream = lock(&state).pids.iter().position(|p| *p == Some(pid));
+                    warn(format!(
+                        "stream {} has waited {} s for a lock held by {who}, a session outside \
+                         this load; sluice keeps waiting (end that session, or stop sluice: \
+                         nothing is committed)",
+                        stream.map_or(0, |s| s + 1),
+                        since.elapsed().as_secs()
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
