@@ -34,7 +34,7 @@ impl Table {
         let mut out = Vec::with_capacity(names.len());
         for n in names {
             let Some(col) = self.columns.iter().find(|c| &c.name == n) else {
-                let have: Vec<String> = self.columns.iter().map(|c| quote_ident(&c.name)).collect();
+                let have: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
                 let hint = self
                     .columns
                     .iter()
@@ -70,7 +70,6 @@ pub fn quote_ident(s: &str) -> String {
 #[derive(Clone, Debug)]
 pub struct Session {
     pub timezone: String,
-    pub datestyle: String,
     pub server_version: String,
     pub server_version_num: i32,
     pub max_connections: i32,
@@ -82,8 +81,7 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         .query_one(
             "SELECT current_setting('TimeZone'), current_setting('server_version'), \
              current_setting('server_version_num')::int, \
-             current_setting('max_connections')::int, current_setting('server_encoding'), \
-             current_setting('DateStyle')",
+             current_setting('max_connections')::int, current_setting('server_encoding')",
             &[],
         )
         .await?;
@@ -93,7 +91,6 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         server_version_num: row.get(2),
         max_connections: row.get(3),
         server_encoding: row.get(4),
-        datestyle: row.get(5),
     })
 }
 

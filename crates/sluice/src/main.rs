@@ -7,7 +7,7 @@
 //! |------|---------|
 //! | 0 | success |
 //! | 1 | an unexpected local failure (I/O, a bug) |
-//! | 2 | usage: bad flags, unknown table or column, unknown format |
+//! | 2 | usage: bad flags, a malformed target, unknown table or column, unknown format |
 //! | 3 | bad input: a row was rejected, by sluice or by the server; nothing was committed |
 //! | 4 | cannot connect or authenticate |
 //! | 5 | the server failed for a reason not tied to one row |
@@ -16,6 +16,7 @@ mod commands;
 mod load;
 mod progress;
 mod report;
+mod signals;
 mod target;
 mod tpch;
 

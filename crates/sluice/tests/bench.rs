@@ -73,32 +73,6 @@ fn bench_sweep_writes_results_and_charts() {
 }
 
 #[test]
-fn a_lost_chunk_fails_the_run() {
-    let out = dir("bench-lost");
-    let data = dir("bench-lost-data");
-    let o = sluice_cmd()
-        .args([
-            "bench", "-q", "--scale", "0.01", "--parts", "2", "--jobs", "2", "--repeat", "1",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .arg("--data")
-        .arg(&data)
-        .env("SLUICE_TEST_DROP_CHUNK", "0")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert!(err.contains("verification failed for --jobs 2"), "{err}");
-    assert!(err.contains("chunk 0 was loaded 0 times"), "{err}");
-    assert!(err.contains("holds"), "a table is short: {err}");
-    assert!(
-        !out.join("results.json").exists(),
-        "no results from a failed bench"
-    );
-}
-
-#[test]
 fn a_target_needs_yes() {
     let d = db("bench_target");
     let out = dir("bench-target");

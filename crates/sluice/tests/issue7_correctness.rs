@@ -100,7 +100,10 @@ fn the_same_file_given_twice_fails() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert_has(&err, &["a.csv, line ", "nothing was committed"]);
-    assert!(err.contains("(id)=(") || err.contains("Key (id)=("), "{err}");
+    assert!(
+        err.contains("(id)=(") || err.contains("Key (id)=("),
+        "{err}"
+    );
     assert_eq!(d.count("pk"), 0);
 }
 
@@ -115,7 +118,10 @@ fn deferred_unique_key_across_streams_fails_in_both_orders() {
     let small = d.file("small.csv", ids(1, 1_000).as_bytes());
     let big = d.file("big.csv", (ids(1_001, 150_000) + "500\n").as_bytes());
     // Big file with the key first (inserted first), small file with the key last.
-    let small2 = d.file("small2.csv", (ids(150_001, 151_000) + "150001\n").as_bytes());
+    let small2 = d.file(
+        "small2.csv",
+        (ids(150_001, 151_000) + "150001\n").as_bytes(),
+    );
     let big2 = d.file("big2.csv", (ids(151_001, 300_000)).as_bytes());
     let mut big2_first = std::fs::read_to_string(&big2).unwrap();
     big2_first.insert_str(0, "150500\n");
@@ -269,7 +275,10 @@ fn column_lists_follow_sql_rules_like_psql() {
     // `cola` is not "ColA": refused, as psql refuses it.
     let bad = load(&d, &["--table", "q", "--columns", "cola", file]);
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
-    assert_has(&stderr(&bad), &["no column \"cola\"", "--columns '\"ColA\"'"]);
+    assert_has(
+        &stderr(&bad),
+        &["no column \"cola\"", "--columns '\"ColA\"'"],
+    );
     assert!(d.psql_copy("q(cola)", &f, "format csv").is_err());
 }
 
@@ -354,10 +363,7 @@ fn a_server_that_is_not_postgresql_is_named_as_such() {
             30,
         );
         assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-        assert_has(
-            &stderr(&out),
-            &["did not answer like a PostgreSQL server"],
-        );
+        assert_has(&stderr(&out), &["did not answer like a PostgreSQL server"]);
     }
 }
 
@@ -384,8 +390,10 @@ fn multiple_hosts_are_tried_in_turn() {
         ),
     ] {
         let mut c = sluice_cmd();
-        c.args(["load", "-q", "--table", "t", "--jobs", "2", "--target", &target])
-            .arg(f.to_str().unwrap());
+        c.args([
+            "load", "-q", "--table", "t", "--jobs", "2", "--target", &target,
+        ])
+        .arg(f.to_str().unwrap());
         let out = run_bounded(c, 60);
         assert!(out.status.success(), "{target}: {}", stderr(&out));
     }
@@ -443,8 +451,10 @@ fn role_timeouts_do_not_end_a_load() {
         d.name
     );
     let mut c = sluice_cmd();
-    c.args(["load", "-q", "--table", "t", "--jobs", "2", "--target", &target])
-        .args([big.to_str().unwrap(), small.to_str().unwrap()]);
+    c.args([
+        "load", "-q", "--table", "t", "--jobs", "2", "--target", &target,
+    ])
+    .args([big.to_str().unwrap(), small.to_str().unwrap()]);
     let out = run_bounded(c, 120);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 300_001);
@@ -496,4 +506,44 @@ fn a_byte_order_mark_is_visible_in_the_message() {
     assert_has(&stderr(&out), &["value \"<U+FEFF>1\"", "line 1"]);
     // psql rejects it too.
     assert!(d.psql_copy("t", &f, "format csv").is_err());
+}
+
+/// SIGTERM before the commit: the process ends as the signal says, tells the user that
+/// nothing was committed, and nothing is.
+#[test]
+fn sigterm_mid_load_commits_nothing() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = db("sigterm");
+    d.psql("CREATE TABLE t (a int, b text)");
+    let rows: String = (0..2_000_000).map(|i| format!("{i},row {i}\n")).collect();
+    let f = d.file("big.csv", rows.as_bytes());
+    let child = sluice_cmd()
+        .args([
+            "load", "-q", "--table", "t", "--jobs", "2", "--target", &d.url,
+        ])
+        .arg(f.to_str().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until rows are on their way, then stop it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while d
+        .psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' AND pid <> pg_backend_pid()")
+        .trim()
+        == "0"
+    {
+        assert!(std::time::Instant::now() < deadline, "the load never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: sending a signal to our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{}", stderr(&out));
+    assert_has(&stderr(&out), &["interrupted: nothing was committed"]);
+    // The server notices the closed connections and rolls back.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(d.count("t"), 0);
 }

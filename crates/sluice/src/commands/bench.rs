@@ -623,6 +623,84 @@ mod tests {
         }
     }
 
+    /// A run in which every stream reported, but one chunk was never loaded (a lost stream):
+    /// verification must fail and say which chunk and which table.
+    #[test]
+    fn a_lost_chunk_fails_verification() {
+        use crate::load::ChunkStat;
+        use crate::report::TableReport;
+        let manifest = Manifest {
+            scale: 0.01,
+            parts: 2,
+            format: tpch::GenFormat::Tbl,
+            files: tpch::TABLES
+                .iter()
+                .map(|t| tpch::GeneratedFile {
+                    table: t.to_string(),
+                    part: 1,
+                    path: PathBuf::new(),
+                    rows: if *t == "lineitem" { 100 } else { 0 },
+                    bytes: 0,
+                })
+                .collect(),
+        };
+        let chunk = |chunk, rows| ChunkStat {
+            chunk,
+            table: "lineitem".into(),
+            rows,
+            ..Default::default()
+        };
+        let total = TableReport {
+            table: "total".into(),
+            files: 2,
+            rows: 60,
+            bytes: 0,
+            seconds: 0.0,
+            mb_per_s: 0.0,
+            copy_format: "binary",
+            server_converted_columns: Vec::new(),
+        };
+        let mut report = Report {
+            target: String::new(),
+            dry_run: false,
+            jobs: 2,
+            copy_buffer_bytes: 0,
+            chunks: 2,
+            tables: Vec::new(),
+            total,
+            elapsed_seconds: 1.0,
+            server_conversions: 0,
+            streams: vec![
+                StreamStats {
+                    stream: 0,
+                    chunks: vec![chunk(1, 60)],
+                    rows: 60,
+                    ..Default::default()
+                },
+                stream(1, 1.0),
+            ],
+        };
+        let counts: Vec<(String, u64)> = tpch::TABLES
+            .iter()
+            .map(|t| (t.to_string(), if *t == "lineitem" { 60 } else { 0 }))
+            .collect();
+        let err = verify(&report, &manifest, &counts).unwrap_err();
+        assert!(err.contains("chunk 0 was loaded 0 times"), "{err}");
+        assert!(
+            err.contains("table lineitem holds 60 rows; its input has 100"),
+            "{err}"
+        );
+        assert!(err.contains("the streams loaded 60 rows"), "{err}");
+        // With the chunk loaded, the run verifies, and the idle stream is named.
+        report.streams[1].chunks.push(chunk(0, 40));
+        report.streams[1].rows = 40;
+        let counts: Vec<(String, u64)> = tpch::TABLES
+            .iter()
+            .map(|t| (t.to_string(), if *t == "lineitem" { 100 } else { 0 }))
+            .collect();
+        assert_eq!(verify(&report, &manifest, &counts), Ok(vec![]));
+    }
+
     #[test]
     fn long_tail_names_the_streams() {
         let t = long_tail(&[stream(0, 2.0), stream(1, 9.0), stream(2, 3.0)]);

@@ -259,6 +259,7 @@ fn default_jobs() -> usize {
 }
 
 pub fn run(args: LoadArgs) -> i32 {
+    crate::signals::install();
     match load(&args).and_then(|rep| print_report(&args, &rep)) {
         Ok(()) => 0,
         Err(e) => {

@@ -700,7 +700,9 @@ pub fn execute(
         return Err(e);
     }
     let (streams, stats): (Vec<Option<Stream>>, Vec<StreamStats>) = results.into_iter().unzip();
-    // Every stream finished cleanly: commit them all, back to back.
+    // Every stream finished cleanly: commit them all, back to back. A Ctrl-C now waits for
+    // the last COMMIT rather than leave the load half committed.
+    let phase = crate::signals::CommitPhase::begin();
     let total = streams.iter().flatten().count();
     for (committed, s) in streams.into_iter().flatten().enumerate() {
         if let Err(e) = rt.block_on(s.commit()) {
@@ -711,6 +713,10 @@ pub fn execute(
             )));
         }
     }
+    if phase.deferred().is_some() {
+        eprintln!("sluice: the interrupted load finished its commit: every row is committed");
+    }
+    drop(phase);
     Ok(RunOutcome {
         streams: stats,
         elapsed: started.elapsed(),

@@ -1,0 +1,75 @@
+//! Ctrl-C and SIGTERM during a load: never in the middle of the commit.
+//!
+//! Before the commit barrier, stopping is safe: each stream's transaction rolls back when its
+//! connection closes, so the handler says that nothing was committed and lets the signal end
+//! the process as it would have. During the back-to-back COMMITs, dying would leave some
+//! streams committed and others not; the handler then only records the signal, and the load
+//! finishes its COMMITs (milliseconds) and reports. A second signal ends the process at once.
+//! The handler touches atomics and calls `write`, `signal` and `raise`, which are
+//! async-signal-safe.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+static COMMITTING: AtomicBool = AtomicBool::new(false);
+static DEFERRED: AtomicI32 = AtomicI32::new(0);
+
+fn say(msg: &[u8]) {
+    // SAFETY: write(2) on stderr with a valid buffer is async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    if COMMITTING.load(Ordering::SeqCst)
+        && DEFERRED
+            .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        say(b"\nsluice: interrupted during the commit: finishing it first, so that the load is not half committed (signal again to stop at once)\n");
+        return;
+    }
+    if !COMMITTING.load(Ordering::SeqCst) {
+        say(b"\nsluice: interrupted: nothing was committed (every open transaction rolls back)\n");
+    }
+    // SAFETY: restoring the default action and raising the signal again ends the process as
+    // the signal would have; both calls are async-signal-safe.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Installs the handler for SIGINT and SIGTERM (once per process is enough; again is harmless).
+pub fn install() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is an extern "C" fn that only does async-signal-safe work.
+        unsafe {
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
+}
+
+/// Marks the commit phase; a signal received meanwhile is deferred until the guard is dropped.
+pub struct CommitPhase(());
+
+impl CommitPhase {
+    pub fn begin() -> CommitPhase {
+        COMMITTING.store(true, Ordering::SeqCst);
+        CommitPhase(())
+    }
+
+    /// The signal received during the commit, if any.
+    pub fn deferred(&self) -> Option<i32> {
+        Some(DEFERRED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+    }
+}
+
+impl Drop for CommitPhase {
+    fn drop(&mut self) {
+        COMMITTING.store(false, Ordering::SeqCst);
+    }
+}
