@@ -6,5 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-postgres.sh
+echo "demo.sh: building sluice in release mode (about 2 minutes the first time on 2 cores; seconds after that)..." >&2
+t0=$SECONDS
 cargo build --release --quiet
+echo "demo.sh: sluice is built (target/release/sluice, $((SECONDS - t0)) s); running: sluice demo $*" >&2
 exec target/release/sluice demo "$@"

@@ -15,6 +15,9 @@ const SHOWN_CHARS: usize = 60;
 pub struct InputError {
     /// The input's name as the user gave it (`-` for standard input).
     pub file: String,
+    /// The table the input loads into, when its file name chose it (shown as `file -> table
+    /// t`).
+    pub table: Option<String>,
     /// 1-based line where the record starts, when known.
     pub line: Option<u64>,
     /// Byte offset of the record (or of the bad byte) in the decompressed input.
@@ -33,6 +36,7 @@ impl InputError {
     pub fn new(file: impl Into<String>, reason: impl Into<String>) -> InputError {
         InputError {
             file: file.into(),
+            table: None,
             line: None,
             offset: None,
             column: None,
@@ -99,6 +103,9 @@ pub fn show_value(raw: &[u8]) -> String {
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file)?;
+        if let Some(t) = &self.table {
+            write!(f, " -> table {t}")?;
+        }
         if let Some(line) = self.line {
             write!(f, ", line {line}")?;
         }
@@ -128,6 +135,7 @@ mod tests {
     fn message_names_everything() {
         let e = InputError {
             file: "data/orders.csv".into(),
+            table: None,
             line: Some(3),
             offset: Some(57),
             column: Some("o_totalprice (numeric(15,2))".into()),

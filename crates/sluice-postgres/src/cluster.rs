@@ -444,6 +444,11 @@ impl Cluster {
     }
 
     /// Stops the server and deletes the directory.
+    /// Whether the directory holds a cluster sluice made (so that removing it is safe).
+    pub fn is_sluice_cluster(&self) -> bool {
+        self.port_file().exists() || self.initialized()
+    }
+
     pub fn destroy(&self) -> Result<(), ClusterError> {
         let _ = self.stop();
         if self.dir.exists() {

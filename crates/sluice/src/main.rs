@@ -33,8 +33,10 @@ the client, streams them over parallel binary COPY connections, and commits ever
 nothing. Every rejected row is reported with its file, line, byte offset, column, value and \
 reason.\n\nWithout --target (and without PGHOST, PGDATABASE or DATABASE_URL in the environment) \
 sluice uses its own private PostgreSQL cluster, started on demand.",
-    after_help = "Exit codes: 0 success, 1 local failure, 2 usage, 3 bad input row (nothing \
-committed), 4 cannot connect, 5 server failure.\nSee `sluice load --help` to load files."
+    after_help = "Exit codes: 0 success, 1 local failure (an input that cannot be read),
+2 usage, 3 bad input row (nothing committed), 4 cannot connect, 5 server
+failure. See `sluice load --help` to load files, `sluice demo` for a
+first run."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -70,4 +72,51 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
     };
     ExitCode::from(code as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command's help fits 80 columns (examples included: a wrapped example line
+    /// would look like a second command), and every flag says what it does.
+    #[test]
+    fn help_fits_80_columns_and_describes_every_flag() {
+        fn visit(cmd: &mut clap::Command, path: &str) {
+            let mut cmd = cmd.clone().term_width(80);
+            let help = cmd.render_help().to_string();
+            for line in help.lines() {
+                assert!(
+                    line.chars().count() <= 80,
+                    "`{path} --help` has a line over 80 columns:\n{line}"
+                );
+            }
+            // Hand-written lines (examples) must not be wrapped by clap at all.
+            if let Some(after) = cmd.get_after_help() {
+                for line in after.to_string().lines() {
+                    assert!(
+                        line.chars().count() <= 76,
+                        "`{path} --help`: this line would wrap at 80 columns:\n{line}"
+                    );
+                }
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some(),
+                    "`{path}`: --{id} has no description"
+                );
+            }
+            for sub in cmd.get_subcommands_mut() {
+                let name = format!("{path} {}", sub.get_name());
+                assert!(sub.get_about().is_some(), "`{name}` has no description");
+                visit(sub, &name);
+            }
+        }
+        visit(&mut Cli::command(), "sluice");
+    }
 }

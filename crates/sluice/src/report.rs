@@ -116,7 +116,7 @@ pub fn render(report: &Report) -> String {
         rows.push([
             t.table.clone(),
             t.files.to_string(),
-            t.rows.to_string(),
+            crate::progress::thousands(t.rows),
             crate::progress::human_bytes(t.bytes),
             format!("{:.2}", t.seconds),
             format!("{:.1}", t.mb_per_s),
@@ -158,7 +158,7 @@ pub fn render(report: &Report) -> String {
     if report.server_conversions > 0 {
         out.push_str(&format!(
             "note: {} values in spellings sluice does not parse were converted by the server\n",
-            report.server_conversions
+            crate::progress::thousands(report.server_conversions)
         ));
     }
     if report.dry_run {

@@ -66,8 +66,7 @@ pub fn resolve(
     let port = cluster.start()?;
     if !quiet {
         eprintln!(
-            "sluice: no --target given: using sluice's private PostgreSQL in {} on port {port} \
-             (see `sluice pg status`)",
+            "sluice: using the private PostgreSQL in {} (port {port})",
             dir.display()
         );
     }

@@ -492,7 +492,10 @@ fn a_foreign_key_violation_names_its_row() {
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert_has(&err, &["child.csv, line 1", "Load parent first"]);
+    assert_has(
+        &err,
+        &["child.csv -> table child, line 1", "Load parent first"],
+    );
     assert_eq!(d.count("child") + d.count("parent"), 0);
 }
 

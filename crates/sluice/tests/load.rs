@@ -221,7 +221,7 @@ fn a_bad_row_in_one_stream_leaves_every_table_empty() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("big.tbl, line 200001"),
+        err.contains("big.tbl -> table big, line 200001"),
         "the absolute line is named: {err}"
     );
     assert!(err.contains("value \"oops\""), "{err}");

@@ -58,8 +58,11 @@ fn start_stop_status_url_and_recovery_after_kill_9() {
     let dir = root.join("pg");
     // No cluster yet.
     let st = pg(&dir, &["status"]);
-    assert_eq!(st.status.code(), Some(3));
+    assert_eq!(st.status.code(), Some(4), "not running: cannot connect");
     assert!(text(&st).contains("no cluster"), "{}", text(&st));
+    let u = pg(&dir, &["url"]);
+    assert_eq!(u.status.code(), Some(4));
+    assert!(stderr(&u).contains("no cluster"), "{}", stderr(&u));
     // Start creates it and prints the URL.
     let start = pg(&dir, &["start"]);
     assert!(start.status.success(), "{}", stderr(&start));
@@ -112,11 +115,55 @@ fn start_stop_status_url_and_recovery_after_kill_9() {
     assert!(restart.status.success(), "{}", stderr(&restart));
     assert_ne!(postmaster_pid(&dir), pid);
     assert_eq!(psql_url(&url, "SELECT a FROM keep"), "42");
-    // Stop.
-    assert!(pg(&dir, &["stop"]).status.success());
+    // psql with its own options before `--` and after it (issue 13, item 8).
+    let q = sluice_cmd()
+        .args(["pg", "--pg-dir"])
+        .arg(&dir)
+        .args(["psql", "-q", "--", "-Atc", "select 6 * 7"])
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", stderr(&q));
+    assert_eq!(text(&q).trim(), "42");
+    // Stop; a second stop says that it was not running.
+    let stop = pg(&dir, &["stop"]);
+    assert!(stop.status.success());
+    assert!(
+        stderr(&stop).contains("stopped the cluster"),
+        "{}",
+        stderr(&stop)
+    );
+    let stop = pg(&dir, &["stop"]);
+    assert!(stop.status.success());
+    assert!(
+        stderr(&stop).contains("is not running"),
+        "{}",
+        stderr(&stop)
+    );
     let st = pg(&dir, &["status"]);
     assert!(text(&st).contains("stopped"), "{}", text(&st));
-    assert_eq!(st.status.code(), Some(3));
+    assert!(text(&st).contains("disk use:"), "{}", text(&st));
+    assert_eq!(st.status.code(), Some(4));
+    // The URL of a stopped cluster is not handed out as if it could be used.
+    let u = pg(&dir, &["url"]);
+    assert_eq!(u.status.code(), Some(4));
+    assert!(text(&u).is_empty());
+    assert!(stderr(&u).contains("not running"), "{}", stderr(&u));
+    // Destroy removes the directory, and says how much it freed.
+    let gone = pg(&dir, &["destroy"]);
+    assert!(gone.status.success(), "{}", stderr(&gone));
+    assert!(
+        stderr(&gone).contains("removed the cluster"),
+        "{}",
+        stderr(&gone)
+    );
+    assert!(!dir.exists());
+    // It refuses a directory that is not a cluster sluice made.
+    let other = root.join("not-a-cluster");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("precious.txt"), b"keep me").unwrap();
+    let refused = pg(&other, &["destroy"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(other.join("precious.txt").exists());
 }
 
 #[test]
@@ -260,6 +307,15 @@ fn demo_end_to_end_on_the_private_cluster_and_on_a_target() {
     assert!(stdout.contains("l_returnflag"), "Q1 answered: {stdout}");
     assert!(stdout.contains("TB/hour"), "{stdout}");
     assert!(stdout.contains(" pg psql"), "{stdout}");
+    // Verified before the query's header, and where the gigabytes went.
+    let verified = stdout.find("verified:").unwrap();
+    assert!(verified < stdout.find("TPC-H Q1").unwrap(), "{stdout}");
+    assert!(stdout.contains("data:    "), "{stdout}");
+    assert!(stdout.contains("pg destroy"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("cluster: {}", root.join("pg").display())),
+        "{stdout}"
+    );
     // A second run reuses the data and replaces the tables cleanly.
     let again = sluice_cmd()
         .args(["demo", "-q", "--scale", "0.01", "--pg-dir"])
@@ -283,6 +339,22 @@ fn demo_end_to_end_on_the_private_cluster_and_on_a_target() {
     assert!(text(&out).contains("verified"));
     assert_eq!(d.count("lineitem"), 60_175);
     assert_eq!(d.count("nation"), 25);
+    // --clean deletes the generated data afterwards; the tables stay.
+    let out = sluice_cmd()
+        .args([
+            "demo", "-q", "--scale", "0.01", "--clean", "--target", &d.url, "--data",
+        ])
+        .arg(root.join("data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text(&out).contains("removed the generated data"),
+        "{}",
+        text(&out)
+    );
+    assert!(!root.join("data").exists());
+    assert_eq!(d.count("lineitem"), 60_175);
 }
 
 #[test]

@@ -51,9 +51,10 @@ impl ServerConfig {
   sluice bench --scale 1 --parts 8 --jobs 1,2,4,8 --repeat 3
   sluice bench --scale 10 --jobs auto --target postgresql://... --yes
 
-Without --target every run gets a fresh private cluster (initdb, then deleted). With --target
-the eight TPC-H tables there are dropped and recreated before every run, hence --yes.
-Results go to --out: results.md, results.json, throughput.svg and timeline.svg.")]
+Without --target every run gets a fresh private cluster (initdb, then
+deleted). With --target the eight TPC-H tables there are dropped and
+recreated before every run, hence --yes. Results go to --out:
+results.md, results.json, throughput.svg and timeline.svg.")]
 pub struct BenchArgs {
     /// TPC-H scale factor.
     #[arg(long, default_value_t = 1.0)]
@@ -77,12 +78,20 @@ pub struct BenchArgs {
     /// Output directory (default ./sluice-bench-<timestamp>).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Configuration of the fresh clusters.
-    #[arg(long, value_enum, default_value_t = ServerConfig::Default)]
+    /// Configuration of the fresh clusters: `default` (shared_buffers 1GB, max_wal_size 16GB,
+    /// wal_level replica) or `minimal` (the same with wal_level minimal, max_wal_senders 0).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = ServerConfig::Default,
+        hide_possible_values = true,
+        value_name = "CONFIG"
+    )]
     pub server_config: ServerConfig,
     /// Where the generated data lives (default: beside the private cluster).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// No progress display; the results still print.
     #[arg(long, short = 'q')]
     pub quiet: bool,
 }

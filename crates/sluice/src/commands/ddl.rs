@@ -21,6 +21,8 @@ pub struct DdlTpchArgs {
     /// Where to create them (default: as for `sluice load`).
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
+    /// The private cluster's directory, used when no target is given (default:
+    /// $SLUICE_PG_DIR, else ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
     pub pg_dir: Option<PathBuf>,
 }

@@ -14,10 +14,14 @@ const SEED_TB_PER_HOUR: f64 = 1.18 * 3600.0 / 1794.0;
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "Examples:
-  sluice demo                 # TPC-H SF1 into the private cluster, verified, with a report
+  sluice demo                  # SF1 into the private cluster, verified
   sluice demo --scale 10 --jobs 8 --target postgresql://...
+  sluice demo --clean          # and delete the generated data after
 
-The demo drops and recreates the eight TPC-H tables in the target database.")]
+The demo drops and recreates the eight TPC-H tables in the target
+database. It prints where it wrote the data (about 1 GB per scale
+unit) and the private cluster (several GB once loaded): `sluice pg
+destroy` removes the cluster, --clean the data.")]
 pub struct DemoArgs {
     /// TPC-H scale factor (1 is about 1 GB).
     #[arg(long, default_value_t = 1.0)]
@@ -34,12 +38,16 @@ pub struct DemoArgs {
     /// Files per table.
     #[arg(long, default_value_t = 4)]
     pub parts: u32,
-    /// The private cluster's directory.
+    /// The private cluster's directory (default: $SLUICE_PG_DIR, else
+    /// ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
     pub pg_dir: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Delete the generated data when the demo is done (the loaded tables stay).
+    #[arg(long)]
+    pub clean: bool,
 }
 
 pub fn run(args: DemoArgs) -> i32 {
@@ -111,22 +119,21 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
     };
     let report = load(&load_args).map_err(DemoError::Load)?;
     print!("{}", crate::report::render(&report));
-    // 5-6. Verify and query.
+    // 5. Verify.
     step(
         5,
         "verifying every table's row count against the generator's",
     );
-    step(6, "running TPC-H Q1");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)?;
-    let (counts, q1) = rt.block_on(async {
-        let client = sluice_postgres::connect::connect(&target.info).await?;
-        let counts = tpch::table_counts(&client).await?;
-        let q1 = client.simple_query(tpch::Q1).await?;
-        Ok::<_, anyhow::Error>((counts, q1))
-    })?;
+    let client = rt
+        .block_on(sluice_postgres::connect::connect(&target.info))
+        .map_err(anyhow::Error::from)?;
+    let counts = rt
+        .block_on(tpch::table_counts(&client))
+        .map_err(anyhow::Error::from)?;
     let mut bad = Vec::new();
     for (t, n) in &counts {
         let want = manifest.rows(t);
@@ -141,6 +148,11 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
         )));
     }
     println!("verified: all eight tables hold exactly the generated rows");
+    // 6. Query.
+    step(6, "running TPC-H Q1");
+    let q1 = rt
+        .block_on(client.simple_query(tpch::Q1))
+        .map_err(anyhow::Error::from)?;
     println!("\nTPC-H Q1 (pricing summary report):");
     print_rows(&q1);
     // 7. The figure next to the seed's.
@@ -150,7 +162,7 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
     let tb_h = bytes as f64 / 1e12 / (secs / 3600.0);
     println!(
         "\nloaded {} rows, {:.2} GB in {:.2} s: {:.1} MB/s = {:.4} TB/hour with {} connections",
-        report.total.rows,
+        crate::progress::thousands(report.total.rows),
         bytes as f64 / 1e9,
         secs,
         report.total.mb_per_s,
@@ -169,6 +181,27 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
     match &args.target {
         None => println!("\nconnect with: {me} pg psql      (or: psql {url})"),
         Some(_) => println!("\nconnect with: psql {url}"),
+    }
+    // Where the gigabytes went, and how to get them back.
+    let size = |d: &std::path::Path| crate::progress::human_bytes(super::pg::dir_size(d));
+    if args.clean {
+        let freed = size(&data);
+        std::fs::remove_dir_all(&data)
+            .map_err(|e| anyhow::anyhow!("removing {}: {e}", data.display()))?;
+        println!("removed the generated data in {} ({freed})", data.display());
+    } else {
+        println!(
+            "data:    {} ({}; `{me} demo --clean` deletes it after the demo, or rm -r it)",
+            data.display(),
+            size(&data)
+        );
+    }
+    if args.target.is_none() {
+        println!(
+            "cluster: {} ({}; `{me} pg destroy` removes it)",
+            pg_dir.display(),
+            size(&pg_dir)
+        );
     }
     Ok(())
 }

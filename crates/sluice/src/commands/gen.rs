@@ -15,12 +15,14 @@ pub enum GenCommand {
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "Examples:
-  sluice gen tpch --scale 1 --parts 4 --out data/        # data/lineitem/lineitem.1.tbl ... like dbgen -C 4
-  sluice gen tpch --scale 100 --parts 56 --part 6 --out /mnt/src6   # one stream's files
-  sluice gen tpch --scale 0.1 --format csv --tables orders,lineitem --out data/
+  sluice gen tpch --scale 1 --parts 4 --out data/     # like dbgen -C 4
+  sluice gen tpch --scale 100 --parts 56 --part 6 --out /mnt/src6
+  sluice gen tpch --scale 0.1 --format csv --tables orders,lineitem
 
-With --parts 1 each table is one file (data/lineitem.tbl). nation and region are never split
-and are written with part 1. CSV files start with a header line.")]
+The first writes data/lineitem/lineitem.1.tbl and so on; the second,
+one source host's share of a 56-stream load. With --parts 1 each table
+is one file (data/lineitem.tbl). nation and region are never split and
+are written with part 1. CSV files start with a header line.")]
 pub struct GenTpchArgs {
     /// Scale factor: 1 is about 1 GB of .tbl files.
     #[arg(long, default_value_t = 1.0)]
@@ -34,7 +36,8 @@ pub struct GenTpchArgs {
     /// Output directory.
     #[arg(long, default_value = "data")]
     pub out: PathBuf,
-    #[arg(long, value_enum, default_value_t = GenFormat::Tbl)]
+    /// Output format: `tbl` (dbgen's `|`-separated lines) or `csv`.
+    #[arg(long, value_enum, default_value_t = GenFormat::Tbl, value_name = "tbl|csv")]
     pub format: GenFormat,
     /// Only these tables (comma-separated).
     #[arg(long, value_delimiter = ',')]

@@ -10,20 +10,28 @@ use crate::{progress, report, target};
 use clap::Args;
 use sluice_core::dialect::{Dialect, Format};
 use sluice_postgres::catalog::{describe_table, server_identity, session, CatalogError};
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "Examples:
-  sluice load --target postgresql://user@host:5432/db --jobs 4 data/lineitem/*.tbl data/orders.tbl.gz
-  sluice load --target \"$URL\" --table trips --format csv --header trips-2024-*.csv.zst
-  cat x.tsv | sluice load --target \"$URL\" --table t --format text -
-  sluice load --dry-run data/lineitem.tbl      # check every row, send nothing
+  sluice load -t postgresql://me@db:5432/shop orders.csv
+  sluice load -t \"$URL\" --jobs 4 data/lineitem/*.tbl data/orders.tbl.gz
+  sluice load -t \"$URL\" --table trips --header trips-2024-*.csv.zst
+  sluice load -t \"$URL\" --header --match-header people.csv
+  cat x.tsv | sluice load -t \"$URL\" --table t --format text -
+  sluice load --dry-run data/lineitem.tbl     # check every row, load none
 
-Each file goes to --table, or else to the table named by the file's name up to its first dot
-(lineitem.3.tbl and lineitem.tbl.gz both go to lineitem). The table must exist; its columns
-and types come from the catalog. By default the first bad row fails the whole command and no
-row of it is visible afterwards.")]
+Each file goes to --table, or else to the table named by the file's
+name up to its first dot (lineitem.3.tbl and lineitem.tbl.gz both go
+to lineitem). The table must exist; its columns and types come from
+the catalog. By default the first bad row fails the whole command and
+no row of it is visible afterwards.
+
+Exit codes: 0 loaded, 1 local failure (an input that cannot be read),
+2 usage, 3 bad row (nothing committed), 4 cannot connect, 5 server
+failure.")]
 pub struct LoadArgs {
     /// Files to load (.tbl, .csv, .tsv/.txt, optionally .gz or .zst); `-` reads standard input.
     #[arg(required = true, value_name = "FILE")]
@@ -54,9 +62,17 @@ pub struct LoadArgs {
     #[arg(long, value_name = "CHAR")]
     pub escape: Option<String>,
 
-    /// The first line of each file is a header and is skipped.
+    /// The first line of each file is a header and is skipped. Its names are not compared
+    /// with the table's columns unless --match-header is given: fields map to the table's
+    /// columns in order (or to --columns).
     #[arg(long)]
     pub header: bool,
+
+    /// Map fields to columns by the header's names instead of by position (needs --header).
+    /// A name matches a column exactly, or ignoring case when only one column matches; the
+    /// other columns get their defaults. Every file of a table must have the same header.
+    #[arg(long, requires = "header", conflicts_with = "columns")]
+    pub match_header: bool,
 
     /// The spelling of NULL (default `\N` for tbl and text, the empty unquoted string for CSV).
     #[arg(long, value_name = "STRING")]
@@ -82,7 +98,8 @@ pub struct LoadArgs {
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub chunk_size: Option<usize>,
 
-    /// Read, convert, validate and encode every row, but send nothing; reports MB/s.
+    /// Read, convert, validate and encode every row, but load none; reports MB/s. It still
+    /// connects (to --target, or the private cluster) to read the tables' definitions.
     #[arg(long)]
     pub dry_run: bool,
 
@@ -94,7 +111,8 @@ pub struct LoadArgs {
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,
 
-    /// The private cluster's directory (used when no target is given).
+    /// The private cluster's directory, used when no target is given (default:
+    /// $SLUICE_PG_DIR, else ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
     pub pg_dir: Option<PathBuf>,
 }
@@ -111,6 +129,7 @@ impl LoadArgs {
             quote: None,
             escape: None,
             header: false,
+            match_header: false,
             null: None,
             columns: None,
             jobs: None,
@@ -250,6 +269,121 @@ fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, LoadError> {
     Ok(d)
 }
 
+/// The table columns named by the header of every input of table `t`, for --match-header:
+/// each name matches a column exactly, or ignoring case when only one column matches, and
+/// every file of the table must have the same header.
+fn header_columns(
+    table: &sluice_postgres::catalog::Table,
+    inputs: &[Input],
+    t: usize,
+) -> Result<Vec<String>, String> {
+    let mut header: Option<(String, Vec<String>)> = None;
+    for input in inputs.iter().filter(|i| i.table == t) {
+        let names = read_header(input)?;
+        match &header {
+            None => header = Some((input.display.clone(), names)),
+            Some((first, h)) if *h != names => {
+                return Err(format!(
+                    "--match-header: {} and {first} have different headers ({} against {})",
+                    input.display,
+                    names.join(","),
+                    h.join(",")
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((file, names)) = header else {
+        return Err("--match-header: no input".into());
+    };
+    names
+        .iter()
+        .map(|n| {
+            if let Some(c) = table.columns.iter().find(|c| &c.name == n) {
+                return Ok(c.name.clone());
+            }
+            let folded: Vec<&str> = table
+                .columns
+                .iter()
+                .filter(|c| c.name.eq_ignore_ascii_case(n.trim()))
+                .map(|c| c.name.as_str())
+                .collect();
+            match folded.as_slice() {
+                [one] => Ok(one.to_string()),
+                [] => Err(format!(
+                    "the header of {file} names \"{n}\", which is not a column of {} (it has: \
+                     {}); rename the header field, or map by position with --columns",
+                    table.qualified(),
+                    table
+                        .columns
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                several => Err(format!(
+                    "the header of {file} names \"{n}\", which matches columns {} but none \
+                     exactly; use --columns",
+                    several.join(" and ")
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The field names of an input's first line.
+fn read_header(input: &Input) -> Result<Vec<String>, String> {
+    if input.source == InputSource::Stdin {
+        return Err(
+            "--match-header cannot read standard input's header ahead of the load: name the \
+             columns with --columns"
+                .into(),
+        );
+    }
+    let whole = Chunk {
+        id: 0,
+        input: 0,
+        start: 0,
+        end: None,
+    };
+    let mut reader = crate::load::source::open_chunk(input, &whole)
+        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
+    let mut head = Vec::new();
+    (&mut reader)
+        .take(1 << 20)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
+    let mut dialect = input.dialect.clone();
+    dialect.line_ending = detect_line_ending(&head, &dialect);
+    let parser = sluice_core::records::RecordParser::new(&dialect);
+    let mut fields = sluice_core::records::Fields::new();
+    match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
+        Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
+            .map(|i| String::from_utf8_lossy(fields.get(i, &head).unwrap_or_default()).into_owned())
+            .collect()),
+        _ => Err(format!(
+            "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
+            input.display
+        )),
+    }
+}
+
+/// Checks that an input can be read: a missing, unreadable or non-regular file is a local
+/// failure (exit 1), found before anything connects.
+fn check_input(f: &str) -> Result<std::fs::Metadata, LoadError> {
+    let meta = std::fs::metadata(f).map_err(|e| LoadError::Io(format!("cannot read {f}: {e}")))?;
+    if meta.is_dir() {
+        return Err(LoadError::Io(format!(
+            "{f} is a directory: give the files in it (for example {f}/*.csv)"
+        )));
+    }
+    if !meta.is_file() {
+        return Err(LoadError::Io(format!("{f} is not a regular file")));
+    }
+    std::fs::File::open(f).map_err(|e| LoadError::Io(format!("cannot read {f}: {e}")))?;
+    Ok(meta)
+}
+
 /// The default number of streams (see `--jobs`).
 fn default_jobs() -> usize {
     std::thread::available_parallelism()
@@ -312,6 +446,10 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         .map(parse_column_list)
         .transpose()
         .map_err(LoadError::Usage)?;
+    // Every input must be readable before anything connects (or starts a cluster).
+    for f in args.files.iter().filter(|f| f.as_str() != "-") {
+        check_input(f)?;
+    }
     let target =
         target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet).map_err(|e| {
             match e.downcast_ref::<target::BadTarget>() {
@@ -353,9 +491,15 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             if described.iter().any(|(n, _): &(String, _)| n == name) {
                 continue;
             }
-            let table = describe_table(&client, name).await.map_err(|e| match e {
-                CatalogError::Db(e) => LoadError::Server(e.to_string()),
-                other => LoadError::Usage(other.to_string()),
+            let table = describe_table(&client, name).await.map_err(|e| {
+                let by_name = match (&args.table, file_tables.iter().position(|t| t == name)) {
+                    (None, Some(i)) => format!("{} -> table {name}: ", args.files[i]),
+                    _ => String::new(),
+                };
+                match e {
+                    CatalogError::Db(e) => LoadError::Server(format!("{by_name}{e}")),
+                    other => LoadError::Usage(format!("{by_name}{other}")),
+                }
             })?;
             described.push((name.clone(), table));
         }
@@ -366,18 +510,6 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
             sess.server_encoding
         )));
-    }
-    let mut tables: Vec<TablePlan> = Vec::new();
-    for (_, table) in &described {
-        let columns = table
-            .select_columns(columns.as_deref())
-            .map_err(LoadError::Usage)?;
-        let binary = columns.iter().all(|c| c.ty.client_converted());
-        tables.push(TablePlan {
-            table: table.clone(),
-            columns,
-            binary,
-        });
     }
     let jobs_wanted = args.jobs.unwrap_or_else(default_jobs).max(1);
     let mut inputs = Vec::new();
@@ -401,11 +533,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             continue;
         }
         let path = PathBuf::from(f);
-        let meta = std::fs::metadata(&path)
-            .map_err(|e| LoadError::Usage(format!("cannot read {f}: {e}")))?;
-        if !meta.is_file() {
-            return Err(LoadError::Usage(format!("{f} is not a file")));
-        }
+        let meta = check_input(f)?;
         let format = format_for(f, args.format).map_err(LoadError::Usage)?;
         let mut dialect = dialect_for(format, args)?;
         let head = read_head(&path, 64 << 10)
@@ -421,6 +549,29 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             size: meta.len(),
             table,
             dialect,
+        });
+    }
+    // Each table's columns: --columns, the header's names, or all in order.
+    let mut tables: Vec<TablePlan> = Vec::new();
+    for (t, (name, table)) in described.iter().enumerate() {
+        let names = if args.match_header {
+            Some(header_columns(table, &inputs, t).map_err(|e| {
+                LoadError::Usage(match args.table {
+                    Some(_) => e,
+                    None => format!("table {name}: {e}"),
+                })
+            })?)
+        } else {
+            columns.clone()
+        };
+        let columns = table
+            .select_columns(names.as_deref())
+            .map_err(LoadError::Usage)?;
+        let binary = columns.iter().all(|c| c.ty.client_converted());
+        tables.push(TablePlan {
+            table: table.clone(),
+            columns,
+            binary,
         });
     }
     // Chunks: cut big plain files, biggest work first.
@@ -485,10 +636,19 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
                 .sum()
         })
         .collect();
+    let chunk_counts = (0..plan.tables.len())
+        .map(|t| {
+            plan.chunks
+                .iter()
+                .filter(|c| plan.inputs[c.input].table == t)
+                .count() as u64
+        })
+        .collect();
     let display = progress::start(
         progress::Mode::choose(args.quiet),
         names,
         totals,
+        chunk_counts,
         counters.clone(),
         if args.dry_run { "checking" } else { "loading" },
     );
@@ -499,7 +659,15 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
     let outcome = execute(&plan, &opts, &dest, rt.handle(), &counters, warn);
     drop(display);
-    let outcome = outcome?;
+    let outcome = outcome.map_err(|e| match e {
+        // Say which table a file went to when the file's name chose it.
+        LoadError::Input(mut ie) if args.table.is_none() => {
+            let t = plan.inputs.iter().find(|i| i.display == ie.file);
+            ie.table = t.map(|i| plan.tables[i.table].table.name.clone());
+            LoadError::Input(ie)
+        }
+        other => other,
+    })?;
     Ok(report::build(
         &plan,
         &outcome,

@@ -6,6 +6,16 @@ use sluice_postgres::cluster::{bulk_load_settings, Cluster, Status};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  sluice pg start              # create (first time), start, print the URL
+  sluice pg status             # where, which port, settings, disk use
+  sluice pg psql -- -c 'select 1'   # arguments after -- go to psql
+  psql \"$(sluice pg url)\"      # any client, with the URL
+  sluice pg stop
+  sluice pg destroy            # stop it and delete its directory
+
+Exit codes: 0 done, 1 local failure, 4 the cluster is not running
+(status, url).")]
 pub struct PgArgs {
     #[command(subcommand)]
     pub command: PgCommand,
@@ -23,13 +33,20 @@ pub enum PgCommand {
     Stop,
     /// Is it running, where, on which port, with which settings.
     Status,
-    /// Print the connection URL.
+    /// Print the connection URL (exit 4 when the cluster is not running).
     Url,
-    /// Open psql on the cluster; arguments after `--` go to psql.
+    /// Open psql on the cluster (starting it if needed); arguments after `--` go to psql.
     Psql {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        /// Arguments for psql, after `--` (for example: -- -c 'select 1').
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "PSQL ARGS"
+        )]
         args: Vec<String>,
     },
+    /// Stop the cluster and delete its directory, data and all.
+    Destroy,
 }
 
 pub fn run(args: PgArgs) -> i32 {
@@ -57,8 +74,39 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         PgCommand::Stop => {
+            if !matches!(cluster.status(), Status::Running { .. }) {
+                eprintln!(
+                    "sluice: the cluster in {} is not running (nothing to stop)",
+                    dir.display()
+                );
+                return Ok(0);
+            }
             cluster.stop()?;
             eprintln!("sluice: stopped the cluster in {}", dir.display());
+            Ok(0)
+        }
+        PgCommand::Destroy => {
+            if matches!(cluster.status(), Status::Absent) && !dir.exists() {
+                eprintln!(
+                    "sluice: no cluster in {} (nothing to remove)",
+                    dir.display()
+                );
+                return Ok(0);
+            }
+            if !cluster.is_sluice_cluster() {
+                anyhow::bail!(
+                    "{} does not look like a cluster sluice made (no sluice.port, no \
+                     PG_VERSION): not removing it",
+                    dir.display()
+                );
+            }
+            let size = dir_size(&dir);
+            cluster.destroy()?;
+            eprintln!(
+                "sluice: removed the cluster in {} ({})",
+                dir.display(),
+                crate::progress::human_bytes(size)
+            );
             Ok(0)
         }
         PgCommand::Status => {
@@ -68,7 +116,7 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
             match status {
                 Status::Absent => {
                     println!("status:    no cluster (`sluice pg start` creates one)");
-                    return Ok(3);
+                    return Ok(4);
                 }
                 Status::Stopped => println!("status:    stopped"),
                 Status::Running { port, pid } => {
@@ -84,6 +132,10 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
                     "the invoking user"
                 }
             );
+            println!(
+                "disk use:  {} (`sluice pg destroy` removes it)",
+                crate::progress::human_bytes(dir_size(&dir))
+            );
             println!("configuration (postgresql.auto.conf):");
             for line in cluster.settings_text().lines() {
                 println!("  {line}");
@@ -91,31 +143,56 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
             Ok(if matches!(status, Status::Running { .. }) {
                 0
             } else {
-                3
+                4
             })
         }
-        PgCommand::Url => match cluster.url() {
-            Some(u) => {
+        PgCommand::Url => match (cluster.status(), cluster.url()) {
+            (Status::Running { .. }, Some(u)) => {
                 println!("{u}");
                 Ok(0)
             }
-            None => {
+            (Status::Absent, _) => {
                 eprintln!(
                     "error: no cluster in {}: run `sluice pg start`",
                     dir.display()
                 );
-                Ok(3)
+                Ok(4)
+            }
+            _ => {
+                eprintln!(
+                    "error: the cluster in {} is not running: run `sluice pg start`",
+                    dir.display()
+                );
+                Ok(4)
             }
         },
         PgCommand::Psql { args } => {
             cluster.init(&bulk_load_settings())?;
             cluster.start()?;
             let url = cluster.url().unwrap_or_default();
+            // clap keeps a `--` that follows other arguments; psql would take it as the end
+            // of its options and ignore the rest.
+            let args: Vec<&String> = args.iter().filter(|a| a.as_str() != "--").collect();
             let status = std::process::Command::new(cluster.bindir.join("psql"))
                 .arg(&url)
-                .args(&args)
+                .args(args)
                 .status()?;
             Ok(status.code().unwrap_or(1))
         }
     }
+}
+
+/// The bytes under a directory (what removing it frees).
+pub fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }

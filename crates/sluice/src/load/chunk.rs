@@ -23,6 +23,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 pub struct Counters {
     pub bytes: AtomicU64,
     pub rows: AtomicU64,
+    /// Chunks of the table finished (converted and, unless a dry run, loaded).
+    pub chunks_done: AtomicU64,
 }
 
 /// What a converted chunk produced.

@@ -662,6 +662,7 @@ pub fn execute(
                                     });
                                     stats.rows += o.records;
                                     stats.bytes += o.bytes;
+                                    counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
                                 }
                                 Err(e) => {
                                     fail(e);
