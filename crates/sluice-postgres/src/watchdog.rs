@@ -72,7 +72,13 @@ impl Watchdog {
             ..State::default()
         }));
         let stop = Arc::new(Notify::new());
-        let task = tokio::spawn(watch(client, state.clone(), stop.clone(), warn));
+        let task = tokio::spawn(watch(
+            info.clone(),
+            client,
+            state.clone(),
+            stop.clone(),
+            warn,
+        ));
         Ok(Watchdog { state, stop, task })
     }
 
@@ -156,7 +162,8 @@ async fn describe_session(client: &Client, pid: i32) -> String {
 }
 
 async fn watch(
-    client: Client,
+    info: ConnInfo,
+    mut client: Client,
     state: Arc<Mutex<State>>,
     stop: Arc<Notify>,
     warn: Arc<dyn Fn(String) + Send + Sync>,
@@ -173,9 +180,17 @@ async fn watch(
         if pids.len() < 2 {
             continue;
         }
-        let Ok(waiting) = sample(&client, &pids).await else {
-            // The side connection failed: the streams' own errors will say why.
-            continue;
+        let waiting = match sample(&client, &pids).await {
+            Ok(w) => w,
+            Err(_) if client.is_closed() => {
+                // The side connection is gone (terminated by an administrator, say): a blind
+                // watchdog would let a conflict hang again, so connect anew and carry on.
+                if let Ok(c) = connect(&info).await {
+                    client = c;
+                }
+                continue;
+            }
+            Err(_) => continue,
         };
         let mut now_seen = Vec::new();
         let mut now_external = Vec::new();

@@ -550,3 +550,52 @@ fn sigterm_mid_load_commits_nothing() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(d.count("t"), 0);
 }
+
+/// The watchdog's own connection terminated mid-load (by an administrator, say): it connects
+/// again, and a conflict that comes later is still caught rather than hanging.
+#[test]
+fn the_watchdog_survives_losing_its_connection() {
+    let d = db("watchdog_reconnect");
+    d.psql("CREATE TABLE pk (id int PRIMARY KEY)");
+    let a = d.file("a.csv", ids(1, 10).as_bytes());
+    let b = d.file("b.csv", (ids(11, 1_500_000) + "5\n").as_bytes());
+    let child = sluice_cmd()
+        .args([
+            "load", "-q", "--table", "pk", "--jobs", "2", "--target", &d.url,
+        ])
+        .args([a.to_str().unwrap(), b.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let terminated = loop {
+        let n = d.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE query LIKE '%pg_blocking_pids%' AND pid <> pg_backend_pid()",
+        );
+        if n.trim() != "0" {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(terminated, "never saw the watchdog's connection");
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    let start = std::time::Instant::now();
+    while !waiter.is_finished() {
+        if start.elapsed().as_secs() > 60 {
+            // SAFETY: killing our own hung child so that the test fails instead of hanging.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+            panic!("the load hung after its watchdog lost its connection");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = waiter.join().unwrap();
+    assert_conflict(&d, &out, "pk", "(id)=(5)", &["b.csv, line 1499991"]);
+}
