@@ -105,6 +105,65 @@ impl SessionAttrs {
     }
 }
 
+/// How a dead server or network is noticed, in libpq's terms. psql keeps the operating
+/// system's defaults (the first keepalive after two hours); a bulk load that must never hang
+/// detects a vanished peer within about a minute instead: keepalives after 30 s idle, every
+/// 10 s, 3 unanswered probes, and `tcp_user_timeout` 120 s for data the peer never
+/// acknowledges. `keepalives`, `keepalives_idle`, `keepalives_interval`, `keepalives_count`
+/// and `tcp_user_timeout` (milliseconds, 0 for the system's) in the target override them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    pub keepalives: bool,
+    pub idle_secs: u64,
+    pub interval_secs: u64,
+    pub count: u32,
+    pub tcp_user_timeout_ms: u64,
+}
+
+impl Default for Liveness {
+    fn default() -> Liveness {
+        Liveness {
+            keepalives: true,
+            idle_secs: 30,
+            interval_secs: 10,
+            count: 3,
+            tcp_user_timeout_ms: 120_000,
+        }
+    }
+}
+
+impl Liveness {
+    fn from_params(params: &BTreeMap<String, String>) -> Result<Liveness, String> {
+        let mut l = Liveness::default();
+        let num = |k: &str| -> Result<Option<u64>, String> {
+            params
+                .get(k)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| format!("invalid {k} `{v}`: expected a whole number"))
+                })
+                .transpose()
+        };
+        if let Some(k) = num("keepalives")? {
+            l.keepalives = k != 0;
+        }
+        if let Some(v) = num("keepalives_idle")? {
+            l.idle_secs = v.max(1);
+        }
+        if let Some(v) = num("keepalives_interval")? {
+            l.interval_secs = v.max(1);
+        }
+        if let Some(v) = num("keepalives_count")? {
+            l.count = v.clamp(1, 255) as u32;
+        }
+        if let Some(v) = num("tcp_user_timeout")? {
+            l.tcp_user_timeout_ms = v;
+        }
+        Ok(l)
+    }
+}
+
 /// One server of a (possibly multi-host) target.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HostSpec {
@@ -151,6 +210,9 @@ pub struct ConnInfo {
     /// `PGDATESTYLE` and `PGGEQO`.
     pub options: Option<String>,
     pub target_session_attrs: SessionAttrs,
+    /// TCP keepalives and the unacknowledged-data timeout: how long a vanished server or
+    /// network can keep a stream waiting (see [`Liveness`]).
+    pub liveness: Liveness,
     /// Warnings met while resolving (an unsafe `.pgpass`), for the caller to print.
     pub warnings: Vec<String>,
 }
@@ -320,6 +382,7 @@ impl ConnInfo {
             connect_timeout,
             options: (!options.is_empty()).then_some(options),
             target_session_attrs,
+            liveness: Liveness::from_params(&params)?,
             warnings: Vec::new(),
         };
         if info.password.is_none() {
@@ -427,6 +490,16 @@ impl ConnInfo {
         }
         if let Some(pw) = self.password_for(h) {
             c.password(pw);
+        }
+        let l = self.liveness;
+        c.keepalives(l.keepalives);
+        if l.keepalives {
+            c.keepalives_idle(std::time::Duration::from_secs(l.idle_secs))
+                .keepalives_interval(std::time::Duration::from_secs(l.interval_secs))
+                .keepalives_retries(l.count);
+        }
+        if l.tcp_user_timeout_ms > 0 {
+            c.tcp_user_timeout(std::time::Duration::from_millis(l.tcp_user_timeout_ms));
         }
         c.ssl_mode(match self.sslmode {
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
@@ -635,6 +708,11 @@ const KNOWN_KEYS: &[&str] = &[
     "options",
     "target_session_attrs",
     "client_encoding",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
 ];
 
 /// Parses a URI or `key=value` string into libpq keywords.
@@ -984,6 +1062,30 @@ mod tests {
             "{e}"
         );
         assert!(ConnInfo::resolve("client_encoding=WIN1252", &env(&[])).is_err());
+    }
+
+    #[test]
+    fn liveness_defaults_and_overrides() {
+        let c = ConnInfo::resolve("host=h", &env(&[])).unwrap();
+        assert_eq!(c.liveness, Liveness::default());
+        let c = ConnInfo::resolve(
+            "host=h keepalives_idle=5 keepalives_interval=2 keepalives_count=9 \
+             tcp_user_timeout=0",
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.liveness.idle_secs,
+                c.liveness.interval_secs,
+                c.liveness.count,
+                c.liveness.tcp_user_timeout_ms
+            ),
+            (5, 2, 9, 0)
+        );
+        let c = ConnInfo::resolve("postgresql://h/d?keepalives=0", &env(&[])).unwrap();
+        assert!(!c.liveness.keepalives);
+        assert!(ConnInfo::resolve("host=h keepalives_idle=soon", &env(&[])).is_err());
     }
 
     #[test]

@@ -30,6 +30,8 @@ const SAMPLE: Duration = Duration::from_millis(200);
 const SIGHTINGS: u32 = 2;
 /// How long a wait on a session outside the load lasts before it is reported.
 const EXTERNAL_REPORT: Duration = Duration::from_secs(10);
+/// How long a sample may take before the server is reported as not answering.
+const UNANSWERED_REPORT: Duration = Duration::from_secs(30);
 
 /// Two streams of one load waiting on each other inside and outside the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,7 +182,20 @@ async fn watch(
         if pids.len() < 2 {
             continue;
         }
-        let waiting = match sample(&client, &pids).await {
+        let sampled = tokio::time::timeout(UNANSWERED_REPORT, sample(&client, &pids)).await;
+        let sampled = match sampled {
+            Ok(r) => r,
+            Err(_) => {
+                warn(format!(
+                    "the server has not answered the watchdog's query for {} s: it may be \
+                     frozen or overloaded; sluice keeps waiting (keepalives end a connection \
+                     to a vanished host within about a minute)",
+                    UNANSWERED_REPORT.as_secs()
+                ));
+                sample(&client, &pids).await
+            }
+        };
+        let waiting = match sampled {
             Ok(w) => w,
             Err(_) if client.is_closed() => {
                 // The side connection is gone (terminated by an administrator, say): a blind
