@@ -117,7 +117,8 @@ pub fn find_bindir() -> Result<PathBuf, ClusterError> {
     Err(ClusterError::NoBinaries)
 }
 
-/// Server settings for a private cluster, written to `postgresql.auto.conf` at init.
+/// Server settings for a private cluster, written to `postgresql.auto.conf` at init: the one
+/// list of bulk-load settings, used by `sluice pg`, `demo`, the tests and `bench`.
 pub fn bulk_load_settings() -> Vec<(String, String)> {
     [
         ("shared_buffers", "1GB"),
@@ -130,6 +131,18 @@ pub fn bulk_load_settings() -> Vec<(String, String)> {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// [`bulk_load_settings`] with `wal_level = minimal` (no WAL for tables created in the
+/// loading transaction), which needs `max_wal_senders = 0`.
+pub fn minimal_wal_settings() -> Vec<(String, String)> {
+    let mut s: Vec<(String, String)> = bulk_load_settings()
+        .into_iter()
+        .filter(|(k, _)| k != "wal_level")
+        .collect();
+    s.push(("wal_level".into(), "minimal".into()));
+    s.push(("max_wal_senders".into(), "0".into()));
+    s
 }
 
 /// A cluster directory and the binaries that serve it.

@@ -1,6 +1,6 @@
 //! The `sluice` command line: parses flags into plain option structs (the "low" layer) and
 //! hands them to a command module, which validates them into a plan (the "high" layer). Errors
-//! reach this file as `anyhow` chains or `LoadError`s and leave as one message and a
+//! reach this file as `anyhow` chains or `Failure`s and leave as one message and a
 //! documented exit code:
 //!
 //! | code | meaning |
@@ -13,6 +13,7 @@
 //! | 5 | the server failed for a reason not tied to one row |
 
 mod commands;
+mod failure;
 mod load;
 mod progress;
 mod report;
@@ -21,6 +22,7 @@ mod target;
 mod tpch;
 
 use clap::{Parser, Subcommand};
+use failure::Failure;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -61,9 +63,21 @@ enum Command {
     Bench(commands::bench::BenchArgs),
 }
 
+/// The exit code of a failure: the README's table, for every command, decided here alone.
+fn exit_code(f: &Failure) -> u8 {
+    match f {
+        Failure::Local(_) | Failure::Aborted => 1,
+        Failure::Usage(_) => 2,
+        Failure::Input(_) => 3,
+        Failure::Connect(_) => 4,
+        Failure::Server(_) => 5,
+        Failure::Exited(code) => *code,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let code = match cli.command {
+    let result = match cli.command {
         Command::Load(args) => commands::load::run(args),
         Command::Gen(cmd) => commands::gen::run(cmd),
         Command::Ddl(cmd) => commands::ddl::run(cmd),
@@ -71,7 +85,20 @@ fn main() -> ExitCode {
         Command::Demo(args) => commands::demo::run(args),
         Command::Bench(args) => commands::bench::run(args),
     };
-    ExitCode::from(code as u8)
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            if !matches!(f, Failure::Exited(_)) {
+                eprintln!("error: {f}");
+            }
+            if let Failure::Input(_) = f {
+                eprintln!(
+                    "nothing was committed: fix the row (or the table) and run the command again"
+                );
+            }
+            ExitCode::from(exit_code(&f))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -202,3 +202,58 @@ fn match_header_maps_fields_by_name_like_psql_header_match() {
     ]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Every command's failures leave with the README's exit codes (decided in main.rs alone).
+#[test]
+fn every_command_maps_failures_to_the_readme_exit_codes() {
+    let root = temp_dir("codes");
+    let code = |args: &[&str]| {
+        let out = sluice_cmd().args(args).output().unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    // gen: a bad flag is usage; an output that cannot be written is a local failure.
+    let (c, e) = code(&[
+        "gen", "tpch", "--scale", "0.01", "--tables", "nope", "--out", "x",
+    ]);
+    assert_eq!(c, Some(2), "{e}");
+    assert!(e.contains("not a TPC-H table"), "{e}");
+    let file = root.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = file.join("sub");
+    let (c, e) = code(&[
+        "gen",
+        "tpch",
+        "--scale",
+        "0.01",
+        "--tables",
+        "nation",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(c, Some(1), "{e}");
+    // ddl: SQL the server refuses is a server failure.
+    let d = db("codes_ddl");
+    let ddl = |extra: &[&str]| {
+        let mut c = sluice_cmd();
+        c.args(["ddl", "tpch", "--create", "--target", &d.url])
+            .args(extra);
+        let out = c.output().unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    assert_eq!(ddl(&[]).0, Some(0));
+    let (c, e) = ddl(&[]);
+    assert_eq!(c, Some(5), "tables exist already: {e}");
+    assert!(e.contains("already exists"), "{e}");
+    // A malformed target is usage for every command that connects.
+    let out = sluice_cmd()
+        .args([
+            "ddl",
+            "tpch",
+            "--create",
+            "--target",
+            "postgresql://h:port/x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -162,7 +162,7 @@ fn start_stop_status_url_and_recovery_after_kill_9() {
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("precious.txt"), b"keep me").unwrap();
     let refused = pg(&other, &["destroy"]);
-    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(refused.status.code(), Some(2));
     assert!(other.join("precious.txt").exists());
 }
 

@@ -11,6 +11,7 @@
 
 use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::{load, LoadArgs};
+use crate::failure::Failure;
 use crate::load::StreamStats;
 use crate::report::Report;
 use crate::tpch::{self, Manifest};
@@ -23,26 +24,19 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerConfig {
-    /// shared_buffers 1GB, max_wal_size 16GB, wal_level replica.
+    /// The private cluster's bulk-load settings (wal_level replica).
     Default,
-    /// As default, with wal_level minimal and max_wal_senders 0.
+    /// The same, with wal_level minimal and max_wal_senders 0.
     Minimal,
 }
 
 impl ServerConfig {
+    /// The settings of a fresh cluster: the one list the private cluster uses too.
     pub fn settings(self) -> Vec<(String, String)> {
-        let mut s = vec![
-            ("shared_buffers", "1GB"),
-            ("max_wal_size", "16GB"),
-            ("wal_level", "replica"),
-        ];
-        if self == ServerConfig::Minimal {
-            s[2].1 = "minimal";
-            s.push(("max_wal_senders", "0"));
+        match self {
+            ServerConfig::Default => sluice_postgres::cluster::bulk_load_settings(),
+            ServerConfig::Minimal => sluice_postgres::cluster::minimal_wal_settings(),
         }
-        s.into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 }
 
@@ -78,8 +72,9 @@ pub struct BenchArgs {
     /// Output directory (default ./sluice-bench-<timestamp>).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Configuration of the fresh clusters: `default` (shared_buffers 1GB, max_wal_size 16GB,
-    /// wal_level replica) or `minimal` (the same with wal_level minimal, max_wal_senders 0).
+    /// Configuration of the fresh clusters: `default` (the private cluster's bulk-load
+    /// settings: shared_buffers 1GB, max_wal_size 16GB, checkpoint_timeout 30min, wal_level
+    /// replica...) or `minimal` (the same with wal_level minimal, max_wal_senders 0).
     #[arg(
         long,
         value_enum,
@@ -152,34 +147,12 @@ pub struct Results {
     pub runs: Vec<Run>,
 }
 
-pub fn run(args: BenchArgs) -> i32 {
-    match bench(&args) {
-        Ok(r) => {
-            if !args.quiet {
-                eprintln!("sluice bench: results in {}", r.display());
-            }
-            0
-        }
-        Err(BenchError::Usage(m)) => {
-            eprintln!("error: {m}");
-            2
-        }
-        Err(BenchError::Failed(m)) => {
-            eprintln!("error: {m}");
-            1
-        }
+pub fn run(args: BenchArgs) -> Result<(), Failure> {
+    let dir = bench(&args)?;
+    if !args.quiet {
+        eprintln!("sluice bench: results in {}", dir.display());
     }
-}
-
-enum BenchError {
-    Usage(String),
-    Failed(String),
-}
-
-impl From<anyhow::Error> for BenchError {
-    fn from(e: anyhow::Error) -> Self {
-        BenchError::Failed(format!("{e:#}"))
-    }
+    Ok(())
 }
 
 /// Parses `1,2,4` or `auto`.
@@ -381,13 +354,13 @@ fn machine() -> BTreeMap<String, String> {
     m
 }
 
-fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
-    let jobs = parse_jobs(&args.jobs).map_err(BenchError::Usage)?;
+fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
+    let jobs = parse_jobs(&args.jobs).map_err(Failure::Usage)?;
     if args.repeat == 0 {
-        return Err(BenchError::Usage("--repeat must be at least 1".into()));
+        return Err(Failure::Usage("--repeat must be at least 1".into()));
     }
     if args.target.is_some() && !args.yes {
-        return Err(BenchError::Usage(
+        return Err(Failure::Usage(
             "sluice bench drops and recreates the eight TPC-H tables on --target before every \
              run: add --yes to allow it"
                 .into(),
@@ -399,8 +372,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
             .map_or(0, |d| d.as_secs());
         PathBuf::from(format!("sluice-bench-{secs}"))
     });
-    std::fs::create_dir_all(&out)
-        .map_err(|e| BenchError::Failed(format!("{}: {e}", out.display())))?;
+    std::fs::create_dir_all(&out).map_err(|e| Failure::Local(format!("{}: {e}", out.display())))?;
     let pg_dir = crate::target::default_pg_dir(None);
     let data = args
         .data
@@ -423,11 +395,11 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
                 Some(t) => (t.clone(), None),
                 None => {
                     let dir = out.join("clusters").join(format!("run-{n}"));
-                    let c = Cluster::new(&dir).map_err(|e| BenchError::Failed(e.to_string()))?;
+                    let c = Cluster::new(&dir).map_err(|e| Failure::Local(e.to_string()))?;
                     let _ = c.destroy();
                     c.init(&args.server_config.settings())
                         .and_then(|_| c.start())
-                        .map_err(|e| BenchError::Failed(e.to_string()))?;
+                        .map_err(|e| Failure::Local(e.to_string()))?;
                     (c.url().unwrap_or_default(), Some(c))
                 }
             };
@@ -439,14 +411,13 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
                 quiet: true,
                 ..LoadArgs::defaults()
             };
-            let report =
-                load(&load_args).map_err(|e| BenchError::Failed(format!("run {n}: {e}")))?;
+            let report = load(&load_args).map_err(|e| Failure::Local(format!("run {n}: {e}")))?;
             let state = inspect(&url)?;
             if let Some(c) = cluster {
                 let _ = c.destroy();
             }
             let idle = verify(&report, &manifest, &state.counts).map_err(|e| {
-                BenchError::Failed(format!(
+                Failure::Local(format!(
                     "verification failed for --jobs {j}, run {} of {}: {e}",
                     r + 1,
                     args.repeat
@@ -540,7 +511,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
     let md = markdown(&results);
     print!("{md}");
     let write = |name: &str, text: &str| {
-        std::fs::write(out.join(name), text).map_err(|e| BenchError::Failed(format!("{name}: {e}")))
+        std::fs::write(out.join(name), text).map_err(|e| Failure::Local(format!("{name}: {e}")))
     };
     write("results.md", &md)?;
     write(
@@ -548,14 +519,14 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, BenchError> {
         &(serde_json::to_string_pretty(&results).expect("results serialize") + "\n"),
     )?;
     super::bench_charts::throughput(&results, &out.join("throughput.svg"))
-        .map_err(|e| BenchError::Failed(format!("drawing throughput.svg: {e}")))?;
+        .map_err(|e| Failure::Local(format!("drawing throughput.svg: {e}")))?;
     let best = results
         .settings
         .iter()
         .find(|s| s.jobs == results.best_jobs);
     if let Some(run) = best.and_then(|b| median_run(&results.runs, b.jobs, b.median_seconds)) {
         super::bench_charts::timeline(run, &out.join("timeline.svg"))
-            .map_err(|e| BenchError::Failed(format!("drawing timeline.svg: {e}")))?;
+            .map_err(|e| Failure::Local(format!("drawing timeline.svg: {e}")))?;
     }
     Ok(out)
 }

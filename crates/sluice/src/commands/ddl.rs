@@ -1,5 +1,6 @@
 //! `sluice ddl tpch`: print, or create, the TPC-H tables.
 
+use crate::failure::Failure;
 use crate::target;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -27,22 +28,15 @@ pub struct DdlTpchArgs {
     pub pg_dir: Option<PathBuf>,
 }
 
-pub fn run(cmd: DdlCommand) -> i32 {
+pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
     let DdlCommand::Tpch(args) = cmd;
     if !args.create {
         print!("{}", crate::tpch::ddl());
-        return 0;
+        return Ok(());
     }
-    match create(args.target.as_deref(), args.pg_dir.clone(), args.replace) {
-        Ok(()) => {
-            eprintln!("sluice: created the TPC-H tables");
-            0
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            4
-        }
-    }
+    create(args.target.as_deref(), args.pg_dir.clone(), args.replace)?;
+    eprintln!("sluice: created the TPC-H tables");
+    Ok(())
 }
 
 /// Creates the TPC-H tables, dropping them first when `replace`.

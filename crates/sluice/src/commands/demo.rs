@@ -5,6 +5,7 @@
 
 use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::{load, LoadArgs};
+use crate::failure::Failure;
 use crate::tpch;
 use clap::Args;
 use std::path::PathBuf;
@@ -50,36 +51,15 @@ pub struct DemoArgs {
     pub clean: bool,
 }
 
-pub fn run(args: DemoArgs) -> i32 {
-    match demo(&args) {
-        Ok(()) => 0,
-        Err(DemoError::Load(e)) => {
-            eprintln!("error: {e}");
-            e.exit_code()
-        }
-        Err(DemoError::Other(e)) => {
-            eprintln!("error: {e:#}");
-            1
-        }
-    }
-}
-
-enum DemoError {
-    Load(crate::load::LoadError),
-    Other(anyhow::Error),
-}
-
-impl From<anyhow::Error> for DemoError {
-    fn from(e: anyhow::Error) -> Self {
-        DemoError::Other(e)
-    }
+pub fn run(args: DemoArgs) -> Result<(), Failure> {
+    demo(&args)
 }
 
 fn step(n: u32, text: &str) {
     eprintln!("sluice demo [{n}/8] {text}");
 }
 
-fn demo(args: &DemoArgs) -> Result<(), DemoError> {
+fn demo(args: &DemoArgs) -> Result<(), Failure> {
     let pg_dir = crate::target::default_pg_dir(args.pg_dir.clone());
     let data = args
         .data
@@ -96,8 +76,7 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
             None => "starting sluice's private PostgreSQL",
         },
     );
-    let target = crate::target::resolve(args.target.as_deref(), Some(pg_dir.clone()), false)
-        .map_err(|e| DemoError::Load(crate::load::LoadError::Connect(format!("{e:#}"))))?;
+    let target = crate::target::resolve(args.target.as_deref(), Some(pg_dir.clone()), false)?;
     let url = target.info.to_string();
     // 3. Tables.
     step(3, "creating the TPC-H tables (dropping old ones)");
@@ -117,7 +96,7 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
         pg_dir: Some(pg_dir.clone()),
         ..LoadArgs::defaults()
     };
-    let report = load(&load_args).map_err(DemoError::Load)?;
+    let report = load(&load_args)?;
     print!("{}", crate::report::render(&report));
     // 5. Verify.
     step(
@@ -142,7 +121,7 @@ fn demo(args: &DemoArgs) -> Result<(), DemoError> {
         }
     }
     if !bad.is_empty() {
-        return Err(DemoError::Other(anyhow::anyhow!(
+        return Err(Failure::Local(format!(
             "verification failed: {}",
             bad.join("; ")
         )));

@@ -1,5 +1,6 @@
 //! `sluice gen tpch`: dbgen-identical TPC-H data, files generated in parallel.
 
+use crate::failure::{Failure, UsageError};
 use crate::tpch::{self, file_path, generate_file, is_partitioned, GenFormat, Manifest};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -50,51 +51,53 @@ pub struct GenTpchArgs {
     pub quiet: bool,
 }
 
-pub fn run(cmd: GenCommand) -> i32 {
+pub fn run(cmd: GenCommand) -> Result<(), Failure> {
     let GenCommand::Tpch(args) = cmd;
-    match generate_all(&args) {
-        Ok(m) => {
-            if !args.quiet {
-                let rows: u64 = m.files.iter().map(|f| f.rows).sum();
-                let bytes: u64 = m.files.iter().map(|f| f.bytes).sum();
-                eprintln!(
-                    "sluice: wrote {} files, {rows} rows, {} to {}",
-                    m.files.len(),
-                    crate::progress::human_bytes(bytes),
-                    args.out.display()
-                );
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            2
+    let m = generate_all(&args)?;
+    if !args.quiet {
+        let rows: u64 = m.files.iter().map(|f| f.rows).sum();
+        let bytes: u64 = m.files.iter().map(|f| f.bytes).sum();
+        eprintln!(
+            "sluice: wrote {} files, {} rows, {} to {}",
+            m.files.len(),
+            crate::progress::thousands(rows),
+            crate::progress::human_bytes(bytes),
+            args.out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Checks the flags before anything is written.
+fn check_args(args: &GenTpchArgs) -> Result<(), UsageError> {
+    let fail = |m: String| Err(UsageError(m));
+    if args.scale.is_nan() || args.scale <= 0.0 {
+        return fail("--scale must be positive".into());
+    }
+    if args.parts < 1 {
+        return fail("--parts must be at least 1".into());
+    }
+    if let Some(p) = args.part {
+        if !(1..=args.parts).contains(&p) {
+            return fail(format!("--part {p} is outside 1..={}", args.parts));
         }
     }
+    for name in args.tables.iter().flatten() {
+        if !tpch::TABLES.contains(&name.as_str()) {
+            return fail(format!(
+                "`{name}` is not a TPC-H table ({})",
+                tpch::TABLES.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Generates the requested files and writes the manifest.
 pub fn generate_all(args: &GenTpchArgs) -> anyhow::Result<Manifest> {
-    anyhow::ensure!(args.scale > 0.0, "--scale must be positive");
-    anyhow::ensure!(args.parts >= 1, "--parts must be at least 1");
-    if let Some(p) = args.part {
-        anyhow::ensure!(
-            (1..=args.parts).contains(&p),
-            "--part {p} is outside 1..={}",
-            args.parts
-        );
-    }
+    check_args(args)?;
     let tables: Vec<String> = match &args.tables {
-        Some(t) => {
-            for name in t {
-                anyhow::ensure!(
-                    tpch::TABLES.contains(&name.as_str()),
-                    "`{name}` is not a TPC-H table ({})",
-                    tpch::TABLES.join(", ")
-                );
-            }
-            t.clone()
-        }
+        Some(t) => t.clone(),
         None => tpch::TABLES.iter().map(|s| s.to_string()).collect(),
     };
     let mut tasks = Vec::new();

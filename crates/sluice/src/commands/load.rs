@@ -1,11 +1,12 @@
 //! `sluice load`: flags to a checked plan, then the run, the summary and the JSON report.
 
+use crate::failure::Failure;
 use crate::load::chunk::Counters;
 use crate::load::plan::{
     detect_line_ending, format_for, read_head, split_file, table_from_file_name, Chunk,
     Compression, Input, InputSource, Plan, TablePlan,
 };
-use crate::load::{execute, Destination, LoadError, RunOptions};
+use crate::load::{execute, Destination, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
 use sluice_core::dialect::{Dialect, Format};
@@ -229,27 +230,27 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     Ok(n * mult)
 }
 
-fn one_byte(flag: &str, s: &str) -> Result<u8, LoadError> {
+fn one_byte(flag: &str, s: &str) -> Result<u8, Failure> {
     let v = match s {
         "\\t" | "tab" => "\t",
         other => other,
     };
     if v.len() != 1 {
-        return Err(LoadError::Usage(format!(
+        return Err(Failure::Usage(format!(
             "--{flag} must be a single one-byte character, not `{s}`"
         )));
     }
     Ok(v.as_bytes()[0])
 }
 
-fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, LoadError> {
+fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, Failure> {
     let mut d = Dialect::new(format);
     if let Some(x) = &args.delimiter {
         d.delimiter = one_byte("delimiter", x)?;
     }
     if args.quote.is_some() || args.escape.is_some() {
         if format != Format::Csv {
-            return Err(LoadError::Usage(
+            return Err(Failure::Usage(
                 "--quote and --escape apply to CSV only (give --format csv)".into(),
             ));
         }
@@ -265,7 +266,7 @@ fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, LoadError> {
         d.null = n.as_bytes().to_vec();
     }
     d.header = args.header;
-    d.validate().map_err(LoadError::Usage)?;
+    d.validate().map_err(Failure::Usage)?;
     Ok(d)
 }
 
@@ -370,17 +371,17 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
 
 /// Checks that an input can be read: a missing, unreadable or non-regular file is a local
 /// failure (exit 1), found before anything connects.
-fn check_input(f: &str) -> Result<std::fs::Metadata, LoadError> {
-    let meta = std::fs::metadata(f).map_err(|e| LoadError::Io(format!("cannot read {f}: {e}")))?;
+fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
+    let meta = std::fs::metadata(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
     if meta.is_dir() {
-        return Err(LoadError::Io(format!(
+        return Err(Failure::Local(format!(
             "{f} is a directory: give the files in it (for example {f}/*.csv)"
         )));
     }
     if !meta.is_file() {
-        return Err(LoadError::Io(format!("{f} is not a regular file")));
+        return Err(Failure::Local(format!("{f} is not a regular file")));
     }
-    std::fs::File::open(f).map_err(|e| LoadError::Io(format!("cannot read {f}: {e}")))?;
+    std::fs::File::open(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
     Ok(meta)
 }
 
@@ -392,37 +393,27 @@ fn default_jobs() -> usize {
         .clamp(2, 8)
 }
 
-pub fn run(args: LoadArgs) -> i32 {
+pub fn run(args: LoadArgs) -> Result<(), Failure> {
     crate::signals::install();
-    match load(&args).and_then(|rep| print_report(&args, &rep)) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("error: {e}");
-            if let LoadError::Input(_) = e {
-                eprintln!(
-                    "nothing was committed: fix the row (or the table) and run the command again"
-                );
-            }
-            e.exit_code()
-        }
-    }
+    let report = load(&args)?;
+    print_report(&args, &report)
 }
 
 /// Prints the summary and writes the JSON report.
-pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), LoadError> {
+pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), Failure> {
     print!("{}", report::render(rep));
     if let Some(path) = &args.report_json {
         let json = serde_json::to_string_pretty(rep).expect("report serializes");
         std::fs::write(path, json + "\n")
-            .map_err(|e| LoadError::Io(format!("cannot write {}: {e}", path.display())))?;
+            .map_err(|e| Failure::Local(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(())
 }
 
 /// Plans and runs a load; returns its report.
-pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
+pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
     if args.files.iter().filter(|f| f.as_str() == "-").count() > 1 {
-        return Err(LoadError::Usage(
+        return Err(Failure::Usage(
             "standard input (`-`) can be given only once".into(),
         ));
     }
@@ -432,20 +423,20 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         .iter()
         .map(|f| match (&args.table, f.as_str()) {
             (Some(t), _) => Ok(t.clone()),
-            (None, "-") => Err(LoadError::Usage(
+            (None, "-") => Err(Failure::Usage(
                 "reading standard input needs --table (and --format)".into(),
             )),
             (None, path) => table_from_file_name(path).ok_or_else(|| {
-                LoadError::Usage(format!("cannot name a table after `{path}`: give --table"))
+                Failure::Usage(format!("cannot name a table after `{path}`: give --table"))
             }),
         })
-        .collect::<Result<Vec<String>, LoadError>>()?;
+        .collect::<Result<Vec<String>, Failure>>()?;
     let columns = args
         .columns
         .as_deref()
         .map(parse_column_list)
         .transpose()
-        .map_err(LoadError::Usage)?;
+        .map_err(Failure::Usage)?;
     // Every input must be readable before anything connects (or starts a cluster).
     for f in args.files.iter().filter(|f| f.as_str() != "-") {
         check_input(f)?;
@@ -453,8 +444,8 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     let target =
         target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet).map_err(|e| {
             match e.downcast_ref::<target::BadTarget>() {
-                Some(_) => LoadError::Usage(format!("{e:#}")),
-                None => LoadError::Connect(format!("{e:#}")),
+                Some(_) => Failure::Usage(format!("{e:#}")),
+                None => Failure::Connect(format!("{e:#}")),
             }
         })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -462,20 +453,20 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         .enable_all()
         .thread_name("sluice-net")
         .build()
-        .map_err(|e| LoadError::Io(format!("cannot start the runtime: {e}")))?;
+        .map_err(|e| Failure::Local(format!("cannot start the runtime: {e}")))?;
     let (info, identity, sess, free_slots, described) = rt.block_on(async {
         let connected = sluice_postgres::connect::connect_host(&target.info)
             .await
-            .map_err(|e| LoadError::Connect(e.to_string()))?;
+            .map_err(|e| Failure::Connect(e.to_string()))?;
         // Every later connection of this load goes to the host the first one reached.
         let info = target.info.pinned(connected.host);
         let client = connected.client;
         let identity = server_identity(&client)
             .await
-            .map_err(|e| LoadError::Server(e.to_string()))?;
+            .map_err(|e| Failure::Server(e.to_string()))?;
         let sess = session(&client)
             .await
-            .map_err(|e| LoadError::Server(e.to_string()))?;
+            .map_err(|e| Failure::Server(e.to_string()))?;
         let free: i64 = client
             .query_one(
                 "SELECT current_setting('max_connections')::int \
@@ -497,16 +488,16 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
                     _ => String::new(),
                 };
                 match e {
-                    CatalogError::Db(e) => LoadError::Server(format!("{by_name}{e}")),
-                    other => LoadError::Usage(format!("{by_name}{other}")),
+                    CatalogError::Db(e) => Failure::Server(format!("{by_name}{e}")),
+                    other => Failure::Usage(format!("{by_name}{other}")),
                 }
             })?;
             described.push((name.clone(), table));
         }
-        Ok::<_, LoadError>((info, identity, sess, free, described))
+        Ok::<_, Failure>((info, identity, sess, free, described))
     })?;
     if sess.server_encoding != "UTF8" && sess.server_encoding != "SQL_ASCII" {
-        return Err(LoadError::Usage(format!(
+        return Err(Failure::Usage(format!(
             "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
             sess.server_encoding
         )));
@@ -520,7 +511,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
             .expect("every file's table was described above");
         if f == "-" {
             let format = args.format.ok_or_else(|| {
-                LoadError::Usage("reading standard input needs --format tbl|csv|text".into())
+                Failure::Usage("reading standard input needs --format tbl|csv|text".into())
             })?;
             inputs.push(Input {
                 source: InputSource::Stdin,
@@ -534,10 +525,10 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         }
         let path = PathBuf::from(f);
         let meta = check_input(f)?;
-        let format = format_for(f, args.format).map_err(LoadError::Usage)?;
+        let format = format_for(f, args.format).map_err(Failure::Usage)?;
         let mut dialect = dialect_for(format, args)?;
         let head = read_head(&path, 64 << 10)
-            .map_err(|e| LoadError::Io(format!("cannot read {f}: {e}")))?;
+            .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
         let compression = Compression::sniff(&head);
         if compression == Compression::None {
             dialect.line_ending = detect_line_ending(&head, &dialect);
@@ -556,7 +547,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     for (t, (name, table)) in described.iter().enumerate() {
         let names = if args.match_header {
             Some(header_columns(table, &inputs, t).map_err(|e| {
-                LoadError::Usage(match args.table {
+                Failure::Usage(match args.table {
                     Some(_) => e,
                     None => format!("table {name}: {e}"),
                 })
@@ -566,7 +557,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         };
         let columns = table
             .select_columns(names.as_deref())
-            .map_err(LoadError::Usage)?;
+            .map_err(Failure::Usage)?;
         let binary = columns.iter().all(|c| c.ty.client_converted());
         tables.push(TablePlan {
             table: table.clone(),
@@ -585,7 +576,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
         let ranges = match (&input.source, input.compression) {
             (InputSource::File(p), Compression::None) => {
                 split_file(p, input.size, &input.dialect, chunk_target)
-                    .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", input.display)))?
+                    .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?
             }
             _ => vec![(0, None)],
         };
@@ -661,10 +652,10 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, LoadError> {
     drop(display);
     let outcome = outcome.map_err(|e| match e {
         // Say which table a file went to when the file's name chose it.
-        LoadError::Input(mut ie) if args.table.is_none() => {
+        Failure::Input(mut ie) if args.table.is_none() => {
             let t = plan.inputs.iter().find(|i| i.display == ie.file);
             ie.table = t.map(|i| plan.tables[i.table].table.name.clone());
-            LoadError::Input(ie)
+            Failure::Input(ie)
         }
         other => other,
     })?;

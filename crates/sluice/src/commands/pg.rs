@@ -1,5 +1,6 @@
 //! `sluice pg`: the private PostgreSQL cluster sluice uses when no target is given.
 
+use crate::failure::Failure;
 use crate::target::default_pg_dir;
 use clap::{Args, Subcommand};
 use sluice_postgres::cluster::{bulk_load_settings, Cluster, Status};
@@ -47,19 +48,31 @@ pub enum PgCommand {
     },
     /// Stop the cluster and delete its directory, data and all.
     Destroy,
+    /// Print the bulk-load server settings the cluster is made with, as postgresql.conf lines
+    /// (to apply them to another server, or to a benchmark's cluster).
+    Settings {
+        /// With wal_level minimal and max_wal_senders 0.
+        #[arg(long)]
+        minimal_wal: bool,
+    },
 }
 
-pub fn run(args: PgArgs) -> i32 {
-    match run_inner(args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            1
+pub fn run(args: PgArgs) -> Result<(), Failure> {
+    run_inner(args)
+}
+
+fn run_inner(args: PgArgs) -> Result<(), Failure> {
+    if let PgCommand::Settings { minimal_wal } = args.command {
+        let settings = if minimal_wal {
+            sluice_postgres::cluster::minimal_wal_settings()
+        } else {
+            bulk_load_settings()
+        };
+        for (k, v) in settings {
+            println!("{k} = '{v}'");
         }
+        return Ok(());
     }
-}
-
-fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
     let dir = default_pg_dir(args.pg_dir);
     let cluster = Cluster::new(&dir)?;
     match args.command {
@@ -71,7 +84,7 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
                 dir.display()
             );
             println!("{}", cluster.url().unwrap_or_default());
-            Ok(0)
+            Ok(())
         }
         PgCommand::Stop => {
             if !matches!(cluster.status(), Status::Running { .. }) {
@@ -79,11 +92,11 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
                     "sluice: the cluster in {} is not running (nothing to stop)",
                     dir.display()
                 );
-                return Ok(0);
+                return Ok(());
             }
             cluster.stop()?;
             eprintln!("sluice: stopped the cluster in {}", dir.display());
-            Ok(0)
+            Ok(())
         }
         PgCommand::Destroy => {
             if matches!(cluster.status(), Status::Absent) && !dir.exists() {
@@ -91,14 +104,14 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
                     "sluice: no cluster in {} (nothing to remove)",
                     dir.display()
                 );
-                return Ok(0);
+                return Ok(());
             }
             if !cluster.is_sluice_cluster() {
-                anyhow::bail!(
+                return Err(Failure::Usage(format!(
                     "{} does not look like a cluster sluice made (no sluice.port, no \
                      PG_VERSION): not removing it",
                     dir.display()
-                );
+                )));
             }
             let size = dir_size(&dir);
             cluster.destroy()?;
@@ -107,7 +120,7 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
                 dir.display(),
                 crate::progress::human_bytes(size)
             );
-            Ok(0)
+            Ok(())
         }
         PgCommand::Status => {
             let status = cluster.status();
@@ -116,7 +129,7 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
             match status {
                 Status::Absent => {
                     println!("status:    no cluster (`sluice pg start` creates one)");
-                    return Ok(4);
+                    return Err(Failure::Connect(format!("no cluster in {}", dir.display())));
                 }
                 Status::Stopped => println!("status:    stopped"),
                 Status::Running { port, pid } => {
@@ -140,32 +153,29 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
             for line in cluster.settings_text().lines() {
                 println!("  {line}");
             }
-            Ok(if matches!(status, Status::Running { .. }) {
-                0
-            } else {
-                4
-            })
+            match status {
+                Status::Running { .. } => Ok(()),
+                _ => Err(Failure::Connect(format!(
+                    "the cluster in {} is not running",
+                    dir.display()
+                ))),
+            }
         }
         PgCommand::Url => match (cluster.status(), cluster.url()) {
             (Status::Running { .. }, Some(u)) => {
                 println!("{u}");
-                Ok(0)
+                Ok(())
             }
-            (Status::Absent, _) => {
-                eprintln!(
-                    "error: no cluster in {}: run `sluice pg start`",
-                    dir.display()
-                );
-                Ok(4)
-            }
-            _ => {
-                eprintln!(
-                    "error: the cluster in {} is not running: run `sluice pg start`",
-                    dir.display()
-                );
-                Ok(4)
-            }
+            (Status::Absent, _) => Err(Failure::Connect(format!(
+                "no cluster in {}: run `sluice pg start`",
+                dir.display()
+            ))),
+            _ => Err(Failure::Connect(format!(
+                "the cluster in {} is not running: run `sluice pg start`",
+                dir.display()
+            ))),
         },
+        PgCommand::Settings { .. } => Ok(()),
         PgCommand::Psql { args } => {
             cluster.init(&bulk_load_settings())?;
             cluster.start()?;
@@ -176,8 +186,12 @@ fn run_inner(args: PgArgs) -> anyhow::Result<i32> {
             let status = std::process::Command::new(cluster.bindir.join("psql"))
                 .arg(&url)
                 .args(args)
-                .status()?;
-            Ok(status.code().unwrap_or(1))
+                .status()
+                .map_err(|e| Failure::Local(format!("cannot run psql: {e}")))?;
+            match status.code() {
+                Some(0) => Ok(()),
+                code => Err(Failure::Exited(code.unwrap_or(1) as u8)),
+            }
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use super::plan::{Chunk, Compression, InputSource, Plan};
 use super::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
-use super::LoadError;
+use crate::failure::Failure;
 use bytes::Bytes;
 use sluice_core::binary::{HEADER, TRAILER};
 use sluice_core::convert::{Converter, RecordError, RecordErrorKind, ServerConvert};
@@ -59,16 +59,16 @@ fn chunk_dialect(plan: &Plan, chunk: &Chunk, first_block: &[u8]) -> Dialect {
 pub fn start_reader(
     plan: &Plan,
     chunk: &Chunk,
-) -> Result<(Receiver<Block>, SyncSender<Vec<u8>>), LoadError> {
+) -> Result<(Receiver<Block>, SyncSender<Vec<u8>>), Failure> {
     let input = &plan.inputs[chunk.input];
     let reader = open_chunk(input, chunk)
-        .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", input.display)))?;
+        .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?;
     let (tx, rx) = sync_channel(BLOCKS_IN_FLIGHT);
     let (recycle_tx, recycle_rx) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT);
     std::thread::Builder::new()
         .name(format!("sluice-read-{}", chunk.id))
         .spawn(move || pump(reader, tx, recycle_rx))
-        .map_err(|e| LoadError::Io(format!("cannot start a reader thread: {e}")))?;
+        .map_err(|e| Failure::Local(format!("cannot start a reader thread: {e}")))?;
     Ok((rx, recycle_tx))
 }
 
@@ -118,12 +118,12 @@ impl<'a> LineTracker<'a> {
     }
 
     /// A syntax error in a slice that starts at absolute offset `base`.
-    fn syntax(&self, e: SyntaxError, base: u64) -> LoadError {
+    fn syntax(&self, e: SyntaxError, base: u64) -> Failure {
         let csv = self.input.dialect.is_csv();
         let mut err = InputError::new(&self.input.display, e.kind.message(csv));
         err.line = Some(self.line);
         err.offset = Some(base + e.offset as u64);
-        LoadError::Input(Box::new(err))
+        Failure::Input(Box::new(err))
     }
 }
 
@@ -135,8 +135,8 @@ fn walk_records(
     plan: &Plan,
     chunk: &Chunk,
     abort: Option<&AtomicBool>,
-    visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
-) -> Result<u64, LoadError> {
+    visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     match (&input.source, input.compression) {
         (InputSource::File(path), Compression::None) => {
@@ -162,10 +162,10 @@ fn walk_mapped(
     chunk: &Chunk,
     path: &std::path::Path,
     abort: Option<&AtomicBool>,
-    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
-) -> Result<u64, LoadError> {
+    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
-    let io = |e: std::io::Error| LoadError::Io(format!("cannot read {}: {e}", input.display));
+    let io = |e: std::io::Error| Failure::Local(format!("cannot read {}: {e}", input.display));
     let file = std::fs::File::open(path).map_err(io)?;
     let end = match chunk.end {
         Some(e) => e,
@@ -198,7 +198,7 @@ fn walk_mapped(
     let mut window = WINDOW;
     'windows: while pos < data.len() {
         if abort.is_some_and(|a| a.load(Ordering::Relaxed)) {
-            return Err(LoadError::Aborted);
+            return Err(Failure::Aborted);
         }
         let stop = (pos + window).min(data.len());
         // Map the window's pages in one call rather than one fault at a time.
@@ -261,8 +261,8 @@ fn walk_blocks(
     chunk: &Chunk,
     (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
     abort: Option<&AtomicBool>,
-    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, LoadError>,
-) -> Result<u64, LoadError> {
+    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     let mut parser: Option<RecordParser> = None;
     let mut lines_seen = LineTracker::new(plan, chunk);
@@ -274,12 +274,12 @@ fn walk_blocks(
     let mut done = false;
     while !done {
         if abort.is_some_and(|a| a.load(Ordering::Relaxed)) {
-            return Err(LoadError::Aborted);
+            return Err(Failure::Aborted);
         }
         let (block, eof) = match blocks.recv() {
             Ok(Block::Data(b)) => (b, false),
             Ok(Block::Error(e)) => {
-                return Err(LoadError::Io(format!("reading {}: {e}", input.display)))
+                return Err(Failure::Local(format!("reading {}: {e}", input.display)))
             }
             Err(_) => (Vec::new(), true),
         };
@@ -379,7 +379,7 @@ fn record_error(
     pos: Position,
     field_offset: Option<u64>,
     record: &[u8],
-) -> LoadError {
+) -> Failure {
     let input = &plan.inputs[chunk.input];
     let mut err = InputError::new(&input.display, String::new());
     err.line = Some(pos.line);
@@ -421,14 +421,14 @@ fn record_error(
         RecordErrorKind::NotNull => "NULL in a NOT NULL column".to_string(),
         RecordErrorKind::Value(reason) => reason,
     };
-    LoadError::Input(Box::new(err))
+    Failure::Input(Box::new(err))
 }
 
 /// Converts one chunk, handing each full COPY message to `emit`.
 pub fn convert_chunk(
     job: ChunkJob<'_>,
-    mut emit: impl FnMut(Bytes) -> Result<(), LoadError>,
-) -> Result<ChunkOutcome, LoadError> {
+    mut emit: impl FnMut(Bytes) -> Result<(), Failure>,
+) -> Result<ChunkOutcome, Failure> {
     let ChunkJob {
         plan,
         chunk,
@@ -491,7 +491,7 @@ pub fn convert_chunk(
             reported_bytes = bytes;
             reported_rows = records;
             if abort.load(Ordering::Relaxed) {
-                return Err(LoadError::Aborted);
+                return Err(Failure::Aborted);
             }
         }
         Ok(true)

@@ -11,9 +11,10 @@
 //! that differ (`1.50` and `1.5`) still match. All of it runs only on the error path, bounded in
 //! time, so that an error is never turned into a hang.
 
+use super::absolute_line;
 use super::chunk::{find_key, locate_record, Found, KeyProbe};
 use super::plan::{Chunk, Plan};
-use super::{absolute_line, LoadError};
+use crate::failure::Failure;
 use sluice_core::convert::Converter;
 use sluice_core::datetime::SessionZone;
 use sluice_core::error::InputError;
@@ -142,7 +143,7 @@ impl<'a> KeySearch<'a> {
         row: Option<&Row>,
         fallback: &Chunk,
         reason: String,
-    ) -> LoadError {
+    ) -> Failure {
         let chunk = row.map_or(fallback, |r| &self.plan.chunks[r.chunk]);
         let mut err = InputError::new(&self.plan.inputs[chunk.input].display, reason);
         let table = &self.plan.tables[key.table];
@@ -165,7 +166,7 @@ impl<'a> KeySearch<'a> {
             err.offset = Some(r.at.offset);
             absolute_line(self.plan, chunk, &mut err);
         }
-        LoadError::Input(Box::new(err))
+        Failure::Input(Box::new(err))
     }
 }
 
@@ -179,7 +180,7 @@ pub fn sibling_conflict(
     other: Option<&Row>,
     fallback: &Chunk,
     other_files: &[String],
-) -> LoadError {
+) -> Failure {
     let index = index.map_or(String::new(), |i| format!(" (index \"{i}\")"));
     let same_row = |r: &Row| {
         waiter.is_some_and(|w| {

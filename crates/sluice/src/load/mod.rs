@@ -19,6 +19,7 @@ pub mod conflict;
 pub mod plan;
 pub mod source;
 
+use crate::failure::Failure;
 use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
 use conflict::{sibling_conflict, KeySearch, NamedKey};
 use plan::{Chunk, Plan};
@@ -35,46 +36,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
-
-/// Why a load failed; each kind maps to a documented exit code.
-#[derive(Debug)]
-pub enum LoadError {
-    /// Bad flags, unknown table or column, unreadable file name: exit 2.
-    Usage(String),
-    /// A rejected row, found by sluice or by the server: exit 3.
-    Input(Box<InputError>),
-    /// Cannot connect or authenticate: exit 4.
-    Connect(String),
-    /// The server failed for a reason not tied to one row: exit 5.
-    Server(String),
-    /// Reading input or another local failure: exit 1.
-    Io(String),
-    /// Stopped because another stream failed (never reported on its own).
-    Aborted,
-}
-
-impl LoadError {
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            LoadError::Usage(_) => 2,
-            LoadError::Input(_) => 3,
-            LoadError::Connect(_) => 4,
-            LoadError::Server(_) => 5,
-            LoadError::Io(_) | LoadError::Aborted => 1,
-        }
-    }
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoadError::Usage(m) | LoadError::Connect(m) | LoadError::Io(m) => f.write_str(m),
-            LoadError::Server(m) => write!(f, "server error: {m}"),
-            LoadError::Input(e) => write!(f, "bad row: {e}"),
-            LoadError::Aborted => f.write_str("stopped because another stream failed"),
-        }
-    }
-}
 
 /// How to run a plan.
 #[derive(Clone, Debug)]
@@ -124,19 +85,19 @@ pub struct RunOutcome {
 
 /// Words a server error that is not about one row: what happened, without blaming the
 /// connection for a cancelled statement.
-fn server_failure(e: &ServerError, stream: usize) -> LoadError {
+fn server_failure(e: &ServerError, stream: usize) -> Failure {
     if e.is_connection() {
-        return LoadError::Server(format!("stream {} lost its connection: {e}", stream + 1));
+        return Failure::Server(format!("stream {} lost its connection: {e}", stream + 1));
     }
     if e.is_cancelled() {
-        return LoadError::Server(format!(
+        return Failure::Server(format!(
             "stream {}'s statement was cancelled by the server: {e}. sluice sets \
              statement_timeout and lock_timeout to 0 for its own sessions, so another session \
              or an administrator cancelled it (pg_cancel_backend)",
             stream + 1
         ));
     }
-    LoadError::Server(e.to_string())
+    Failure::Server(e.to_string())
 }
 
 /// Turns a chunk-relative line into a line of the whole file/// Turns a chunk-relative line into a line of the whole file by counting line ends before the
@@ -237,7 +198,7 @@ impl RunContext<'_> {
     }
 
     /// Maps a server error during a chunk's COPY to the row it names.
-    fn copy_error(&self, stream: usize, chunk: &Chunk, e: ServerError) -> LoadError {
+    fn copy_error(&self, stream: usize, chunk: &Chunk, e: ServerError) -> Failure {
         if let Some(blocker) = self.sibling_blocker(&e, stream) {
             return self.copy_conflict(stream, blocker, chunk, &e);
         }
@@ -251,7 +212,7 @@ impl RunContext<'_> {
             if let Some(err) = self.keyed_error(&e, &[chunk], chunk) {
                 return err;
             }
-            return LoadError::Server(format!("{} (while loading {})", e, input.display));
+            return Failure::Server(format!("{} (while loading {})", e, input.display));
         }
         let n = e.record.unwrap_or_default();
         let table = &plan.tables[input.table];
@@ -281,7 +242,7 @@ impl RunContext<'_> {
             }
             None => err.reason.push_str(&format!(" (record {n} of this input)")),
         }
-        LoadError::Input(Box::new(err))
+        Failure::Input(Box::new(err))
     }
 
     /// For a unique violation inside one stream: where the key first appeared in the stream's
@@ -307,12 +268,7 @@ impl RunContext<'_> {
 
     /// A constraint error whose DETAIL names a key (unique, foreign key, exclusion): the row
     /// with that key among `chunks`, and a message that says what is wrong with it.
-    fn keyed_error(
-        &self,
-        e: &ServerError,
-        chunks: &[&Chunk],
-        fallback: &Chunk,
-    ) -> Option<LoadError> {
+    fn keyed_error(&self, e: &ServerError, chunks: &[&Chunk], fallback: &Chunk) -> Option<Failure> {
         let (columns, values) = e.detail_key()?;
         let plan = self.plan;
         let table = chunks
@@ -364,7 +320,7 @@ impl RunContext<'_> {
         blocker: usize,
         chunk: &Chunk,
         e: &ServerError,
-    ) -> LoadError {
+    ) -> Failure {
         let search = KeySearch::new(self.plan, self.zone);
         let index = e.context_relation();
         let located = index
@@ -393,7 +349,7 @@ impl RunContext<'_> {
 
     /// A deferred check, fired before the barrier, failed: a sibling conflict (the key read
     /// back from this stream's own transaction), or a key the DETAIL names.
-    fn deferred_error(&self, stream: usize, s: &Stream, e: ServerError) -> LoadError {
+    fn deferred_error(&self, stream: usize, s: &Stream, e: ServerError) -> Failure {
         let mine = self.chunks_of(stream);
         let Some(first) = mine.first().copied() else {
             return server_failure(&e, stream);
@@ -403,7 +359,7 @@ impl RunContext<'_> {
                 return server_failure(&e, stream);
             }
             return self.keyed_error(&e, &mine, first).unwrap_or_else(|| {
-                LoadError::Server(format!("a deferred constraint check failed: {e}"))
+                Failure::Server(format!("a deferred constraint check failed: {e}"))
             });
         };
         let index = e.context_relation();
@@ -442,7 +398,7 @@ impl RunContext<'_> {
     }
 
     /// A sibling conflict whose key could not be read: name the streams' inputs.
-    fn unnamed_conflict(&self, stream: usize, blocker: usize, index: Option<&str>) -> LoadError {
+    fn unnamed_conflict(&self, stream: usize, blocker: usize, index: Option<&str>) -> Failure {
         let mut err = InputError::new(
             self.files_of(stream).join(", "),
             format!(
@@ -454,7 +410,7 @@ impl RunContext<'_> {
             ),
         );
         err.line = None;
-        LoadError::Input(Box::new(err))
+        Failure::Input(Box::new(err))
     }
 }
 
@@ -474,7 +430,7 @@ fn run_chunk(
     converter: &mut Converter,
     oracle: &mut Oracle,
     counters: &Counters,
-) -> Result<ChunkOutcome, LoadError> {
+) -> Result<ChunkOutcome, Failure> {
     let (plan, rt, opts, abort) = (ctx.plan, ctx.rt, ctx.opts, ctx.abort);
     let table = &plan.tables[plan.inputs[chunk.input].table];
     let mut writer = match stream {
@@ -498,7 +454,7 @@ fn run_chunk(
         if let Some(w) = writer.as_mut() {
             if let Err(e) = rt.block_on(w.send(bytes)) {
                 send_failed = Some(e);
-                return Err(LoadError::Aborted);
+                return Err(Failure::Aborted);
             }
         }
         Ok(())
@@ -514,9 +470,9 @@ fn run_chunk(
             };
             return Err(ctx.copy_error(n, chunk, e));
         }
-        (Err(LoadError::Input(mut e)), None) => {
+        (Err(Failure::Input(mut e)), None) => {
             absolute_line(plan, chunk, &mut e);
-            return Err(LoadError::Input(e));
+            return Err(Failure::Input(e));
         }
         (Err(e), None) => return Err(e),
     };
@@ -525,7 +481,7 @@ fn run_chunk(
             .block_on(w.finish())
             .map_err(|e| ctx.copy_error(n, chunk, e))?;
         if rows != outcome.records {
-            return Err(LoadError::Server(format!(
+            return Err(Failure::Server(format!(
                 "the server stored {rows} rows from {} where sluice sent {}",
                 plan.inputs[chunk.input].display, outcome.records
             )));
@@ -550,18 +506,18 @@ pub fn execute(
     rt: &Handle,
     counters: &[Counters],
     warn: std::sync::Arc<dyn Fn(String) + Send + Sync>,
-) -> Result<RunOutcome, LoadError> {
+) -> Result<RunOutcome, Failure> {
     let info = dest.info;
     let started = Instant::now();
     let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(plan.chunks.iter().collect());
     let abort = AtomicBool::new(false);
-    let first_error: Mutex<Option<LoadError>> = Mutex::new(None);
+    let first_error: Mutex<Option<Failure>> = Mutex::new(None);
     let jobs = opts.jobs.max(1);
     let zone = SessionZone::from_setting(&opts.timezone);
-    let fail = |e: LoadError| {
+    let fail = |e: Failure| {
         abort.store(true, Ordering::SeqCst);
         let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() && !matches!(e, LoadError::Aborted) {
+        if slot.is_none() && !matches!(e, Failure::Aborted) {
             *slot = Some(e);
         }
     };
@@ -572,7 +528,7 @@ pub fn execute(
     } else {
         Some(
             rt.block_on(Watchdog::start(info, jobs, warn))
-                .map_err(|e| LoadError::Connect(e.to_string()))?,
+                .map_err(|e| Failure::Connect(e.to_string()))?,
         )
     };
     let taken: Mutex<Vec<Vec<usize>>> = Mutex::new(vec![Vec::new(); jobs]);
@@ -606,11 +562,11 @@ pub fn execute(
                                 let s = Stream::open(info, dest.identity).await.map_err(
                                     |e| match e {
                                         StreamOpenError::Server(e) => server_failure(&e, n),
-                                        other => LoadError::Connect(other.to_string()),
+                                        other => Failure::Connect(other.to_string()),
                                     },
                                 )?;
                                 s.begin().await.map_err(|e| server_failure(&e, n))?;
-                                Ok::<_, LoadError>(s)
+                                Ok::<_, Failure>(s)
                             });
                             match opened {
                                 Ok(s) => {
@@ -707,7 +663,7 @@ pub fn execute(
     let total = streams.iter().flatten().count();
     for (committed, s) in streams.into_iter().flatten().enumerate() {
         if let Err(e) = rt.block_on(s.commit()) {
-            return Err(LoadError::Server(format!(
+            return Err(Failure::Server(format!(
                 "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
                  The committed streams' rows are visible; reload into empty tables.",
                 committed + 1
