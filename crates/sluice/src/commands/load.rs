@@ -2,16 +2,12 @@
 
 use crate::failure::Failure;
 use crate::load::chunk::Counters;
-use crate::load::plan::{
-    detect_line_ending, format_for, read_head, split_file, table_from_file_name, Chunk,
-    Compression, Input, InputSource, Plan, TablePlan,
-};
+use crate::load::plan::{self, table_from_file_name};
 use crate::load::{execute, Destination, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
-use sluice_core::dialect::{Dialect, Format};
+use sluice_core::dialect::Format;
 use sluice_postgres::catalog::{describe_table, server_identity, session, CatalogError};
-use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -230,169 +226,6 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     Ok(n * mult)
 }
 
-fn one_byte(flag: &str, s: &str) -> Result<u8, Failure> {
-    let v = match s {
-        "\\t" | "tab" => "\t",
-        other => other,
-    };
-    if v.len() != 1 {
-        return Err(Failure::Usage(format!(
-            "--{flag} must be a single one-byte character, not `{s}`"
-        )));
-    }
-    Ok(v.as_bytes()[0])
-}
-
-fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, Failure> {
-    let mut d = Dialect::new(format);
-    if let Some(x) = &args.delimiter {
-        d.delimiter = one_byte("delimiter", x)?;
-    }
-    if args.quote.is_some() || args.escape.is_some() {
-        if format != Format::Csv {
-            return Err(Failure::Usage(
-                "--quote and --escape apply to CSV only (give --format csv)".into(),
-            ));
-        }
-        if let Some(q) = &args.quote {
-            d.quote = one_byte("quote", q)?;
-            d.escape = d.quote;
-        }
-        if let Some(e) = &args.escape {
-            d.escape = one_byte("escape", e)?;
-        }
-    }
-    if let Some(n) = &args.null {
-        d.null = n.as_bytes().to_vec();
-    }
-    d.header = args.header;
-    d.validate().map_err(Failure::Usage)?;
-    Ok(d)
-}
-
-/// The table columns named by the header of every input of table `t`, for --match-header:
-/// each name matches a column exactly, or ignoring case when only one column matches, and
-/// every file of the table must have the same header.
-fn header_columns(
-    table: &sluice_postgres::catalog::Table,
-    inputs: &[Input],
-    t: usize,
-) -> Result<Vec<String>, String> {
-    let mut header: Option<(String, Vec<String>)> = None;
-    for input in inputs.iter().filter(|i| i.table == t) {
-        let names = read_header(input)?;
-        match &header {
-            None => header = Some((input.display.clone(), names)),
-            Some((first, h)) if *h != names => {
-                return Err(format!(
-                    "--match-header: {} and {first} have different headers ({} against {})",
-                    input.display,
-                    names.join(","),
-                    h.join(",")
-                ))
-            }
-            Some(_) => {}
-        }
-    }
-    let Some((file, names)) = header else {
-        return Err("--match-header: no input".into());
-    };
-    names
-        .iter()
-        .map(|n| {
-            if let Some(c) = table.columns.iter().find(|c| &c.name == n) {
-                return Ok(c.name.clone());
-            }
-            let folded: Vec<&str> = table
-                .columns
-                .iter()
-                .filter(|c| c.name.eq_ignore_ascii_case(n.trim()))
-                .map(|c| c.name.as_str())
-                .collect();
-            match folded.as_slice() {
-                [one] => Ok(one.to_string()),
-                [] => Err(format!(
-                    "the header of {file} names \"{n}\", which is not a column of {} (it has: \
-                     {}); rename the header field, or map by position with --columns",
-                    table.qualified(),
-                    table
-                        .columns
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-                several => Err(format!(
-                    "the header of {file} names \"{n}\", which matches columns {} but none \
-                     exactly; use --columns",
-                    several.join(" and ")
-                )),
-            }
-        })
-        .collect()
-}
-
-/// The field names of an input's first line.
-fn read_header(input: &Input) -> Result<Vec<String>, String> {
-    if input.source == InputSource::Stdin {
-        return Err(
-            "--match-header cannot read standard input's header ahead of the load: name the \
-             columns with --columns"
-                .into(),
-        );
-    }
-    let whole = Chunk {
-        id: 0,
-        input: 0,
-        start: 0,
-        end: None,
-    };
-    let mut reader = crate::load::source::open_chunk(input, &whole)
-        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
-    let mut head = Vec::new();
-    (&mut reader)
-        .take(1 << 20)
-        .read_to_end(&mut head)
-        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
-    let mut dialect = input.dialect.clone();
-    dialect.line_ending = detect_line_ending(&head, &dialect);
-    let parser = sluice_core::records::RecordParser::new(&dialect);
-    let mut fields = sluice_core::records::Fields::new();
-    match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
-        Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
-            .map(|i| String::from_utf8_lossy(fields.get(i, &head).unwrap_or_default()).into_owned())
-            .collect()),
-        _ => Err(format!(
-            "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
-            input.display
-        )),
-    }
-}
-
-/// Checks that an input can be read: a missing, unreadable or non-regular file is a local
-/// failure (exit 1), found before anything connects.
-fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
-    let meta = std::fs::metadata(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
-    if meta.is_dir() {
-        return Err(Failure::Local(format!(
-            "{f} is a directory: give the files in it (for example {f}/*.csv)"
-        )));
-    }
-    if !meta.is_file() {
-        return Err(Failure::Local(format!("{f} is not a regular file")));
-    }
-    std::fs::File::open(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
-    Ok(meta)
-}
-
-/// The default number of streams (see `--jobs`).
-fn default_jobs() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 8)
-}
-
 pub fn run(args: LoadArgs) -> Result<(), Failure> {
     crate::signals::install();
     let report = load(&args)?;
@@ -439,7 +272,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         .map_err(Failure::Usage)?;
     // Every input must be readable before anything connects (or starts a cluster).
     for f in args.files.iter().filter(|f| f.as_str() != "-") {
-        check_input(f)?;
+        plan::check_input(f)?;
     }
     let target =
         target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet).map_err(|e| {
@@ -502,110 +335,11 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
             sess.server_encoding
         )));
     }
-    let jobs_wanted = args.jobs.unwrap_or_else(default_jobs).max(1);
-    let mut inputs = Vec::new();
-    for (f, name) in args.files.iter().zip(&file_tables) {
-        let table = described
-            .iter()
-            .position(|(n, _)| n == name)
-            .expect("every file's table was described above");
-        if f == "-" {
-            let format = args.format.ok_or_else(|| {
-                Failure::Usage("reading standard input needs --format tbl|csv|text".into())
-            })?;
-            inputs.push(Input {
-                source: InputSource::Stdin,
-                display: "-".into(),
-                compression: Compression::None,
-                size: 0,
-                table,
-                dialect: dialect_for(format, args)?,
-            });
-            continue;
-        }
-        let path = PathBuf::from(f);
-        let meta = check_input(f)?;
-        let format = format_for(f, args.format).map_err(Failure::Usage)?;
-        let mut dialect = dialect_for(format, args)?;
-        let head = read_head(&path, 64 << 10)
-            .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
-        let compression = Compression::sniff(&head);
-        if compression == Compression::None {
-            dialect.line_ending = detect_line_ending(&head, &dialect);
-        }
-        inputs.push(Input {
-            source: InputSource::File(path),
-            display: f.clone(),
-            compression,
-            size: meta.len(),
-            table,
-            dialect,
-        });
+    let plan = plan::build(args, &file_tables, &described, columns)?;
+    let (jobs, warning) = plan::choose_jobs(args.jobs, plan.chunks.len(), free_slots, args.dry_run);
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
     }
-    // Each table's columns: --columns, the header's names, or all in order.
-    let mut tables: Vec<TablePlan> = Vec::new();
-    for (t, (name, table)) in described.iter().enumerate() {
-        let names = if args.match_header {
-            Some(header_columns(table, &inputs, t).map_err(|e| {
-                Failure::Usage(match args.table {
-                    Some(_) => e,
-                    None => format!("table {name}: {e}"),
-                })
-            })?)
-        } else {
-            columns.clone()
-        };
-        let columns = table
-            .select_columns(names.as_deref())
-            .map_err(Failure::Usage)?;
-        let binary = columns.iter().all(|c| c.ty.client_converted());
-        tables.push(TablePlan {
-            table: table.clone(),
-            columns,
-            binary,
-        });
-    }
-    // Chunks: cut big plain files, biggest work first.
-    let total: u64 = inputs.iter().map(|i| i.size).sum();
-    let chunk_target = args
-        .chunk_size
-        .map(|s| s as u64)
-        .unwrap_or_else(|| (total / (jobs_wanted as u64 * 4)).clamp(16 << 20, 1 << 30));
-    let mut chunks = Vec::new();
-    for (i, input) in inputs.iter().enumerate() {
-        let ranges = match (&input.source, input.compression) {
-            (InputSource::File(p), Compression::None) => {
-                split_file(p, input.size, &input.dialect, chunk_target)
-                    .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?
-            }
-            _ => vec![(0, None)],
-        };
-        for (start, end) in ranges {
-            chunks.push(Chunk {
-                id: 0,
-                input: i,
-                start,
-                end,
-            });
-        }
-    }
-    chunks.sort_by_key(|c| std::cmp::Reverse(c.weight(&inputs)));
-    for (id, c) in chunks.iter_mut().enumerate() {
-        c.id = id;
-    }
-    let mut jobs = jobs_wanted.min(chunks.len().max(1));
-    // Two or more streams also need the watchdog's connection.
-    let needed = if jobs > 1 { jobs as i64 + 1 } else { 1 };
-    if !args.dry_run && free_slots < needed {
-        let slots = (free_slots - 1).max(1) as usize;
-        eprintln!("warning: the server has {free_slots} free connection slots; using {slots} jobs");
-        jobs = slots;
-    }
-    let plan = Plan {
-        tables,
-        inputs,
-        chunks,
-    };
     let opts = RunOptions {
         jobs,
         copy_buffer: args.copy_buffer,

@@ -51,7 +51,10 @@ pub struct RunOptions {
 /// One chunk as a stream ran it, for verification and the timeline.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ChunkStat {
+    /// The chunk's index in this run's plan.
     pub chunk: usize,
+    /// The chunk's stable name: its file's identity and byte range.
+    pub key: plan::ChunkKey,
     pub table: String,
     /// Index of the table in the plan (names can repeat across schemas).
     #[serde(skip)]
@@ -609,6 +612,7 @@ pub fn execute(
                                 Ok(o) => {
                                     stats.chunks.push(ChunkStat {
                                         chunk: chunk.id,
+                                        key: chunk.key(&plan.inputs),
                                         table: plan.tables[t].table.name.clone(),
                                         table_index: t,
                                         rows: o.records,

@@ -1,4 +1,6 @@
-//! Planning a load: inputs become tables, tables become chunks, before any row is read.
+//! Planning a load: inputs become tables, tables become chunks, before any row is read. All
+//! of the planning policy lives here (formats and dialects, which columns, chunk size and
+//! order, how many streams); the command only gathers what it needs (flags, the catalog).
 //!
 //! The plan is the checked, "high" form of the command line (ripgrep's two layers): every
 //! input has a table, a format and a dialect; every table has its columns from the catalog and
@@ -7,7 +9,13 @@
 //! standard input cannot be cut and load as one chunk each. Chunks are ordered biggest first
 //! (longest-processing-time scheduling), which keeps one late big file from becoming the long
 //! tail the seed paper hunted for.
+//!
+//! A chunk is known by its file's identity (path, size, modification time) and its byte
+//! range, and its boundaries depend on the input alone, never on `--jobs`: the same files cut
+//! the same way on every run, which is what a resume ledger keys on.
 
+use crate::commands::load::LoadArgs;
+use crate::failure::Failure;
 use sluice_core::boundary::{count_quotes, next_record_start, splittable};
 use sluice_core::column::Column;
 use sluice_core::dialect::{Dialect, Format, LineEnding};
@@ -43,9 +51,45 @@ pub enum InputSource {
     Stdin,
 }
 
+/// What identifies a file's content across runs without reading it all: where it is, how
+/// big it is, when it last changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    /// The absolute path, links resolved.
+    pub path: PathBuf,
+    pub size: u64,
+    /// Modification time, nanoseconds since the Unix epoch (0 when the system has none).
+    pub modified_ns: u128,
+}
+
+impl FileIdentity {
+    pub fn of(path: &std::path::Path, meta: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity {
+            path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            size: meta.len(),
+            modified_ns: meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos()),
+        }
+    }
+}
+
+/// A chunk's stable name: its file and byte range (`end` is `None` to the end of the input).
+/// Standard input has no identity.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ChunkKey {
+    pub file: Option<FileIdentity>,
+    pub start: u64,
+    pub end: Option<u64>,
+}
+
 /// One input as given on the command line.
 #[derive(Clone, Debug)]
 pub struct Input {
+    /// The file's identity (`None` for standard input).
+    pub identity: Option<FileIdentity>,
     pub source: InputSource,
     /// The name shown in messages: the path as given, or `-`.
     pub display: String,
@@ -79,6 +123,8 @@ impl TablePlan {
 /// A byte range of one input that loads as one COPY.
 #[derive(Clone, Debug)]
 pub struct Chunk {
+    /// Position in [`Plan::chunks`] (this run's index, for per-run tallies); the chunk's
+    /// identity across runs is [`Chunk::key`].
     pub id: usize,
     pub input: usize,
     pub start: u64,
@@ -92,11 +138,20 @@ impl Chunk {
         self.start == 0
     }
 
+    /// The chunk's stable name: file identity and byte range.
+    pub fn key(&self, inputs: &[Input]) -> ChunkKey {
+        ChunkKey {
+            file: inputs[self.input].identity.clone(),
+            start: self.start,
+            end: self.end,
+        }
+    }
+
     /// Size used for scheduling and progress.
     pub fn weight(&self, inputs: &[Input]) -> u64 {
         match self.end {
             Some(e) => e - self.start,
-            None => inputs[self.input].size,
+            None => inputs[self.input].size.saturating_sub(self.start),
         }
     }
 }
@@ -108,6 +163,309 @@ pub struct Plan {
     pub inputs: Vec<Input>,
     /// Biggest first.
     pub chunks: Vec<Chunk>,
+}
+
+/// The default chunk size: a thirty-second of the input, between 16 MB and 1 GB. It depends on
+/// the input alone, so that the same files are cut the same way whatever `--jobs` is; 32
+/// chunks keep up to 8 streams busy to the end (biggest first), and the bounds keep COPY
+/// overhead negligible for small inputs and a lost chunk cheap to redo for huge ones.
+pub fn default_chunk_size(total: u64) -> u64 {
+    (total / 32).clamp(16 << 20, 1 << 30)
+}
+
+/// Builds the plan from the checked flags, the files and the tables the catalog described
+/// (`described[i]` for the name `file_tables` gives each file). `columns` is the parsed
+/// `--columns` list.
+pub fn build(
+    args: &LoadArgs,
+    file_tables: &[String],
+    described: &[(String, Table)],
+    columns: Option<Vec<String>>,
+) -> Result<Plan, Failure> {
+    let mut inputs = Vec::new();
+    for (f, name) in args.files.iter().zip(file_tables) {
+        let table = described
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| Failure::Local(format!("table {name} was not described")))?;
+        if f == "-" {
+            let format = args.format.ok_or_else(|| {
+                Failure::Usage("reading standard input needs --format tbl|csv|text".into())
+            })?;
+            inputs.push(Input {
+                identity: None,
+                source: InputSource::Stdin,
+                display: "-".into(),
+                compression: Compression::None,
+                size: 0,
+                table,
+                dialect: dialect_for(format, args)?,
+            });
+            continue;
+        }
+        let path = PathBuf::from(f);
+        let meta = check_input(f)?;
+        let format = format_for(f, args.format).map_err(Failure::Usage)?;
+        let mut dialect = dialect_for(format, args)?;
+        let head = read_head(&path, 64 << 10)
+            .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
+        let compression = Compression::sniff(&head);
+        if compression == Compression::None {
+            dialect.line_ending = detect_line_ending(&head, &dialect);
+        }
+        inputs.push(Input {
+            identity: Some(FileIdentity::of(&path, &meta)),
+            source: InputSource::File(path),
+            display: f.clone(),
+            compression,
+            size: meta.len(),
+            table,
+            dialect,
+        });
+    }
+    // Each table's columns: --columns, the header's names, or all in order.
+    let mut tables: Vec<TablePlan> = Vec::new();
+    for (t, (name, table)) in described.iter().enumerate() {
+        let names = if args.match_header {
+            Some(header_columns(table, &inputs, t).map_err(|e| {
+                Failure::Usage(match args.table {
+                    Some(_) => e,
+                    None => format!("table {name}: {e}"),
+                })
+            })?)
+        } else {
+            columns.clone()
+        };
+        let columns = table
+            .select_columns(names.as_deref())
+            .map_err(Failure::Usage)?;
+        let binary = columns.iter().all(|c| c.ty.client_converted());
+        tables.push(TablePlan {
+            table: table.clone(),
+            columns,
+            binary,
+        });
+    }
+    // Chunks: cut big plain files, biggest work first.
+    let total: u64 = inputs.iter().map(|i| i.size).sum();
+    let chunk_target = args
+        .chunk_size
+        .map_or_else(|| default_chunk_size(total), |s| s as u64);
+    let mut chunks = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let ranges = match (&input.source, input.compression) {
+            (InputSource::File(p), Compression::None) => {
+                split_file(p, input.size, &input.dialect, chunk_target)
+                    .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?
+            }
+            _ => vec![(0, None)],
+        };
+        for (start, end) in ranges {
+            chunks.push(Chunk {
+                id: 0,
+                input: i,
+                start,
+                end,
+            });
+        }
+    }
+    // Biggest first; ties in input order, so that the order is the same on every run.
+    chunks.sort_by_key(|c| (std::cmp::Reverse(c.weight(&inputs)), c.input, c.start));
+    for (id, c) in chunks.iter_mut().enumerate() {
+        c.id = id;
+    }
+    Ok(Plan {
+        tables,
+        inputs,
+        chunks,
+    })
+}
+
+/// How many streams: `--jobs` or the default, never more than the chunks, and within the
+/// server's free connection slots (two or more streams also need the watchdog's). Returns a
+/// warning when the slots cut the number.
+pub fn choose_jobs(
+    wanted: Option<usize>,
+    chunks: usize,
+    free_slots: i64,
+    dry_run: bool,
+) -> (usize, Option<String>) {
+    let mut jobs = wanted
+        .unwrap_or_else(default_jobs)
+        .max(1)
+        .min(chunks.max(1));
+    let needed = if jobs > 1 { jobs as i64 + 1 } else { 1 };
+    if !dry_run && free_slots < needed {
+        let slots = (free_slots - 1).max(1) as usize;
+        let warning =
+            format!("the server has {free_slots} free connection slots; using {slots} jobs");
+        jobs = slots;
+        return (jobs, Some(warning));
+    }
+    (jobs, None)
+}
+
+fn one_byte(flag: &str, s: &str) -> Result<u8, Failure> {
+    let v = match s {
+        "\\t" | "tab" => "\t",
+        other => other,
+    };
+    if v.len() != 1 {
+        return Err(Failure::Usage(format!(
+            "--{flag} must be a single one-byte character, not `{s}`"
+        )));
+    }
+    Ok(v.as_bytes()[0])
+}
+
+fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, Failure> {
+    let mut d = Dialect::new(format);
+    if let Some(x) = &args.delimiter {
+        d.delimiter = one_byte("delimiter", x)?;
+    }
+    if args.quote.is_some() || args.escape.is_some() {
+        if format != Format::Csv {
+            return Err(Failure::Usage(
+                "--quote and --escape apply to CSV only (give --format csv)".into(),
+            ));
+        }
+        if let Some(q) = &args.quote {
+            d.quote = one_byte("quote", q)?;
+            d.escape = d.quote;
+        }
+        if let Some(e) = &args.escape {
+            d.escape = one_byte("escape", e)?;
+        }
+    }
+    if let Some(n) = &args.null {
+        d.null = n.as_bytes().to_vec();
+    }
+    d.header = args.header;
+    d.validate().map_err(Failure::Usage)?;
+    Ok(d)
+}
+
+/// The table columns named by the header of every input of table `t`, for --match-header:
+/// each name matches a column exactly, or ignoring case when only one column matches, and
+/// every file of the table must have the same header.
+fn header_columns(
+    table: &sluice_postgres::catalog::Table,
+    inputs: &[Input],
+    t: usize,
+) -> Result<Vec<String>, String> {
+    let mut header: Option<(String, Vec<String>)> = None;
+    for input in inputs.iter().filter(|i| i.table == t) {
+        let names = read_header(input)?;
+        match &header {
+            None => header = Some((input.display.clone(), names)),
+            Some((first, h)) if *h != names => {
+                return Err(format!(
+                    "--match-header: {} and {first} have different headers ({} against {})",
+                    input.display,
+                    names.join(","),
+                    h.join(",")
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((file, names)) = header else {
+        return Err("--match-header: no input".into());
+    };
+    names
+        .iter()
+        .map(|n| {
+            if let Some(c) = table.columns.iter().find(|c| &c.name == n) {
+                return Ok(c.name.clone());
+            }
+            let folded: Vec<&str> = table
+                .columns
+                .iter()
+                .filter(|c| c.name.eq_ignore_ascii_case(n.trim()))
+                .map(|c| c.name.as_str())
+                .collect();
+            match folded.as_slice() {
+                [one] => Ok(one.to_string()),
+                [] => Err(format!(
+                    "the header of {file} names \"{n}\", which is not a column of {} (it has: \
+                     {}); rename the header field, or map by position with --columns",
+                    table.qualified(),
+                    table
+                        .columns
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                several => Err(format!(
+                    "the header of {file} names \"{n}\", which matches columns {} but none \
+                     exactly; use --columns",
+                    several.join(" and ")
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The field names of an input's first line.
+fn read_header(input: &Input) -> Result<Vec<String>, String> {
+    if input.source == InputSource::Stdin {
+        return Err(
+            "--match-header cannot read standard input's header ahead of the load: name the \
+             columns with --columns"
+                .into(),
+        );
+    }
+    let whole = Chunk {
+        id: 0,
+        input: 0,
+        start: 0,
+        end: None,
+    };
+    let mut reader = crate::load::source::open_chunk(input, &whole)
+        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
+    let mut head = Vec::new();
+    (&mut reader)
+        .take(1 << 20)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
+    let mut dialect = input.dialect.clone();
+    dialect.line_ending = detect_line_ending(&head, &dialect);
+    let parser = sluice_core::records::RecordParser::new(&dialect);
+    let mut fields = sluice_core::records::Fields::new();
+    match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
+        Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
+            .map(|i| String::from_utf8_lossy(fields.get(i, &head).unwrap_or_default()).into_owned())
+            .collect()),
+        _ => Err(format!(
+            "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
+            input.display
+        )),
+    }
+}
+
+/// Checks that an input can be read: a missing, unreadable or non-regular file is a local
+/// failure (exit 1), found before anything connects.
+pub fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
+    let meta = std::fs::metadata(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
+    if meta.is_dir() {
+        return Err(Failure::Local(format!(
+            "{f} is a directory: give the files in it (for example {f}/*.csv)"
+        )));
+    }
+    if !meta.is_file() {
+        return Err(Failure::Local(format!("{f} is not a regular file")));
+    }
+    std::fs::File::open(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
+    Ok(meta)
+}
+
+/// The default number of streams (see `--jobs`).
+fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 8)
 }
 
 /// The table a file loads into by default: its name up to the first dot.
@@ -239,4 +597,94 @@ pub fn format_for(name: &str, given: Option<Format>) -> Result<Format, String> {
              .gz/.zst): give --format tbl|csv|text"
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::column::PgType;
+
+    fn table(name: &str) -> (String, Table) {
+        let columns = ["a", "b"]
+            .iter()
+            .map(|c| Column {
+                name: c.to_string(),
+                ty: PgType::Text,
+                type_name: "text".into(),
+                not_null: false,
+            })
+            .collect();
+        (
+            name.to_string(),
+            Table {
+                schema: "public".into(),
+                name: name.to_string(),
+                columns,
+            },
+        )
+    }
+
+    /// The same files are cut into the same chunks, named by file and range, in the same
+    /// order, whatever `--jobs` is: what a resume ledger keys on (issue 8).
+    #[test]
+    fn chunks_do_not_depend_on_jobs_and_are_named_by_file_and_range() {
+        let dir = std::env::temp_dir().join(format!("sluice-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = "some text,more text\n";
+        let big = dir.join("t.1.csv");
+        let small = dir.join("t.2.csv");
+        std::fs::write(&big, line.repeat(2_500_000)).unwrap(); // 50 MB
+        std::fs::write(&small, line.repeat(1_000)).unwrap();
+        let files: Vec<String> = [&big, &small]
+            .iter()
+            .map(|p| p.to_str().unwrap().to_string())
+            .collect();
+        let described = vec![table("t")];
+        let tables = vec!["t".to_string(); 2];
+        let keys = |jobs: usize| {
+            let args = LoadArgs {
+                files: files.clone(),
+                jobs: Some(jobs),
+                ..LoadArgs::defaults()
+            };
+            let plan = build(&args, &tables, &described, None).unwrap();
+            plan.chunks
+                .iter()
+                .map(|c| c.key(&plan.inputs))
+                .collect::<Vec<_>>()
+        };
+        let one = keys(1);
+        assert_eq!(one, keys(2));
+        assert_eq!(one, keys(8));
+        // 50 MB at the 16 MiB minimum: three chunks of the big file, then the small one.
+        assert_eq!(one.len(), 4, "{one:?}");
+        let mut ranges: Vec<(u64, Option<u64>)> =
+            one[..3].iter().map(|k| (k.start, k.end)).collect();
+        ranges.sort();
+        assert_eq!(ranges[0].0, 0);
+        for w in ranges.windows(2) {
+            assert_eq!(w[0].1, Some(w[1].0), "contiguous: {ranges:?}");
+        }
+        assert_eq!(ranges[2].1, None);
+        let big_id = one[0].file.clone().unwrap();
+        assert_eq!(big_id.path, std::fs::canonicalize(&big).unwrap());
+        assert_eq!(big_id.size, 50_000_000);
+        assert!(big_id.modified_ns > 0);
+        assert_eq!(one[3].file.as_ref().unwrap().size, 20_000);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn jobs_are_bounded_by_chunks_and_free_slots() {
+        assert_eq!(choose_jobs(Some(8), 3, 100, false), (3, None));
+        assert_eq!(choose_jobs(Some(0), 3, 100, false).0, 1);
+        let (jobs, warning) = choose_jobs(Some(4), 10, 3, false);
+        assert_eq!(jobs, 2, "two streams and the watchdog fit in three slots");
+        assert!(warning.unwrap().contains("3 free connection slots"));
+        assert_eq!(
+            choose_jobs(Some(4), 10, 0, true),
+            (4, None),
+            "a dry run opens none"
+        );
+    }
 }
