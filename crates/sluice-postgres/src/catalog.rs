@@ -94,6 +94,21 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
     })
 }
 
+/// Connection slots a load may still open: `max_connections` less the superuser reserve and
+/// the client backends already connected (`None` when the server will not say).
+pub async fn free_slots(client: &Client) -> Option<i64> {
+    client
+        .query_one(
+            "SELECT current_setting('max_connections')::int \
+             - current_setting('superuser_reserved_connections')::int \
+             - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+            &[],
+        )
+        .await
+        .ok()
+        .map(|r| r.get(0))
+}
+
 /// What identifies one server across connections: its system identifier (shared with its
 /// standbys) and its start time (which sets a standby apart, and a restarted server too).
 pub async fn server_identity(client: &Client) -> Result<String, tokio_postgres::Error> {

@@ -3,6 +3,7 @@
 //! Everything that knows PostgreSQL's protocol and catalog lives here, so a MySQL destination
 //! can sit beside it with the same shape:
 //!
+//! - [`admin`]: a blocking connection for the SQL commands run outside a load;
 //! - [`conninfo`]: libpq connection conventions (URI, key=value, `PG*` variables, `.pgpass`);
 //! - [`connect`]: opening connections with `sslmode` semantics;
 //! - [`catalog`]: the target table's columns and the session settings conversion depends on;
@@ -11,6 +12,7 @@
 //! - [`watchdog`]: spotting two streams of one load waiting on each other;
 //! - [`cluster`]: a private PostgreSQL cluster in a directory, for tests and `sluice demo`.
 
+pub mod admin;
 pub mod catalog;
 pub mod cluster;
 pub mod connect;

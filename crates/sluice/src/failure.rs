@@ -59,7 +59,10 @@ impl From<anyhow::Error> for Failure {
             {
                 return Failure::Connect(text);
             }
-            if let Some(pg) = cause.downcast_ref::<tokio_postgres::Error>() {
+            if cause.is::<sluice_postgres::admin::AdminError>() {
+                return Failure::Connect(text);
+            }
+            if let Some(pg) = cause.downcast_ref::<sluice_postgres::admin::DbError>() {
                 return if pg.as_db_error().is_some() {
                     Failure::Server(text)
                 } else {

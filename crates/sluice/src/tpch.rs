@@ -79,18 +79,13 @@ pub const Q1: &str = "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS sum_
     GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus";
 
 /// Rows in each of the eight tables, biggest first, as the server counts them.
-pub async fn table_counts(
-    client: &tokio_postgres::Client,
-) -> Result<Vec<(String, u64)>, tokio_postgres::Error> {
-    let mut counts = Vec::with_capacity(TABLES.len());
-    for t in TABLES {
-        let n: i64 = client
-            .query_one(&format!("SELECT count(*) FROM {t}"), &[])
-            .await?
-            .get(0);
-        counts.push((t.to_string(), n as u64));
-    }
-    Ok(counts)
+pub fn table_counts(
+    db: &sluice_postgres::admin::Admin,
+) -> Result<Vec<(String, u64)>, sluice_postgres::admin::DbError> {
+    TABLES
+        .iter()
+        .map(|t| Ok((t.to_string(), db.count_rows(t)?)))
+        .collect()
 }
 
 /// Output format of the generator.

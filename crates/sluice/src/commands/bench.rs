@@ -304,28 +304,11 @@ fn inspect(url: &str) -> anyhow::Result<ServerState> {
     let info =
         sluice_postgres::conninfo::ConnInfo::resolve(url, &sluice_postgres::conninfo::ProcessEnv)
             .map_err(|e| anyhow::anyhow!(e))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let c = sluice_postgres::connect::connect(&info).await?;
-        let counts = tpch::table_counts(&c).await?;
-        let settings = c
-            .query(
-                "SELECT name, current_setting(name) FROM pg_settings \
-                 WHERE source NOT IN ('default', 'override', 'client') ORDER BY name",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-            .collect();
-        let version: String = c.query_one("SHOW server_version", &[]).await?.get(0);
-        Ok(ServerState {
-            counts,
-            settings,
-            version,
-        })
+    let db = sluice_postgres::admin::Admin::connect(&info)?;
+    Ok(ServerState {
+        counts: tpch::table_counts(&db)?,
+        settings: db.changed_settings()?,
+        version: db.server_version()?,
     })
 }
 

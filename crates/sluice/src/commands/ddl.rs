@@ -42,21 +42,16 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
 /// Creates the TPC-H tables, dropping them first when `replace`.
 pub fn create(target: Option<&str>, pg_dir: Option<PathBuf>, replace: bool) -> anyhow::Result<()> {
     let t = target::resolve(target, pg_dir, true)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let client = sluice_postgres::connect::connect(&t.info).await?;
-        let mut sql = String::from("BEGIN;\n");
-        if replace {
-            sql.push_str(&format!(
-                "DROP TABLE IF EXISTS {} CASCADE;\n",
-                crate::tpch::TABLES.join(", ")
-            ));
-        }
-        sql.push_str(&crate::tpch::ddl());
-        sql.push_str("COMMIT;\n");
-        client.batch_execute(&sql).await?;
-        Ok(())
-    })
+    let db = sluice_postgres::admin::Admin::connect(&t.info)?;
+    let mut sql = String::from("BEGIN;\n");
+    if replace {
+        sql.push_str(&format!(
+            "DROP TABLE IF EXISTS {} CASCADE;\n",
+            crate::tpch::TABLES.join(", ")
+        ));
+    }
+    sql.push_str(&crate::tpch::ddl());
+    sql.push_str("COMMIT;\n");
+    db.execute(&sql)?;
+    Ok(())
 }

@@ -103,16 +103,8 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
         5,
         "verifying every table's row count against the generator's",
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)?;
-    let client = rt
-        .block_on(sluice_postgres::connect::connect(&target.info))
-        .map_err(anyhow::Error::from)?;
-    let counts = rt
-        .block_on(tpch::table_counts(&client))
-        .map_err(anyhow::Error::from)?;
+    let db = sluice_postgres::admin::Admin::connect(&target.info).map_err(anyhow::Error::from)?;
+    let counts = tpch::table_counts(&db).map_err(anyhow::Error::from)?;
     let mut bad = Vec::new();
     for (t, n) in &counts {
         let want = manifest.rows(t);
@@ -129,9 +121,7 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     println!("verified: all eight tables hold exactly the generated rows");
     // 6. Query.
     step(6, "running TPC-H Q1");
-    let q1 = rt
-        .block_on(client.simple_query(tpch::Q1))
-        .map_err(anyhow::Error::from)?;
+    let q1 = db.query_text(tpch::Q1).map_err(anyhow::Error::from)?;
     println!("\nTPC-H Q1 (pricing summary report):");
     print_rows(&q1);
     // 7. The figure next to the seed's.
@@ -194,20 +184,9 @@ fn url_with_password(info: &sluice_postgres::conninfo::ConnInfo, given: Option<&
     }
 }
 
-fn print_rows(messages: &[tokio_postgres::SimpleQueryMessage]) {
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for m in messages {
-        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-            if rows.is_empty() {
-                rows.push(r.columns().iter().map(|c| c.name().to_string()).collect());
-            }
-            rows.push(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("").to_string())
-                    .collect(),
-            );
-        }
-    }
+fn print_rows(result: &sluice_postgres::admin::TextRows) {
+    let mut rows: Vec<Vec<String>> = vec![result.columns.clone()];
+    rows.extend(result.rows.iter().cloned());
     let Some(header) = rows.first() else { return };
     let widths: Vec<usize> = (0..header.len())
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))

@@ -7,7 +7,9 @@ use crate::load::{execute, Destination, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
 use sluice_core::dialect::Format;
-use sluice_postgres::catalog::{describe_table, server_identity, session, CatalogError};
+use sluice_postgres::catalog::{
+    describe_table, free_slots, server_identity, session, CatalogError,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -300,16 +302,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         let sess = session(&client)
             .await
             .map_err(|e| Failure::Server(e.to_string()))?;
-        let free: i64 = client
-            .query_one(
-                "SELECT current_setting('max_connections')::int \
-                 - current_setting('superuser_reserved_connections')::int \
-                 - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
-                &[],
-            )
-            .await
-            .map(|r| r.get(0))
-            .unwrap_or(i64::MAX);
+        let free = free_slots(&client).await.unwrap_or(i64::MAX);
         let mut described = Vec::new();
         for name in &file_tables {
             if described.iter().any(|(n, _): &(String, _)| n == name) {

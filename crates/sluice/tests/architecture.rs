@@ -1,0 +1,86 @@
+//! The layering rules of ARCHITECTURE.md, held by a test: `cargo metadata` must show that only
+//! the PostgreSQL crate speaks PostgreSQL, and that the core stays free of I/O runtimes and of
+//! any database client.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// Each workspace crate's normal (non-dev) dependencies, by name.
+fn workspace_dependencies() -> BTreeMap<String, Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
+
+/// Crates that speak a database's protocol: only a destination crate may depend on them.
+const DATABASE_CLIENTS: &[&str] = &[
+    "tokio-postgres",
+    "postgres",
+    "postgres-protocol",
+    "sqlx",
+    "mysql",
+    "mysql_async",
+    "diesel",
+];
+
+#[test]
+fn only_the_postgresql_crate_speaks_postgresql() {
+    let deps = workspace_dependencies();
+    assert!(deps.contains_key("sluice-postgres"), "{deps:?}");
+    for (krate, list) in &deps {
+        for client in DATABASE_CLIENTS {
+            if list.iter().any(|d| d == client) {
+                assert_eq!(
+                    krate, "sluice-postgres",
+                    "{krate} depends on {client}: only a destination crate may"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_core_does_no_io_and_knows_no_database() {
+    let deps = workspace_dependencies();
+    let core = &deps["sluice-core"];
+    for forbidden in
+        DATABASE_CLIENTS
+            .iter()
+            .chain(&["tokio", "memmap2", "flate2", "zstd", "sluice-postgres"])
+    {
+        assert!(
+            !core.iter().any(|d| d == forbidden),
+            "sluice-core depends on {forbidden}: {core:?}"
+        );
+    }
+}
