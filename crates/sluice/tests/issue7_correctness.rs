@@ -532,11 +532,17 @@ fn sigterm_mid_load_commits_nothing() {
     // Wait until rows are on their way, then stop it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while d
-        .psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' AND pid <> pg_backend_pid()")
+        .psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' \
+             AND datname = current_database()",
+        )
         .trim()
         == "0"
     {
-        assert!(std::time::Instant::now() < deadline, "the load never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the load never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // SAFETY: sending a signal to our own child process.
@@ -572,7 +578,8 @@ fn the_watchdog_survives_losing_its_connection() {
     let terminated = loop {
         let n = d.psql(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE query LIKE '%pg_blocking_pids%' AND pid <> pg_backend_pid()",
+             WHERE query LIKE '%pg_blocking_pids%' AND datname = current_database() \
+             AND pid <> pg_backend_pid()",
         );
         if n.trim() != "0" {
             break true;
@@ -598,4 +605,54 @@ fn the_watchdog_survives_losing_its_connection() {
     }
     let out = waiter.join().unwrap();
     assert_conflict(&d, &out, "pk", "(id)=(5)", &["b.csv, line 1499991"]);
+}
+
+/// kill -9 of sluice mid-load: its connections close and every transaction rolls back.
+#[test]
+fn kill_9_mid_load_commits_nothing() {
+    let d = db("kill9");
+    d.psql("CREATE TABLE t (a int, b text)");
+    let rows: String = (0..2_000_000).map(|i| format!("{i},row {i}\n")).collect();
+    let f = d.file("big.csv", rows.as_bytes());
+    let mut child = sluice_cmd()
+        .args([
+            "load", "-q", "--table", "t", "--jobs", "2", "--target", &d.url,
+        ])
+        .arg(f.to_str().unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while d
+        .psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' \
+             AND datname = current_database()",
+        )
+        .trim()
+        == "0"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the load never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The server notices the closed connections and rolls back, with no sluice left to ask.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while d
+        .psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sluice' \
+             AND datname = current_database()",
+        )
+        .trim()
+        != "0"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backends outlived sluice"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(d.count("t"), 0);
 }

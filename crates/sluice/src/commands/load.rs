@@ -92,8 +92,8 @@ pub struct LoadArgs {
     #[arg(long, default_value = "256k", value_parser = parse_size, value_name = "SIZE")]
     pub copy_buffer: usize,
 
-    /// Target size of the chunks big files are cut into (default: the input divided by
-    /// 4 x jobs, between 16M and 1G).
+    /// Target size of the chunks big files are cut into (default: an eighth of the input,
+    /// between 16M and 1G; it does not depend on --jobs).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub chunk_size: Option<usize>,
 

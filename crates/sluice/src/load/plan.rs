@@ -165,12 +165,14 @@ pub struct Plan {
     pub chunks: Vec<Chunk>,
 }
 
-/// The default chunk size: a thirty-second of the input, between 16 MB and 1 GB. It depends on
-/// the input alone, so that the same files are cut the same way whatever `--jobs` is; 32
-/// chunks keep up to 8 streams busy to the end (biggest first), and the bounds keep COPY
-/// overhead negligible for small inputs and a lost chunk cheap to redo for huge ones.
+/// The default chunk size: an eighth of the input, between 16 MiB and 1 GiB. It depends on the
+/// input alone, so that the same files are cut the same way whatever `--jobs` is. An eighth
+/// is what the former jobs-based rule (input / (4 x jobs)) gave at this machine's default of
+/// two streams; a thirty-second, tried first, made the SF1 load about 5% slower here (more,
+/// smaller COPYs; BENCHMARKS.md). The bounds keep COPY overhead negligible for small inputs
+/// and a lost chunk cheap to redo for huge ones.
 pub fn default_chunk_size(total: u64) -> u64 {
-    (total / 32).clamp(16 << 20, 1 << 30)
+    (total / 8).clamp(16 << 20, 1 << 30)
 }
 
 /// Builds the plan from the checked flags, the files and the tables the catalog described
