@@ -46,6 +46,11 @@ impl fmt::Display for ConvertError {
 pub trait ServerConvert {
     /// Returns the value's binary form, or the server's error message.
     fn convert(&mut self, column: &Column, value: &str) -> Result<Vec<u8>, String>;
+
+    /// How many values were converted so far, for the summary.
+    fn conversions(&self) -> u64 {
+        0
+    }
 }
 
 /// Why one record cannot be converted.

@@ -12,6 +12,7 @@
 //! - [`column`]: target column types as the catalog describes them;
 //! - [`convert`], [`numeric`], [`datetime`]: typed conversion with PostgreSQL's input rules;
 //! - [`binary`]: the binary COPY framing;
+//! - [`destination`]: the interface between the load engine and a destination database;
 //! - [`error`]: input errors that name file, line, byte offset, column, value and reason.
 
 pub mod binary;
@@ -19,6 +20,7 @@ pub mod boundary;
 pub mod column;
 pub mod convert;
 pub mod datetime;
+pub mod destination;
 pub mod dialect;
 pub mod error;
 pub mod numeric;

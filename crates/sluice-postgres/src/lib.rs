@@ -7,6 +7,7 @@
 //! - [`conninfo`]: libpq connection conventions (URI, key=value, `PG*` variables, `.pgpass`);
 //! - [`connect`]: opening connections with `sslmode` semantics;
 //! - [`catalog`]: the target table's columns and the session settings conversion depends on;
+//! - [`destination`]: PostgreSQL behind the engine's one interface (streams, watch, framing);
 //! - [`stream`]: one connection's transaction of COPYs, committed only when the caller says so;
 //! - [`oracle`]: asking the server to convert a value sluice cannot parse itself;
 //! - [`watchdog`]: spotting two streams of one load waiting on each other;
@@ -17,6 +18,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod connect;
 pub mod conninfo;
+pub mod destination;
 pub mod oracle;
 pub mod stream;
 pub mod watchdog;

@@ -69,6 +69,19 @@ fn only_the_postgresql_crate_speaks_postgresql() {
     }
 }
 
+/// The engine (the `sluice` crate) drives streams through `sluice_core::destination` from plain
+/// threads: no async runtime, no protocol crate of its own.
+#[test]
+fn the_engine_holds_no_runtime() {
+    let deps = workspace_dependencies();
+    for forbidden in ["tokio", "futures-util", "bytes"] {
+        assert!(
+            !deps["sluice"].iter().any(|d| d == forbidden),
+            "sluice depends on {forbidden}"
+        );
+    }
+}
+
 #[test]
 fn the_core_does_no_io_and_knows_no_database() {
     let deps = workspace_dependencies();

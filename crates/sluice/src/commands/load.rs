@@ -3,13 +3,12 @@
 use crate::failure::Failure;
 use crate::load::chunk::Counters;
 use crate::load::plan::{self, table_from_file_name};
-use crate::load::{execute, Destination, RunOptions};
+use crate::load::{execute, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
 use sluice_core::dialect::Format;
-use sluice_postgres::catalog::{
-    describe_table, free_slots, server_identity, session, CatalogError,
-};
+use sluice_postgres::catalog::CatalogError;
+use sluice_postgres::destination::{CopyTarget, OpenError, PgDestination};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -283,45 +282,31 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
                 None => Failure::Connect(format!("{e:#}")),
             }
         })?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .thread_name("sluice-net")
-        .build()
-        .map_err(|e| Failure::Local(format!("cannot start the runtime: {e}")))?;
-    let (info, identity, sess, free_slots, described) = rt.block_on(async {
-        let connected = sluice_postgres::connect::connect_host(&target.info)
-            .await
-            .map_err(|e| Failure::Connect(e.to_string()))?;
-        // Every later connection of this load goes to the host the first one reached.
-        let info = target.info.pinned(connected.host);
-        let client = connected.client;
-        let identity = server_identity(&client)
-            .await
-            .map_err(|e| Failure::Server(e.to_string()))?;
-        let sess = session(&client)
-            .await
-            .map_err(|e| Failure::Server(e.to_string()))?;
-        let free = free_slots(&client).await.unwrap_or(i64::MAX);
-        let mut described = Vec::new();
-        for name in &file_tables {
-            if described.iter().any(|(n, _): &(String, _)| n == name) {
-                continue;
-            }
-            let table = describe_table(&client, name).await.map_err(|e| {
-                let by_name = match (&args.table, file_tables.iter().position(|t| t == name)) {
-                    (None, Some(i)) => format!("{} -> table {name}: ", args.files[i]),
-                    _ => String::new(),
-                };
-                match e {
-                    CatalogError::Db(e) => Failure::Server(format!("{by_name}{e}")),
-                    other => Failure::Usage(format!("{by_name}{other}")),
-                }
-            })?;
-            described.push((name.clone(), table));
-        }
-        Ok::<_, Failure>((info, identity, sess, free, described))
+    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
+    // Every later connection of this load goes to the host the first one reached.
+    let (mut dest, opened) = PgDestination::open(&target.info, warn).map_err(|e| match e {
+        OpenError::Server(m) => Failure::Server(m),
+        OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
+        other => Failure::Connect(other.to_string()),
     })?;
+    let (sess, free_slots) = (opened.session, opened.free_slots);
+    let mut described: Vec<(String, sluice_postgres::catalog::Table)> = Vec::new();
+    for name in &file_tables {
+        if described.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let table = dest.describe(name).map_err(|e| {
+            let by_name = match (&args.table, file_tables.iter().position(|t| t == name)) {
+                (None, Some(i)) => format!("{} -> table {name}: ", args.files[i]),
+                _ => String::new(),
+            };
+            match e {
+                CatalogError::Db(e) => Failure::Server(format!("{by_name}{e}")),
+                other => Failure::Usage(format!("{by_name}{other}")),
+            }
+        })?;
+        described.push((name.clone(), table));
+    }
     if sess.server_encoding != "UTF8" && sess.server_encoding != "SQL_ASCII" {
         return Err(Failure::Usage(format!(
             "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
@@ -370,12 +355,17 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         counters.clone(),
         if args.dry_run { "checking" } else { "loading" },
     );
-    let dest = Destination {
-        info: &info,
-        identity: &identity,
-    };
-    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
-    let outcome = execute(&plan, &opts, &dest, rt.handle(), &counters, warn);
+    dest.set_tables(
+        plan.tables
+            .iter()
+            .map(|t| CopyTarget {
+                table: t.table.clone(),
+                columns: t.columns.clone(),
+                binary: t.binary,
+            })
+            .collect(),
+    );
+    let outcome = execute(&plan, &opts, &dest, &counters);
     drop(display);
     let outcome = outcome.map_err(|e| match e {
         // Say which table a file went to when the file's name chose it.
@@ -389,7 +379,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
     Ok(report::build(
         &plan,
         &outcome,
-        info.to_string(),
+        dest.info.to_string(),
         args.dry_run,
         jobs,
         args.copy_buffer,

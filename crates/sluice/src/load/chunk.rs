@@ -9,8 +9,6 @@
 use super::plan::{Chunk, Compression, InputSource, Plan};
 use super::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
 use crate::failure::Failure;
-use bytes::Bytes;
-use sluice_core::binary::{HEADER, TRAILER};
 use sluice_core::convert::{Converter, RecordError, RecordErrorKind, ServerConvert};
 use sluice_core::dialect::Dialect;
 use sluice_core::error::InputError;
@@ -40,6 +38,9 @@ pub struct ChunkJob<'a> {
     pub chunk: &'a Chunk,
     pub converter: &'a mut Converter,
     pub server: Option<&'a mut dyn ServerConvert>,
+    /// What the destination wants before and after a chunk's records (binary COPY's header
+    /// and trailer, say).
+    pub framing: (&'a [u8], &'a [u8]),
     pub copy_buffer: usize,
     pub abort: &'a AtomicBool,
     pub counters: &'a Counters,
@@ -427,13 +428,14 @@ fn record_error(
 /// Converts one chunk, handing each full COPY message to `emit`.
 pub fn convert_chunk(
     job: ChunkJob<'_>,
-    mut emit: impl FnMut(Bytes) -> Result<(), Failure>,
+    mut emit: impl FnMut(Vec<u8>) -> Result<(), Failure>,
 ) -> Result<ChunkOutcome, Failure> {
     let ChunkJob {
         plan,
         chunk,
         converter,
         mut server,
+        framing: (prefix, suffix),
         copy_buffer,
         abort,
         counters,
@@ -441,9 +443,7 @@ pub fn convert_chunk(
     let binary = plan.tables[plan.inputs[chunk.input].table].binary;
     let capacity = copy_buffer + copy_buffer / 4;
     let mut out = Vec::with_capacity(capacity);
-    if binary {
-        out.extend_from_slice(HEADER);
-    }
+    out.extend_from_slice(prefix);
     let mut records = 0u64;
     let mut reported_bytes = 0u64;
     let mut reported_rows = 0u64;
@@ -480,7 +480,7 @@ pub fn convert_chunk(
         records += 1;
         if out.len() >= copy_buffer {
             let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
-            emit(Bytes::from(full))?;
+            emit(full)?;
             let bytes = pos.offset - chunk.start;
             counters
                 .bytes
@@ -496,10 +496,8 @@ pub fn convert_chunk(
         }
         Ok(true)
     })?;
-    if binary {
-        out.extend_from_slice(TRAILER);
-    }
-    emit(Bytes::from(out))?;
+    out.extend_from_slice(suffix);
+    emit(out)?;
     counters
         .rows
         .fetch_add(records - reported_rows, Ordering::Relaxed);

@@ -2,17 +2,21 @@
 //!
 //! Each of `--jobs` streams is a connection in one open transaction, fed chunks from a shared
 //! queue (biggest first). Inside a stream three things overlap: a reader thread reads and
-//! decompresses, the stream's thread parses, converts and encodes, and the tokio runtime writes
-//! the previous COPY message to the socket. When a chunk fails, every stream stops and rolls
-//! back; only when every stream has finished cleanly are they committed, back to back. The
-//! guarantee and its one window (a crash between the first and last COMMIT) are documented in
-//! the README.
+//! decompresses, the stream's thread parses, converts and encodes, and the destination writes
+//! the previous message to its socket. When a chunk fails, every stream stops and rolls back;
+//! only when every stream has finished cleanly are they committed, back to back. The guarantee
+//! and its one window (a crash between the first and last COMMIT) are documented in the README.
+//!
+//! The engine speaks to the database only through [`Destination`] (`sluice-core`), which
+//! `sluice-postgres` implements; a second destination slots in beside it without touching
+//! this file.
 //!
 //! Two streams can wait on each other across the barrier (a key both insert: the later insert
 //! waits for the earlier transaction, which waits at the barrier). So before a stream reaches
-//! the barrier it fires its deferred constraint checks, and while any stream runs, a watchdog
-//! ([`sluice_postgres::watchdog`]) cancels a stream that waits on a sibling; the error then
-//! names the key and both rows ([`conflict`]). Nothing is committed in that case.
+//! the barrier it fires its deferred constraint checks, and while any stream runs, the
+//! destination watches for a stream waiting on a sibling and stops it
+//! ([`ErrorKind::Conflict`]); the error then names the key and both rows ([`conflict`]).
+//! Nothing is committed in that case.
 
 pub mod chunk;
 pub mod conflict;
@@ -25,17 +29,13 @@ use conflict::{sibling_conflict, KeySearch, NamedKey};
 use plan::{Chunk, Plan};
 use sluice_core::convert::{Converter, ServerConvert};
 use sluice_core::datetime::SessionZone;
+use sluice_core::destination::{Destination, DestinationError, DestinationStream, ErrorKind};
 use sluice_core::error::InputError;
-use sluice_postgres::conninfo::ConnInfo;
-use sluice_postgres::oracle::Oracle;
-use sluice_postgres::stream::{ServerError, Stream, StreamOpenError};
-use sluice_postgres::watchdog::Watchdog;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tokio::runtime::Handle;
 
 /// How to run a plan.
 #[derive(Clone, Debug)]
@@ -88,11 +88,11 @@ pub struct RunOutcome {
 
 /// Words a server error that is not about one row: what happened, without blaming the
 /// connection for a cancelled statement.
-fn server_failure(e: &ServerError, stream: usize) -> Failure {
-    if e.is_connection() {
+fn server_failure(e: &DestinationError, stream: usize) -> Failure {
+    if e.kind == ErrorKind::Connection {
         return Failure::Server(format!("stream {} lost its connection: {e}", stream + 1));
     }
-    if e.is_cancelled() {
+    if e.kind == ErrorKind::Cancelled {
         return Failure::Server(format!(
             "stream {}'s statement was cancelled by the server: {e}. sluice sets \
              statement_timeout and lock_timeout to 0 for its own sessions, so another session \
@@ -103,7 +103,7 @@ fn server_failure(e: &ServerError, stream: usize) -> Failure {
     Failure::Server(e.to_string())
 }
 
-/// Turns a chunk-relative line into a line of the whole file/// Turns a chunk-relative line into a line of the whole file by counting line ends before the
+/// Turns a chunk-relative line into a line of the whole file by counting line ends before the
 /// chunk (only on the error path).
 pub(crate) fn absolute_line(plan: &Plan, chunk: &Chunk, err: &mut InputError) {
     let (Some(line), true) = (err.line, chunk.start > 0) else {
@@ -132,19 +132,17 @@ pub(crate) fn absolute_line(plan: &Plan, chunk: &Chunk, err: &mut InputError) {
 }
 
 /// What every chunk of a run shares.
-struct RunContext<'a> {
+struct RunContext<'a, D: Destination> {
     plan: &'a Plan,
-    rt: &'a Handle,
     opts: &'a RunOptions,
     abort: &'a AtomicBool,
-    info: &'a ConnInfo,
+    dest: &'a D,
     zone: &'a SessionZone,
-    watchdog: Option<&'a Watchdog>,
     /// The chunks each stream has taken, to find the rows behind a key on the error path.
     taken: &'a Mutex<Vec<Vec<usize>>>,
 }
 
-impl RunContext<'_> {
+impl<D: Destination> RunContext<'_, D> {
     fn chunks_of(&self, stream: usize) -> Vec<&Chunk> {
         let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
         taken
@@ -164,49 +162,14 @@ impl RunContext<'_> {
         files
     }
 
-    /// The key columns of an index, from the catalog, on a side connection (error path only).
-    fn index_columns(&self, index: &str) -> Option<Vec<String>> {
-        self.rt.block_on(async {
-            let client = sluice_postgres::connect::connect(self.info).await.ok()?;
-            sluice_postgres::catalog::index_key(&client, index)
-                .await
-                .map(|(_, cols)| cols)
-        })
-    }
-
-    /// The stream a deadlock report names as the other side, when it is one of ours.
-    fn deadlock_partner(&self, e: &ServerError, stream: usize) -> Option<usize> {
-        let (wd, detail) = (self.watchdog?, e.detail.as_deref()?);
-        detail
-            .split("process ")
-            .skip(1)
-            .filter_map(|rest| {
-                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                digits.parse().ok()
-            })
-            .filter_map(|pid| wd.stream_of(pid))
-            .find(|&s| s != stream)
-    }
-
-    /// The stream this one waited on, when the watchdog cancelled it for a conflict (or the
-    /// server's deadlock detector named a sibling first).
-    fn sibling_blocker(&self, e: &ServerError, stream: usize) -> Option<usize> {
-        if e.sqlstate == "40P01" {
-            return self.deadlock_partner(e, stream);
-        }
-        if !e.is_cancelled() {
-            return None;
-        }
-        self.watchdog?.conflict_for(stream).map(|c| c.blocker)
-    }
-
     /// Maps a server error during a chunk's COPY to the row it names.
-    fn copy_error(&self, stream: usize, chunk: &Chunk, e: ServerError) -> Failure {
-        if let Some(blocker) = self.sibling_blocker(&e, stream) {
-            return self.copy_conflict(stream, blocker, chunk, &e);
-        }
-        if e.is_connection() || e.is_cancelled() {
-            return server_failure(&e, stream);
+    fn copy_error(&self, stream: usize, chunk: &Chunk, e: DestinationError) -> Failure {
+        match e.kind {
+            ErrorKind::Conflict { blocker } => {
+                return self.copy_conflict(stream, blocker, chunk, &e)
+            }
+            ErrorKind::Connection | ErrorKind::Cancelled => return server_failure(&e, stream),
+            ErrorKind::Rejected | ErrorKind::Other => {}
         }
         let plan = self.plan;
         let input = &plan.inputs[chunk.input];
@@ -235,7 +198,7 @@ impl RunContext<'_> {
                 err.offset = Some(at.offset);
                 err.value = values.into_iter().next().flatten();
                 absolute_line(plan, chunk, &mut err);
-                if e.sqlstate == "23505" {
+                if e.duplicate {
                     let mine = self.chunks_of(stream);
                     if let Some(first) = self.earlier_duplicate(&e, &mine, chunk, at) {
                         err.reason
@@ -252,16 +215,16 @@ impl RunContext<'_> {
     /// chunks, when that is not the rejected row itself (else it was in the table already).
     fn earlier_duplicate(
         &self,
-        e: &ServerError,
+        e: &DestinationError,
         chunks: &[&Chunk],
         chunk: &Chunk,
         at: chunk::Found,
     ) -> Option<String> {
-        let (columns, values) = e.detail_key()?;
+        let k = e.key.clone()?;
         let key = NamedKey {
             table: self.plan.inputs[chunk.input].table,
-            columns,
-            values: values.into_iter().map(Some).collect(),
+            columns: k.columns,
+            values: k.values,
         };
         let search = KeySearch::new(self.plan, self.zone);
         let first = search.find(&key, chunks)?;
@@ -271,8 +234,14 @@ impl RunContext<'_> {
 
     /// A constraint error whose DETAIL names a key (unique, foreign key, exclusion): the row
     /// with that key among `chunks`, and a message that says what is wrong with it.
-    fn keyed_error(&self, e: &ServerError, chunks: &[&Chunk], fallback: &Chunk) -> Option<Failure> {
-        let (columns, values) = e.detail_key()?;
+    fn keyed_error(
+        &self,
+        e: &DestinationError,
+        chunks: &[&Chunk],
+        fallback: &Chunk,
+    ) -> Option<Failure> {
+        let k = e.key.clone()?;
+        let (columns, values) = (k.columns, k.values);
         let plan = self.plan;
         let table = chunks
             .iter()
@@ -285,26 +254,26 @@ impl RunContext<'_> {
         let key = NamedKey {
             table,
             columns,
-            values: values.into_iter().map(Some).collect(),
+            values,
         };
         let search = KeySearch::new(plan, self.zone);
         // A duplicate inside one stream's rows (a deferred unique check): the later row is the
         // bad one, the earlier is named beside it.
         let mut rows = search.find_n(&key, chunks, 2).into_iter();
-        let (earlier, row) = match (e.sqlstate == "23505", rows.next(), rows.next()) {
+        let (earlier, row) = match (e.duplicate, rows.next(), rows.next()) {
             (true, Some(first), Some(second)) => (Some(first), Some(second)),
             (_, first, _) => (None, first),
         };
-        let mut reason = format!("rejected by the server: {}", e.message);
+        let mut reason = format!("rejected by the server: {}", e.summary);
         if let Some(d) = &e.detail {
             reason.push_str(&format!(" ({})", d.trim_end_matches('.')));
         }
         if let Some(first) = &earlier {
             reason.push_str(&format!("; the same key is in {}", search.describe(first)));
         }
-        if e.sqlstate == "23503" {
-            if let Some(parent) = referenced_table(e) {
-                if plan.tables.iter().any(|t| t.table.name == parent) {
+        {
+            if let Some(parent) = &e.referenced_table {
+                if plan.tables.iter().any(|t| &t.table.name == parent) {
                     reason.push_str(&format!(
                         ". The parent table {parent} is loaded by this same command: its rows are \
                          not visible to this check until they commit (another stream, or a later \
@@ -322,17 +291,16 @@ impl RunContext<'_> {
         stream: usize,
         blocker: usize,
         chunk: &Chunk,
-        e: &ServerError,
+        e: &DestinationError,
     ) -> Failure {
         let search = KeySearch::new(self.plan, self.zone);
-        let index = e.context_relation();
+        let index = e.index.as_deref();
         let located = index
-            .as_deref()
-            .and_then(|i| self.index_columns(i))
+            .and_then(|i| self.dest.key_columns(i))
             .zip(e.record)
             .and_then(|(cols, n)| search.key_at(chunk, n, &cols));
         let Some((key, at)) = located else {
-            return self.unnamed_conflict(stream, blocker, index.as_deref());
+            return self.unnamed_conflict(stream, blocker, index);
         };
         let waiter = conflict::Row {
             chunk: chunk.id,
@@ -342,7 +310,7 @@ impl RunContext<'_> {
         sibling_conflict(
             &search,
             &key,
-            index.as_deref(),
+            index,
             Some(&waiter),
             other.as_ref(),
             chunk,
@@ -350,41 +318,38 @@ impl RunContext<'_> {
         )
     }
 
-    /// A deferred check, fired before the barrier, failed: a sibling conflict (the key read
-    /// back from this stream's own transaction), or a key the DETAIL names.
-    fn deferred_error(&self, stream: usize, s: &Stream, e: ServerError) -> Failure {
+    /// A deferred check, fired before the barrier, failed: a sibling conflict (the key the
+    /// destination read back from this stream's own transaction), or a key the server named.
+    fn deferred_error(&self, stream: usize, e: DestinationError) -> Failure {
         let mine = self.chunks_of(stream);
         let Some(first) = mine.first().copied() else {
             return server_failure(&e, stream);
         };
-        let Some(blocker) = self.sibling_blocker(&e, stream) else {
-            if e.is_connection() || e.is_cancelled() {
-                return server_failure(&e, stream);
+        let blocker = match e.kind {
+            ErrorKind::Conflict { blocker } => blocker,
+            ErrorKind::Connection | ErrorKind::Cancelled => return server_failure(&e, stream),
+            ErrorKind::Rejected | ErrorKind::Other => {
+                return self.keyed_error(&e, &mine, first).unwrap_or_else(|| {
+                    Failure::Server(format!("a deferred constraint check failed: {e}"))
+                })
             }
-            return self.keyed_error(&e, &mine, first).unwrap_or_else(|| {
-                Failure::Server(format!("a deferred constraint check failed: {e}"))
-            });
         };
-        let index = e.context_relation();
-        let read = match (index.as_deref(), e.context_tuple()) {
-            (Some(i), Some(tid)) => self.rt.block_on(s.deferred_conflict_key(i, &tid)),
-            _ => None,
-        };
-        let key = read.and_then(|(columns, values)| {
+        let index = e.index.as_deref();
+        let key = e.key.clone().and_then(|k| {
             let plan = self.plan;
             let table = mine.iter().map(|c| plan.inputs[c.input].table).find(|&t| {
-                columns
+                k.columns
                     .iter()
-                    .all(|k| plan.tables[t].columns.iter().any(|c| &c.name == k))
+                    .all(|col| plan.tables[t].columns.iter().any(|c| &c.name == col))
             })?;
             Some(NamedKey {
                 table,
-                columns,
-                values,
+                columns: k.columns,
+                values: k.values,
             })
         });
         let Some(key) = key else {
-            return self.unnamed_conflict(stream, blocker, index.as_deref());
+            return self.unnamed_conflict(stream, blocker, index);
         };
         let search = KeySearch::new(self.plan, self.zone);
         let waiter = search.find(&key, &mine);
@@ -392,7 +357,7 @@ impl RunContext<'_> {
         sibling_conflict(
             &search,
             &key,
-            index.as_deref(),
+            index,
             waiter.as_ref(),
             other.as_ref(),
             first,
@@ -417,45 +382,35 @@ impl RunContext<'_> {
     }
 }
 
-/// The table a foreign-key DETAIL names: `... is not present in table "parent".`
-fn referenced_table(e: &ServerError) -> Option<String> {
-    let d = e.detail.as_deref()?;
-    let rest = d.split(" in table \"").nth(1)?;
-    Some(rest.split('"').next()?.to_string())
-}
-
 /// Runs one chunk on a stream (or on none, for a dry run).
-fn run_chunk(
-    ctx: &RunContext<'_>,
+fn run_chunk<D: Destination>(
+    ctx: &RunContext<'_, D>,
     n: usize,
     chunk: &Chunk,
-    stream: Option<&Stream>,
+    mut stream: Option<&mut D::Stream<'_>>,
     converter: &mut Converter,
-    oracle: &mut Oracle,
+    server: &mut dyn ServerConvert,
     counters: &Counters,
 ) -> Result<ChunkOutcome, Failure> {
-    let (plan, rt, opts, abort) = (ctx.plan, ctx.rt, ctx.opts, ctx.abort);
-    let table = &plan.tables[plan.inputs[chunk.input].table];
-    let mut writer = match stream {
-        Some(s) => Some(
-            rt.block_on(s.copy_in(&table.table, &table.columns, table.binary))
-                .map_err(|e| ctx.copy_error(n, chunk, e))?,
-        ),
-        None => None,
-    };
+    let (plan, opts, abort) = (ctx.plan, ctx.opts, ctx.abort);
+    let t = plan.inputs[chunk.input].table;
+    if let Some(s) = stream.as_deref_mut() {
+        s.begin_copy(t).map_err(|e| ctx.copy_error(n, chunk, e))?;
+    }
     let job = ChunkJob {
         plan,
         chunk,
         converter,
-        server: Some(oracle as &mut dyn ServerConvert),
+        server: Some(server),
+        framing: ctx.dest.framing(t),
         copy_buffer: opts.copy_buffer,
         abort,
         counters,
     };
     let mut send_failed = None;
     let result = convert_chunk(job, |bytes| {
-        if let Some(w) = writer.as_mut() {
-            if let Err(e) = rt.block_on(w.send(bytes)) {
+        if let Some(s) = stream.as_deref_mut() {
+            if let Err(e) = s.send(bytes) {
                 send_failed = Some(e);
                 return Err(Failure::Aborted);
             }
@@ -464,25 +419,15 @@ fn run_chunk(
     });
     let outcome = match (result, send_failed) {
         (Ok(o), None) => o,
-        // A failed send usually means the server rejected the COPY: finishing it returns the
-        // server's own error, with the record it names.
-        (_, Some(send_err)) => {
-            let e = match writer.take() {
-                Some(w) => rt.block_on(w.finish()).err().unwrap_or(send_err),
-                None => send_err,
-            };
-            return Err(ctx.copy_error(n, chunk, e));
-        }
+        (_, Some(e)) => return Err(ctx.copy_error(n, chunk, e)),
         (Err(Failure::Input(mut e)), None) => {
             absolute_line(plan, chunk, &mut e);
             return Err(Failure::Input(e));
         }
         (Err(e), None) => return Err(e),
     };
-    if let Some(w) = writer {
-        let rows = rt
-            .block_on(w.finish())
-            .map_err(|e| ctx.copy_error(n, chunk, e))?;
+    if let Some(s) = stream {
+        let rows = s.finish_copy().map_err(|e| ctx.copy_error(n, chunk, e))?;
         if rows != outcome.records {
             return Err(Failure::Server(format!(
                 "the server stored {rows} rows from {} where sluice sent {}",
@@ -493,24 +438,13 @@ fn run_chunk(
     Ok(outcome)
 }
 
-/// Where a load goes: the connection (pinned to one host) and that server's identity, which
-/// every stream checks.
-pub struct Destination<'a> {
-    pub info: &'a ConnInfo,
-    pub identity: &'a str,
-}
-
-/// Runs a plan on `jobs` streams and commits all of them, or none. `warn` prints a warning
-/// while the load runs (a wait on a session outside the load).
-pub fn execute(
+/// Runs a plan on `jobs` streams of `dest` and commits all of them, or none.
+pub fn execute<D: Destination>(
     plan: &Plan,
     opts: &RunOptions,
-    dest: &Destination<'_>,
-    rt: &Handle,
+    dest: &D,
     counters: &[Counters],
-    warn: std::sync::Arc<dyn Fn(String) + Send + Sync>,
 ) -> Result<RunOutcome, Failure> {
-    let info = dest.info;
     let started = Instant::now();
     let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(plan.chunks.iter().collect());
     let abort = AtomicBool::new(false);
@@ -525,27 +459,22 @@ pub fn execute(
         }
     };
     let conversions = std::sync::atomic::AtomicU64::new(0);
-    // One stream cannot wait on itself; two or more need the watchdog.
-    let watchdog = if opts.dry_run || jobs < 2 {
-        None
-    } else {
-        Some(
-            rt.block_on(Watchdog::start(info, jobs, warn))
-                .map_err(|e| Failure::Connect(e.to_string()))?,
-        )
-    };
+    // One stream cannot wait on itself; two or more are watched.
+    let watched = !opts.dry_run && jobs >= 2;
+    if watched {
+        dest.watch(jobs)
+            .map_err(|e| Failure::Connect(e.to_string()))?;
+    }
     let taken: Mutex<Vec<Vec<usize>>> = Mutex::new(vec![Vec::new(); jobs]);
     let ctx = RunContext {
         plan,
-        rt,
         opts,
         abort: &abort,
-        info,
+        dest,
         zone: &zone,
-        watchdog: watchdog.as_ref(),
         taken: &taken,
     };
-    let results: Vec<(Option<Stream>, StreamStats)> = std::thread::scope(|scope| {
+    let results: Vec<(Option<D::Stream<'_>>, StreamStats)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|n| {
                 let (ctx, queue, abort, fail, zone, conversions) =
@@ -558,33 +487,21 @@ pub fn execute(
                             ..Default::default()
                         };
                         let t0 = Instant::now();
-                        let stream = if opts.dry_run {
+                        let mut stream = if opts.dry_run {
                             None
                         } else {
-                            let opened = rt.block_on(async {
-                                let s = Stream::open(info, dest.identity).await.map_err(
-                                    |e| match e {
-                                        StreamOpenError::Server(e) => server_failure(&e, n),
-                                        other => Failure::Connect(other.to_string()),
-                                    },
-                                )?;
-                                s.begin().await.map_err(|e| server_failure(&e, n))?;
-                                Ok::<_, Failure>(s)
-                            });
-                            match opened {
-                                Ok(s) => {
-                                    if let Some(w) = ctx.watchdog {
-                                        w.register(n, s.pid);
-                                    }
-                                    Some(s)
-                                }
+                            match dest.open_stream(n) {
+                                Ok(s) => Some(s),
                                 Err(e) => {
-                                    fail(e);
+                                    fail(match e.kind {
+                                        ErrorKind::Connection => Failure::Connect(e.to_string()),
+                                        _ => server_failure(&e, n),
+                                    });
                                     return (None, stats);
                                 }
                             }
                         };
-                        let mut oracle = Oracle::new(rt.clone(), info.clone());
+                        let mut server = dest.server_convert();
                         let mut converters: Vec<Option<Converter>> =
                             (0..plan.tables.len()).map(|_| None).collect();
                         let mut failed = false;
@@ -604,9 +521,9 @@ pub fn execute(
                                 ctx,
                                 n,
                                 chunk,
-                                stream.as_ref(),
+                                stream.as_mut(),
                                 converter,
-                                &mut oracle,
+                                server.as_mut(),
                                 &counters[t],
                             ) {
                                 Ok(o) => {
@@ -632,15 +549,15 @@ pub fn execute(
                             }
                         }
                         // Deferred checks fire here, before the barrier, where a wait on a
-                        // sibling is still visible to the watchdog and everything can roll back.
-                        if let (Some(s), false) = (stream.as_ref(), failed) {
+                        // sibling is still watched and everything can roll back.
+                        if let (Some(s), false) = (stream.as_mut(), failed) {
                             if !abort.load(Ordering::Relaxed) {
-                                if let Err(e) = rt.block_on(s.fire_deferred_checks()) {
-                                    fail(ctx.deferred_error(n, s, e));
+                                if let Err(e) = s.fire_deferred_checks() {
+                                    fail(ctx.deferred_error(n, e));
                                 }
                             }
                         }
-                        conversions.fetch_add(oracle.conversions, Ordering::Relaxed);
+                        conversions.fetch_add(server.conversions(), Ordering::Relaxed);
                         stats.seconds = t0.elapsed().as_secs_f64();
                         (stream, stats)
                     })
@@ -652,21 +569,22 @@ pub fn execute(
             .map(|h| h.join().unwrap_or_else(|_| (None, StreamStats::default())))
             .collect()
     });
-    if let Some(w) = watchdog {
-        rt.block_on(w.stop());
+    if watched {
+        dest.stop_watching();
     }
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         // Dropping the streams closes their connections: every transaction rolls back.
         drop(results);
         return Err(e);
     }
-    let (streams, stats): (Vec<Option<Stream>>, Vec<StreamStats>) = results.into_iter().unzip();
+    let (streams, stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
+        results.into_iter().unzip();
     // Every stream finished cleanly: commit them all, back to back. A Ctrl-C now waits for
     // the last COMMIT rather than leave the load half committed.
     let phase = crate::signals::CommitPhase::begin();
     let total = streams.iter().flatten().count();
     for (committed, s) in streams.into_iter().flatten().enumerate() {
-        if let Err(e) = rt.block_on(s.commit()) {
+        if let Err(e) = s.commit() {
             return Err(Failure::Server(format!(
                 "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
                  The committed streams' rows are visible; reload into empty tables.",

@@ -1,0 +1,160 @@
+//! What the load engine asks of a destination database, and what a destination reports back.
+//!
+//! The engine plans, reads, splits, converts, schedules and reports; a destination crate
+//! (`sluice-postgres` today, MariaDB/MySQL next) alone speaks its database's protocol. This is
+//! the one interface between them. It is defined here, in the crate both depend on, so that a
+//! second destination implements it without touching the engine. It does no I/O itself: the
+//! implementations do, behind these blocking calls (the engine runs one thread per stream).
+//!
+//! A stream is one connection holding one transaction: the engine opens `jobs` of them, loads
+//! chunks through them (`begin_copy`, `send`, `finish_copy`), lets each fire its deferred
+//! checks before the commit barrier, and commits them only when all have finished. Dropping a
+//! stream without `commit` rolls it back: the safe outcome is the default one.
+
+use crate::convert::ServerConvert;
+use std::fmt;
+
+/// A destination database, as the engine uses it during a load.
+pub trait Destination: Sync {
+    /// One connection in one open transaction.
+    type Stream<'a>: DestinationStream
+    where
+        Self: 'a;
+
+    /// Opens stream `n` (0-based) and begins its transaction.
+    fn open_stream(&self, n: usize) -> Result<Self::Stream<'_>, DestinationError>;
+
+    /// Converts values whose spelling the client's parsers leave to the server.
+    fn server_convert(&self) -> Box<dyn ServerConvert + Send + '_>;
+
+    /// Starts watching `streams` streams for waits on each other (a key two of them insert),
+    /// which the server cannot see as a deadlock; a stream caught waiting fails with
+    /// [`ErrorKind::Conflict`]. Called once before the streams open.
+    fn watch(&self, streams: usize) -> Result<(), DestinationError>;
+
+    /// Stops watching (after every stream has finished, before the commits).
+    fn stop_watching(&self);
+
+    /// The key columns of an index or constraint the server named, for finding rows by key.
+    fn key_columns(&self, index: &str) -> Option<Vec<String>>;
+
+    /// The bytes a chunk's data starts and ends with for table `table` (binary COPY framing,
+    /// say), around the encoded records.
+    fn framing(&self, table: usize) -> (&[u8], &[u8]);
+}
+
+/// One stream of a load.
+pub trait DestinationStream: Send {
+    /// Starts loading one chunk into table `table` (an index into the plan's tables).
+    fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError>;
+
+    /// Sends encoded data; the implementation may write it while the engine encodes more.
+    fn send(&mut self, data: Vec<u8>) -> Result<(), DestinationError>;
+
+    /// Ends the chunk; returns the rows the server stored.
+    fn finish_copy(&mut self) -> Result<u64, DestinationError>;
+
+    /// Fires the checks the database defers to commit, while every stream can still roll
+    /// back and the watch still runs.
+    fn fire_deferred_checks(&mut self) -> Result<(), DestinationError>;
+
+    /// Commits the stream's transaction.
+    fn commit(self) -> Result<(), DestinationError>;
+}
+
+/// What kind of failure a destination reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The connection or the server went away, or the server was shut down.
+    Connection,
+    /// The statement was cancelled by someone else (an administrator, a timeout).
+    Cancelled,
+    /// The stream waited on sibling stream `blocker`'s transaction and was stopped.
+    Conflict { blocker: usize },
+    /// The data was rejected: a bad value, a constraint.
+    Rejected,
+    /// Anything else the server said.
+    Other,
+}
+
+/// A key a destination named: columns and values as the server prints them (`None` for NULL).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorKey {
+    pub columns: Vec<String>,
+    pub values: Vec<Option<String>>,
+}
+
+/// A failure, with whatever the destination could say about where it came from. Boxed, so
+/// that results stay small on the hot path; its fields are reached through `Deref`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DestinationError(Box<ErrorReport>);
+
+impl std::ops::Deref for DestinationError {
+    type Target = ErrorReport;
+    fn deref(&self) -> &ErrorReport {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for DestinationError {
+    fn deref_mut(&mut self) -> &mut ErrorReport {
+        &mut self.0
+    }
+}
+
+impl From<ErrorReport> for DestinationError {
+    fn from(r: ErrorReport) -> DestinationError {
+        DestinationError(Box::new(r))
+    }
+}
+
+/// What a [`DestinationError`] holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorReport {
+    pub kind: ErrorKind,
+    /// The whole message, for people.
+    pub message: String,
+    /// The server's short message alone, without detail or hint.
+    pub summary: String,
+    /// The server's detail, when it gave one.
+    pub detail: Option<String>,
+    /// 1-based record of the chunk the failure names.
+    pub record: Option<u64>,
+    /// The column the server was converting.
+    pub column: Option<String>,
+    /// The key the failure names (a unique or foreign key), when known.
+    pub key: Option<ErrorKey>,
+    /// The index or constraint the failure names.
+    pub index: Option<String>,
+    /// The table a foreign key points to.
+    pub referenced_table: Option<String>,
+    /// A unique key already present (in the table, or earlier in this stream's rows).
+    pub duplicate: bool,
+}
+
+impl DestinationError {
+    /// A failure with nothing but a kind and a message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> DestinationError {
+        let message = message.into();
+        DestinationError::from(ErrorReport {
+            kind,
+            summary: message.clone(),
+            message,
+            detail: None,
+            record: None,
+            column: None,
+            key: None,
+            index: None,
+            referenced_table: None,
+            duplicate: false,
+        })
+    }
+}
+
+impl fmt::Display for DestinationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DestinationError {}

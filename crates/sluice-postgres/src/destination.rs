@@ -1,0 +1,335 @@
+//! PostgreSQL as a [`Destination`]: the engine's one interface, implemented with binary (or
+//! text) COPY streams, the watchdog and the server-side converter.
+//!
+//! [`PgDestination`] owns the tokio runtime its connections run on, so the engine stays free of
+//! async code and of tokio-postgres. It is opened once per load: the first connection chooses
+//! the host (every later one is pinned to it and checks the server's identity), reads the
+//! session and the catalog, and then [`PgDestination::set_tables`] fixes the COPY targets the
+//! plan chose. Server errors come back as [`DestinationError`]s that carry what PostgreSQL said
+//! about the row: the COPY line, the key in the DETAIL, the index in the context, and for a
+//! conflict between two streams, the key read back from the waiting stream's own transaction.
+
+use crate::catalog::{
+    describe_table, free_slots, index_key, server_identity, session, CatalogError, Session, Table,
+};
+use crate::connect::{connect, connect_host, ConnectError};
+use crate::conninfo::ConnInfo;
+use crate::oracle::Oracle;
+use crate::stream::{CopyWriter, ServerError, Stream, StreamOpenError};
+use crate::watchdog::Watchdog;
+use bytes::Bytes;
+use sluice_core::binary::{HEADER, TRAILER};
+use sluice_core::column::Column;
+use sluice_core::convert::ServerConvert;
+use sluice_core::destination::{
+    Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
+};
+use std::sync::{Arc, Mutex};
+use tokio::runtime::Runtime;
+use tokio_postgres::Client;
+
+/// One table as the load copies into it: the plan's columns, in field order.
+#[derive(Clone, Debug)]
+pub struct CopyTarget {
+    pub table: Table,
+    pub columns: Vec<Column>,
+    /// Binary COPY when every column converts on the client; text COPY otherwise.
+    pub binary: bool,
+}
+
+/// What the first connection found.
+pub struct Opened {
+    pub session: Session,
+    /// Connection slots still free (`i64::MAX` when the server will not say).
+    pub free_slots: i64,
+}
+
+/// Why the destination could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("cannot start the connection runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("{0}")]
+    Server(String),
+}
+
+/// A PostgreSQL server, for one load.
+pub struct PgDestination {
+    rt: Runtime,
+    /// The target pinned to the host the first connection reached.
+    pub info: ConnInfo,
+    identity: String,
+    client: Client,
+    tables: Vec<CopyTarget>,
+    watchdog: Mutex<Option<Watchdog>>,
+    warn: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl PgDestination {
+    /// Connects (trying each host of the target), pins the host, and reads the session and
+    /// the free connection slots. `warn` receives warnings while the load runs.
+    pub fn open(
+        target: &ConnInfo,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+    ) -> Result<(PgDestination, Opened), OpenError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("sluice-net")
+            .build()
+            .map_err(OpenError::Runtime)?;
+        let (info, client, identity, session, free) = rt.block_on(async {
+            let connected = connect_host(target).await?;
+            let info = target.pinned(connected.host);
+            let client = connected.client;
+            let server = |e: tokio_postgres::Error| OpenError::Server(e.to_string());
+            let identity = server_identity(&client).await.map_err(server)?;
+            let session = session(&client).await.map_err(server)?;
+            let free = free_slots(&client).await.unwrap_or(i64::MAX);
+            Ok::<_, OpenError>((info, client, identity, session, free))
+        })?;
+        let dest = PgDestination {
+            rt,
+            info,
+            identity,
+            client,
+            tables: Vec::new(),
+            watchdog: Mutex::new(None),
+            warn,
+        };
+        Ok((
+            dest,
+            Opened {
+                session,
+                free_slots: free,
+            },
+        ))
+    }
+
+    /// Describes a table named as SQL names it (`t`, `s.t`, `"My T"`).
+    pub fn describe(&self, name: &str) -> Result<Table, CatalogError> {
+        self.rt.block_on(describe_table(&self.client, name))
+    }
+
+    /// The COPY targets, in the plan's table order.
+    pub fn set_tables(&mut self, tables: Vec<CopyTarget>) {
+        self.tables = tables;
+    }
+
+    fn conflict_for(&self, stream: usize) -> Option<usize> {
+        let w = self.watchdog.lock().unwrap_or_else(|p| p.into_inner());
+        w.as_ref()?.conflict_for(stream).map(|c| c.blocker)
+    }
+
+    /// The sibling a deadlock report names as the other side, when it is one of ours.
+    fn deadlock_partner(&self, e: &ServerError, stream: usize) -> Option<usize> {
+        let detail = e.detail.as_deref()?;
+        let w = self.watchdog.lock().unwrap_or_else(|p| p.into_inner());
+        let w = w.as_ref()?;
+        detail
+            .split("process ")
+            .skip(1)
+            .filter_map(|rest| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
+            .filter_map(|pid| w.stream_of(pid))
+            .find(|&s| s != stream)
+    }
+
+    /// Turns a server error on stream `stream` into the engine's terms.
+    fn error(&self, stream: usize, e: ServerError) -> DestinationError {
+        let sibling = if e.sqlstate == "40P01" {
+            self.deadlock_partner(&e, stream)
+        } else if e.is_cancelled() {
+            self.conflict_for(stream)
+        } else {
+            None
+        };
+        let kind = match sibling {
+            Some(blocker) => ErrorKind::Conflict { blocker },
+            None if e.is_connection() => ErrorKind::Connection,
+            None if e.is_cancelled() => ErrorKind::Cancelled,
+            None if e.record.is_some() || e.sqlstate.starts_with("22") => ErrorKind::Rejected,
+            None if e.sqlstate.starts_with("23") => ErrorKind::Rejected,
+            None => ErrorKind::Other,
+        };
+        DestinationError::from(ErrorReport {
+            kind,
+            message: e.to_string(),
+            summary: e.message.clone(),
+            detail: e.detail.clone(),
+            record: e.record,
+            column: e.column.clone(),
+            key: e.detail_key().map(|(columns, values)| ErrorKey {
+                columns,
+                values: values.into_iter().map(Some).collect(),
+            }),
+            index: e.context_relation(),
+            referenced_table: referenced_table(&e),
+            duplicate: e.sqlstate == "23505",
+        })
+    }
+}
+
+/// The table a foreign-key DETAIL names: `... is not present in table "parent".`
+fn referenced_table(e: &ServerError) -> Option<String> {
+    let d = e.detail.as_deref()?;
+    let rest = d.split(" in table \"").nth(1)?;
+    Some(rest.split('"').next()?.to_string())
+}
+
+impl Destination for PgDestination {
+    type Stream<'a> = PgStream<'a>;
+
+    fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
+        let opened = self.rt.block_on(async {
+            let s = Stream::open(&self.info, &self.identity).await?;
+            s.begin().await.map_err(StreamOpenError::Server)?;
+            Ok::<_, StreamOpenError>(s)
+        });
+        let stream = opened.map_err(|e| match e {
+            StreamOpenError::Server(e) => self.error(n, e),
+            other => DestinationError::new(ErrorKind::Connection, other.to_string()),
+        })?;
+        if let Some(w) = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            w.register(n, stream.pid);
+        }
+        Ok(PgStream {
+            dest: self,
+            n,
+            stream,
+            writer: None,
+        })
+    }
+
+    fn server_convert(&self) -> Box<dyn ServerConvert + Send + '_> {
+        Box::new(Oracle::new(self.rt.handle().clone(), self.info.clone()))
+    }
+
+    fn watch(&self, streams: usize) -> Result<(), DestinationError> {
+        let w = self
+            .rt
+            .block_on(Watchdog::start(&self.info, streams, self.warn.clone()))
+            .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
+        *self.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = Some(w);
+        Ok(())
+    }
+
+    fn stop_watching(&self) {
+        let w = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(w) = w {
+            self.rt.block_on(w.stop());
+        }
+    }
+
+    fn key_columns(&self, index: &str) -> Option<Vec<String>> {
+        self.rt.block_on(async {
+            // A side connection: the stream that failed is in an aborted transaction.
+            let client = connect(&self.info).await.ok()?;
+            index_key(&client, index).await.map(|(_, cols)| cols)
+        })
+    }
+
+    fn framing(&self, table: usize) -> (&[u8], &[u8]) {
+        if self.tables[table].binary {
+            (HEADER, TRAILER)
+        } else {
+            (&[], &[])
+        }
+    }
+}
+
+/// One connection of a load, inside its transaction.
+pub struct PgStream<'a> {
+    dest: &'a PgDestination,
+    n: usize,
+    stream: Stream,
+    writer: Option<CopyWriter>,
+}
+
+impl DestinationStream for PgStream<'_> {
+    fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError> {
+        let t = &self.dest.tables[table];
+        let w = self
+            .dest
+            .rt
+            .block_on(self.stream.copy_in(&t.table, &t.columns, t.binary))
+            .map_err(|e| self.dest.error(self.n, e))?;
+        self.writer = Some(w);
+        Ok(())
+    }
+
+    fn send(&mut self, data: Vec<u8>) -> Result<(), DestinationError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                "no COPY in progress",
+            ));
+        };
+        if let Err(send_err) = self.dest.rt.block_on(w.send(Bytes::from(data))) {
+            // A failed send usually means the server rejected the COPY: finishing it returns
+            // the server's own error, with the record it names.
+            let e = match self.writer.take() {
+                Some(w) => self.dest.rt.block_on(w.finish()).err().unwrap_or(send_err),
+                None => send_err,
+            };
+            return Err(self.dest.error(self.n, e));
+        }
+        Ok(())
+    }
+
+    fn finish_copy(&mut self) -> Result<u64, DestinationError> {
+        let Some(w) = self.writer.take() else {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                "no COPY in progress",
+            ));
+        };
+        self.dest
+            .rt
+            .block_on(w.finish())
+            .map_err(|e| self.dest.error(self.n, e))
+    }
+
+    fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
+        let Err(e) = self.dest.rt.block_on(self.stream.fire_deferred_checks()) else {
+            return Ok(());
+        };
+        let mut err = self.dest.error(self.n, e.clone());
+        if let (ErrorKind::Conflict { .. }, Some(index), Some(tid)) =
+            (err.kind, e.context_relation(), e.context_tuple())
+        {
+            // The waiting row is this stream's own: read its key back, which only this
+            // transaction can see.
+            if let Some((columns, values)) = self
+                .dest
+                .rt
+                .block_on(self.stream.deferred_conflict_key(&index, &tid))
+            {
+                err.key = Some(ErrorKey { columns, values });
+            }
+        }
+        Err(err)
+    }
+
+    fn commit(self) -> Result<(), DestinationError> {
+        let PgStream {
+            dest, n, stream, ..
+        } = self;
+        dest.rt
+            .block_on(stream.commit())
+            .map_err(|e| dest.error(n, e))
+    }
+}
