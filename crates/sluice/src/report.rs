@@ -21,6 +21,8 @@ pub struct TableReport {
 pub struct Report {
     pub target: String,
     pub dry_run: bool,
+    /// How the rows reached their tables (`direct`).
+    pub strategy: &'static str,
     pub jobs: usize,
     pub copy_buffer_bytes: usize,
     pub chunks: usize,
@@ -91,6 +93,7 @@ pub fn build(
     Report {
         target,
         dry_run,
+        strategy: outcome.strategy,
         jobs,
         copy_buffer_bytes: copy_buffer,
         chunks: plan.chunks.len(),

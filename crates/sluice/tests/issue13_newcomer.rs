@@ -120,6 +120,7 @@ fn summary_counts_have_thousands_separators_and_json_stays_plain() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["total"]["rows"], 12_345);
+    assert_eq!(report["strategy"], "direct");
 }
 
 #[test]

@@ -626,6 +626,7 @@ mod tests {
         let mut report = Report {
             target: String::new(),
             dry_run: false,
+            strategy: "direct",
             jobs: 2,
             copy_buffer_bytes: 0,
             chunks: 2,

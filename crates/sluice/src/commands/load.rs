@@ -3,6 +3,7 @@
 use crate::failure::Failure;
 use crate::load::chunk::Counters;
 use crate::load::plan::{self, table_from_file_name};
+use crate::load::strategy::Direct;
 use crate::load::{execute, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
@@ -365,7 +366,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
             })
             .collect(),
     );
-    let outcome = execute(&plan, &opts, &dest, &counters);
+    let outcome = execute(&plan, &opts, &dest, &Direct, &counters);
     drop(display);
     let outcome = outcome.map_err(|e| match e {
         // Say which table a file went to when the file's name chose it.

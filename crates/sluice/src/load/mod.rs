@@ -22,6 +22,7 @@ pub mod chunk;
 pub mod conflict;
 pub mod plan;
 pub mod source;
+pub mod strategy;
 
 use crate::failure::Failure;
 use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
@@ -36,6 +37,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use strategy::Strategy;
 
 /// How to run a plan.
 #[derive(Clone, Debug)]
@@ -84,6 +86,8 @@ pub struct RunOutcome {
     pub elapsed: Duration,
     /// Values converted by the server because sluice does not parse their spelling.
     pub server_conversions: u64,
+    /// The strategy that loaded it.
+    pub strategy: &'static str,
 }
 
 /// Words a server error that is not about one row: what happened, without blaming the
@@ -438,15 +442,26 @@ fn run_chunk<D: Destination>(
     Ok(outcome)
 }
 
-/// Runs a plan on `jobs` streams of `dest` and commits all of them, or none.
+/// Runs a plan on `jobs` streams of `dest` with `strategy`, and publishes all of it, or
+/// nothing.
 pub fn execute<D: Destination>(
     plan: &Plan,
     opts: &RunOptions,
     dest: &D,
+    strategy: &dyn Strategy<D>,
     counters: &[Counters],
 ) -> Result<RunOutcome, Failure> {
     let started = Instant::now();
-    let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(plan.chunks.iter().collect());
+    if !opts.dry_run {
+        strategy.prepare(plan, dest)?;
+    }
+    let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(
+        strategy
+            .route(plan)
+            .into_iter()
+            .map(|i| &plan.chunks[i])
+            .collect(),
+    );
     let abort = AtomicBool::new(false);
     let first_error: Mutex<Option<Failure>> = Mutex::new(None);
     let jobs = opts.jobs.max(1);
@@ -540,6 +555,13 @@ pub fn execute<D: Destination>(
                                     stats.rows += o.records;
                                     stats.bytes += o.bytes;
                                     counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
+                                    if let Some(s) = stream.as_mut() {
+                                        if let Err(e) = strategy.after_chunk(s, chunk) {
+                                            fail(e);
+                                            failed = true;
+                                            break;
+                                        }
+                                    }
                                 }
                                 Err(e) => {
                                     fail(e);
@@ -548,11 +570,12 @@ pub fn execute<D: Destination>(
                                 }
                             }
                         }
-                        // Deferred checks fire here, before the barrier, where a wait on a
-                        // sibling is still watched and everything can roll back.
+                        // The strategy's build step (deferred checks, for direct) runs here,
+                        // before the barrier, where a wait on a sibling is still watched and
+                        // everything can roll back.
                         if let (Some(s), false) = (stream.as_mut(), failed) {
                             if !abort.load(Ordering::Relaxed) {
-                                if let Err(e) = s.fire_deferred_checks() {
+                                if let Err(e) = strategy.build(s) {
                                     fail(ctx.deferred_error(n, e));
                                 }
                             }
@@ -579,26 +602,12 @@ pub fn execute<D: Destination>(
     }
     let (streams, stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
         results.into_iter().unzip();
-    // Every stream finished cleanly: commit them all, back to back. A Ctrl-C now waits for
-    // the last COMMIT rather than leave the load half committed.
-    let phase = crate::signals::CommitPhase::begin();
-    let total = streams.iter().flatten().count();
-    for (committed, s) in streams.into_iter().flatten().enumerate() {
-        if let Err(e) = s.commit() {
-            return Err(Failure::Server(format!(
-                "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
-                 The committed streams' rows are visible; reload into empty tables.",
-                committed + 1
-            )));
-        }
-    }
-    if phase.deferred().is_some() {
-        eprintln!("sluice: the interrupted load finished its commit: every row is committed");
-    }
-    drop(phase);
+    // Every stream finished cleanly: the strategy makes the load visible.
+    strategy.publish(streams.into_iter().flatten().collect())?;
     Ok(RunOutcome {
         streams: stats,
         elapsed: started.elapsed(),
         server_conversions: conversions.into_inner(),
+        strategy: strategy.name(),
     })
 }
