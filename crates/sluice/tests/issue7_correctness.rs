@@ -511,12 +511,9 @@ fn a_byte_order_mark_is_visible_in_the_message() {
     assert!(d.psql_copy("t", &f, "format csv").is_err());
 }
 
-/// SIGTERM before the commit: the process ends as the signal says, tells the user that
-/// nothing was committed, and nothing is.
-#[test]
-fn sigterm_mid_load_commits_nothing() {
-    use std::os::unix::process::ExitStatusExt;
-    let d = db("sigterm");
+/// Starts a two-stream load of two million rows into a new table `t`, and returns once its
+/// COPYs run (within 30 s).
+fn start_long_load(d: &Db) -> std::process::Child {
     d.psql("CREATE TABLE t (a int, b text)");
     let rows: String = (0..2_000_000).map(|i| format!("{i},row {i}\n")).collect();
     let f = d.file("big.csv", rows.as_bytes());
@@ -529,7 +526,6 @@ fn sigterm_mid_load_commits_nothing() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until rows are on their way, then stop it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while d
         .psql(
@@ -545,6 +541,16 @@ fn sigterm_mid_load_commits_nothing() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    child
+}
+
+/// SIGTERM before the commit: the process ends as the signal says, tells the user that
+/// nothing was committed, and nothing is.
+#[test]
+fn sigterm_mid_load_commits_nothing() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = db("sigterm");
+    let child = start_long_load(&d);
     // SAFETY: sending a signal to our own child process.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -611,31 +617,7 @@ fn the_watchdog_survives_losing_its_connection() {
 #[test]
 fn kill_9_mid_load_commits_nothing() {
     let d = db("kill9");
-    d.psql("CREATE TABLE t (a int, b text)");
-    let rows: String = (0..2_000_000).map(|i| format!("{i},row {i}\n")).collect();
-    let f = d.file("big.csv", rows.as_bytes());
-    let mut child = sluice_cmd()
-        .args([
-            "load", "-q", "--table", "t", "--jobs", "2", "--target", &d.url,
-        ])
-        .arg(f.to_str().unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while d
-        .psql(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' \
-             AND datname = current_database()",
-        )
-        .trim()
-        == "0"
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the load never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut child = start_long_load(&d);
     child.kill().unwrap();
     child.wait().unwrap();
     // The server notices the closed connections and rolls back, with no sluice left to ask.

@@ -275,15 +275,13 @@ impl<D: Destination> RunContext<'_, D> {
         if let Some(first) = &earlier {
             reason.push_str(&format!("; the same key is in {}", search.describe(first)));
         }
-        {
-            if let Some(parent) = &e.referenced_table {
-                if plan.tables.iter().any(|t| &t.table.name == parent) {
-                    reason.push_str(&format!(
-                        ". The parent table {parent} is loaded by this same command: its rows are \
-                         not visible to this check until they commit (another stream, or a later \
-                         chunk), so the row may be good. Load {parent} first, in its own command"
-                    ));
-                }
+        if let Some(parent) = &e.referenced_table {
+            if plan.tables.iter().any(|t| &t.table.name == parent) {
+                reason.push_str(&format!(
+                    ". The parent table {parent} is loaded by this same command: its rows are \
+                     not visible to this check until they commit (another stream, or a later \
+                     chunk), so the row may be good. Load {parent} first, in its own command"
+                ));
             }
         }
         Some(search.input_error(&key, row.as_ref(), fallback, reason))
