@@ -23,6 +23,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// Seconds a host's startup may take when the target sets no `connect_timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: u64 = 60;
+
 /// libpq's `sslmode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SslMode {
@@ -204,7 +207,9 @@ pub struct ConnInfo {
     pub sslrootcert: Option<PathBuf>,
     pub application_name: String,
     /// Seconds allowed for each host's whole startup (TCP, TLS, authentication); `None`
-    /// waits forever, as libpq does without `connect_timeout`.
+    /// waits forever (`connect_timeout=0`, as in libpq). Without `connect_timeout`, sluice
+    /// allows [`DEFAULT_CONNECT_TIMEOUT`] where libpq would wait forever: a load never hangs
+    /// on a server that accepts and does not answer.
     pub connect_timeout: Option<u64>,
     /// The startup `options` string: `PGOPTIONS`, then `-c` settings from `PGTZ`,
     /// `PGDATESTYLE` and `PGGEQO`.
@@ -339,7 +344,7 @@ impl ConnInfo {
         };
         let sslrootcert = params.get("sslrootcert").map(PathBuf::from);
         let connect_timeout = match params.get("connect_timeout") {
-            None => None,
+            None => Some(DEFAULT_CONNECT_TIMEOUT),
             Some(t) => match t.trim().parse::<i64>() {
                 // libpq: zero or negative waits forever; 1 second is raised to 2.
                 Ok(n) if n <= 0 => None,
@@ -1099,5 +1104,8 @@ mod tests {
             (t("0"), t("-3"), t("1"), t("10")),
             (None, None, Some(2), Some(10))
         );
+        // Unset: bounded all the same.
+        let c = ConnInfo::resolve("host=h", &env(&[])).unwrap();
+        assert_eq!(c.connect_timeout, Some(DEFAULT_CONNECT_TIMEOUT));
     }
 }

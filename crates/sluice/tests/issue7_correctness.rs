@@ -217,6 +217,20 @@ fn session_variables_from_the_environment_match_psql() {
     );
 }
 
+/// `PGOPTIONS='-c search_path=...'` decides where an unqualified table is, as for psql.
+#[test]
+fn search_path_from_pgoptions_finds_the_table() {
+    let d = db("search_path");
+    d.psql("CREATE SCHEMA s1; CREATE TABLE s1.tt (a int)");
+    let f = d.file("tt.csv", b"7\n");
+    let args = ["--table", "tt", f.to_str().unwrap()];
+    let out = load_env(&d, &args, &[("PGOPTIONS", "-c search_path=s1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.psql("SELECT a FROM s1.tt").trim(), "7");
+    let out = load(&d, &args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
 #[test]
 fn a_client_encoding_sluice_does_not_read_is_refused() {
     let d = db("client_encoding");
