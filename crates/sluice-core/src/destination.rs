@@ -11,7 +11,8 @@
 //! checks before the commit barrier, and commits them only when all have finished. Dropping a
 //! stream without `commit` rolls it back: the safe outcome is the default one.
 
-use crate::convert::ServerConvert;
+use crate::error::RecordError;
+use crate::records::Fields;
 use std::fmt;
 
 /// A destination database, as the engine uses it during a load.
@@ -24,8 +25,14 @@ pub trait Destination: Sync {
     /// Opens stream `n` (0-based) and begins its transaction.
     fn open_stream(&self, n: usize) -> Result<Self::Stream<'_>, DestinationError>;
 
-    /// Converts values whose spelling the client's parsers leave to the server.
-    fn server_convert(&self) -> Box<dyn ServerConvert + Send + '_>;
+    /// Turns records into what this destination loads.
+    type Encoder<'a>: RecordEncoder + Send
+    where
+        Self: 'a;
+
+    /// An encoder for table `table` (an index into the plan's tables), with the destination's
+    /// own type rules and session (time zone); one per stream and table.
+    fn encoder(&self, table: usize) -> Self::Encoder<'_>;
 
     /// Starts watching `streams` streams for waits on each other (a key two of them insert),
     /// which the server cannot see as a deadlock; a stream caught waiting fails with
@@ -41,6 +48,28 @@ pub trait Destination: Sync {
     /// The bytes a chunk's data starts and ends with for table `table` (binary COPY framing,
     /// say), around the encoded records.
     fn framing(&self, table: usize) -> (&[u8], &[u8]);
+}
+
+/// Converts one table's records, with the destination's rules, into its load format.
+pub trait RecordEncoder {
+    /// Appends one record's encoding to `out` (the fields refer to `input`); on error `out` is
+    /// left as it was.
+    fn encode(
+        &mut self,
+        fields: &Fields,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError>;
+
+    /// One value of column `column` in a comparable form (its encoding), or `None` when it
+    /// cannot be converted: used to match a key the server names with the input's rows,
+    /// whatever their spelling.
+    fn encode_field(&mut self, column: usize, raw: &[u8]) -> Option<Vec<u8>>;
+
+    /// How many values the server converted for this encoder, for the summary.
+    fn server_conversions(&self) -> u64 {
+        0
+    }
 }
 
 /// One stream of a load.

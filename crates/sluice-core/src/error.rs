@@ -127,6 +127,27 @@ impl fmt::Display for InputError {
 
 impl std::error::Error for InputError {}
 
+/// Why one record cannot be converted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordErrorKind {
+    /// The record has `found` fields where the target takes `expected`.
+    FieldCount { expected: usize, found: usize },
+    /// NULL in a NOT NULL column.
+    NotNull,
+    /// A value the column's type rejects.
+    Value(String),
+}
+
+/// A conversion failure in one record: which column, and the raw value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordError {
+    /// Index into the table's columns (in field order), when one column is at fault.
+    pub column: Option<usize>,
+    pub kind: RecordErrorKind,
+    /// The raw value, as read from the input (after unquoting and unescaping).
+    pub value: Option<Vec<u8>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
-//! sluice's core: everything between raw bytes and PostgreSQL's binary COPY stream, and
-//! nothing else.
+//! sluice's core: everything between raw bytes and a destination's records that every
+//! destination shares, and nothing of any one database.
 //!
 //! This crate knows no sockets, files, threads or async runtime. Callers hand it byte slices
 //! and output buffers, as with `csv-core`, which keeps the hot path testable in isolation and
@@ -9,20 +9,16 @@
 //! - [`records`]: splitting bytes into records and fields with COPY's exact rules;
 //! - [`tokens`]: finding delimiters 64 bytes at a time for the record splitter;
 //! - [`boundary`]: where a big file may be cut into chunks for parallel streams;
-//! - [`column`]: target column types as the catalog describes them;
-//! - [`convert`], [`numeric`], [`datetime`]: typed conversion with PostgreSQL's input rules;
-//! - [`binary`]: the binary COPY framing;
 //! - [`destination`]: the interface between the load engine and a destination database;
 //! - [`error`]: input errors that name file, line, byte offset, column, value and reason.
+//!
+//! Each destination's own rules (which spellings its server accepts, how it rounds, its wire
+//! format) live in its crate: PostgreSQL's typed conversion and binary COPY encoding are in
+//! `sluice-postgres::types`.
 
-pub mod binary;
 pub mod boundary;
-pub mod column;
-pub mod convert;
-pub mod datetime;
 pub mod destination;
 pub mod dialect;
 pub mod error;
-pub mod numeric;
 pub mod records;
 pub mod tokens;

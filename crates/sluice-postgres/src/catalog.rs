@@ -6,7 +6,7 @@
 //! Domains, enums, arrays and other types become [`PgType::Other`] and are left to the server,
 //! which also enforces domain constraints.
 
-use sluice_core::column::{Column, PgType};
+use crate::types::column::{Column, PgType};
 use tokio_postgres::Client;
 
 /// A resolved target table.

@@ -16,14 +16,18 @@ use crate::connect::{connect, connect_host, ConnectError};
 use crate::conninfo::ConnInfo;
 use crate::oracle::Oracle;
 use crate::stream::{CopyWriter, ServerError, Stream, StreamOpenError};
+use crate::types::binary::{HEADER, TRAILER};
+use crate::types::column::Column;
+use crate::types::convert::Converter;
+use crate::types::datetime::SessionZone;
 use crate::watchdog::Watchdog;
 use bytes::Bytes;
-use sluice_core::binary::{HEADER, TRAILER};
-use sluice_core::column::Column;
-use sluice_core::convert::ServerConvert;
 use sluice_core::destination::{
     Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
+    RecordEncoder,
 };
+use sluice_core::error::RecordError;
+use sluice_core::records::Fields;
 use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
 use tokio_postgres::Client;
@@ -62,6 +66,8 @@ pub struct PgDestination {
     pub info: ConnInfo,
     identity: String,
     client: Client,
+    /// The session's time zone, for `timestamptz` values without an offset.
+    zone: SessionZone,
     tables: Vec<CopyTarget>,
     watchdog: Mutex<Option<Watchdog>>,
     warn: Arc<dyn Fn(String) + Send + Sync>,
@@ -95,6 +101,7 @@ impl PgDestination {
             info,
             identity,
             client,
+            zone: SessionZone::from_setting(&session.timezone),
             tables: Vec::new(),
             watchdog: Mutex::new(None),
             warn,
@@ -210,8 +217,15 @@ impl Destination for PgDestination {
         })
     }
 
-    fn server_convert(&self) -> Box<dyn ServerConvert + Send + '_> {
-        Box::new(Oracle::new(self.rt.handle().clone(), self.info.clone()))
+    type Encoder<'a> = PgEncoder;
+
+    fn encoder(&self, table: usize) -> PgEncoder {
+        let t = &self.tables[table];
+        PgEncoder {
+            converter: Converter::new(t.columns.clone(), self.zone.clone()),
+            binary: t.binary,
+            oracle: Oracle::new(self.rt.handle().clone(), self.info.clone()),
+        }
     }
 
     fn watch(&self, streams: usize) -> Result<(), DestinationError> {
@@ -248,6 +262,40 @@ impl Destination for PgDestination {
         } else {
             (&[], &[])
         }
+    }
+}
+
+/// One table's records to binary COPY tuples (or text COPY lines, for a table with a column
+/// the server must convert), with PostgreSQL's rules; spellings sluice does not parse go to
+/// the server through the [`Oracle`].
+pub struct PgEncoder {
+    converter: Converter,
+    binary: bool,
+    oracle: Oracle,
+}
+
+impl RecordEncoder for PgEncoder {
+    #[inline]
+    fn encode(
+        &mut self,
+        fields: &Fields,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        if self.binary {
+            self.converter
+                .encode_record(fields, input, out, Some(&mut self.oracle))
+        } else {
+            self.converter.encode_text_record(fields, input, out)
+        }
+    }
+
+    fn encode_field(&mut self, column: usize, raw: &[u8]) -> Option<Vec<u8>> {
+        self.converter.encode_field(column, raw)
+    }
+
+    fn server_conversions(&self) -> u64 {
+        self.oracle.conversions
     }
 }
 

@@ -7,8 +7,8 @@
 //! The connection opens on first use: a clean file never pays for it.
 
 use crate::conninfo::ConnInfo;
-use sluice_core::column::Column;
-use sluice_core::convert::ServerConvert;
+use crate::types::column::Column;
+use crate::types::convert::ServerConvert;
 use std::collections::HashMap;
 use tokio::runtime::Handle;
 use tokio_postgres::types::{FromSql, Type};

@@ -8,9 +8,9 @@
 
 use crate::catalog::{quote_ident, Table};
 use crate::conninfo::ConnInfo;
+use crate::types::column::Column;
 use bytes::Bytes;
 use futures_util::SinkExt;
-use sluice_core::column::Column;
 use std::pin::Pin;
 use tokio_postgres::{Client, CopyInSink};
 

@@ -323,7 +323,6 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         jobs,
         copy_buffer: args.copy_buffer,
         dry_run: args.dry_run,
-        timezone: sess.timezone.clone(),
     };
     let counters: Arc<Vec<Counters>> = Arc::new(
         (0..plan.tables.len())

@@ -9,9 +9,10 @@
 use super::plan::{Chunk, Compression, InputSource, Plan};
 use super::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
 use crate::failure::Failure;
-use sluice_core::convert::{Converter, RecordError, RecordErrorKind, ServerConvert};
+use sluice_core::destination::RecordEncoder;
 use sluice_core::dialect::Dialect;
 use sluice_core::error::InputError;
+use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::records::{Fields, RecordParser, Step, SyntaxError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -33,11 +34,11 @@ pub struct ChunkOutcome {
 }
 
 /// Everything one chunk conversion needs.
-pub struct ChunkJob<'a> {
+pub struct ChunkJob<'a, E: RecordEncoder> {
     pub plan: &'a Plan,
     pub chunk: &'a Chunk,
-    pub converter: &'a mut Converter,
-    pub server: Option<&'a mut dyn ServerConvert>,
+    /// The destination's encoder for the chunk's table.
+    pub encoder: &'a mut E,
     /// What the destination wants before and after a chunk's records (binary COPY's header
     /// and trailer, say).
     pub framing: (&'a [u8], &'a [u8]),
@@ -375,7 +376,6 @@ fn walk_blocks(
 fn record_error(
     plan: &Plan,
     chunk: &Chunk,
-    converter: &Converter,
     e: RecordError,
     pos: Position,
     field_offset: Option<u64>,
@@ -385,7 +385,8 @@ fn record_error(
     let mut err = InputError::new(&input.display, String::new());
     err.line = Some(pos.line);
     err.offset = Some(field_offset.unwrap_or(pos.offset));
-    let col = e.column.map(|i| &converter.columns()[i]);
+    let columns = &plan.tables[input.table].columns;
+    let col = e.column.and_then(|i| columns.get(i));
     err.column = col.map(|c| format!("{} ({})", c.name, c.type_name));
     err.value = e.value;
     if matches!(e.kind, RecordErrorKind::FieldCount { .. }) {
@@ -425,22 +426,20 @@ fn record_error(
     Failure::Input(Box::new(err))
 }
 
-/// Converts one chunk, handing each full COPY message to `emit`.
-pub fn convert_chunk(
-    job: ChunkJob<'_>,
+/// Converts one chunk, handing each full message to `emit`.
+pub fn convert_chunk<E: RecordEncoder>(
+    job: ChunkJob<'_, E>,
     mut emit: impl FnMut(Vec<u8>) -> Result<(), Failure>,
 ) -> Result<ChunkOutcome, Failure> {
     let ChunkJob {
         plan,
         chunk,
-        converter,
-        mut server,
+        encoder,
         framing: (prefix, suffix),
         copy_buffer,
         abort,
         counters,
     } = job;
-    let binary = plan.tables[plan.inputs[chunk.input].table].binary;
     let capacity = copy_buffer + copy_buffer / 4;
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(prefix);
@@ -448,16 +447,7 @@ pub fn convert_chunk(
     let mut reported_bytes = 0u64;
     let mut reported_rows = 0u64;
     let consumed = walk_records(plan, chunk, Some(abort), |fields, data, data_base, pos| {
-        let result = if binary {
-            converter.encode_record(
-                fields,
-                data,
-                &mut out,
-                server.as_mut().map(|s| &mut **s as &mut dyn ServerConvert),
-            )
-        } else {
-            converter.encode_text_record(fields, data, &mut out)
-        };
+        let result = encoder.encode(fields, data, &mut out);
         if let Err(e) = result {
             let field_offset = e
                 .column
@@ -467,15 +457,7 @@ pub fn convert_chunk(
             let from = (pos.offset - data_base) as usize;
             let to = ((pos.end - data_base) as usize).min(data.len());
             let record = data.get(from..to).unwrap_or_default();
-            return Err(record_error(
-                plan,
-                chunk,
-                converter,
-                e,
-                pos,
-                field_offset,
-                record,
-            ));
+            return Err(record_error(plan, chunk, e, pos, field_offset, record));
         }
         records += 1;
         if out.len() >= copy_buffer {
@@ -550,9 +532,9 @@ pub struct Found {
     pub offset: u64,
 }
 
-/// A key to look for in the input: for each key column, its index among the converter's
-/// columns, the value as the server printed it, and that value's binary form when sluice can
-/// convert it (so `1.50` in the input matches `1.5` from the server).
+/// A key to look for in the input: for each key column, its index among the table's columns,
+/// the value as the server printed it, and that value's encoding when the destination's
+/// encoder can convert it (so `1.50` in the input matches `1.5` from the server).
 pub struct KeyProbe {
     pub columns: Vec<usize>,
     pub text: Vec<Vec<u8>>,
@@ -560,11 +542,15 @@ pub struct KeyProbe {
 }
 
 impl KeyProbe {
-    pub fn new(converter: &mut Converter, columns: Vec<usize>, text: Vec<Vec<u8>>) -> KeyProbe {
+    pub fn new(
+        encoder: &mut impl RecordEncoder,
+        columns: Vec<usize>,
+        text: Vec<Vec<u8>>,
+    ) -> KeyProbe {
         let encoded = columns
             .iter()
             .zip(&text)
-            .map(|(&c, t)| converter.encode_field(c, t))
+            .map(|(&c, t)| encoder.encode_field(c, t))
             .collect();
         KeyProbe {
             columns,
@@ -573,7 +559,7 @@ impl KeyProbe {
         }
     }
 
-    fn matches(&self, converter: &mut Converter, fields: &Fields, data: &[u8]) -> bool {
+    fn matches(&self, encoder: &mut impl RecordEncoder, fields: &Fields, data: &[u8]) -> bool {
         self.columns.iter().enumerate().all(|(k, &c)| {
             let Some(raw) = (c < fields.len()).then(|| fields.get(c, data)).flatten() else {
                 return false;
@@ -581,7 +567,7 @@ impl KeyProbe {
             raw == self.text[k].as_slice()
                 || self.encoded[k]
                     .as_ref()
-                    .is_some_and(|e| converter.encode_field(c, raw).as_ref() == Some(e))
+                    .is_some_and(|e| encoder.encode_field(c, raw).as_ref() == Some(e))
         })
     }
 }
@@ -591,14 +577,14 @@ impl KeyProbe {
 pub fn find_key(
     plan: &Plan,
     chunk: &Chunk,
-    converter: &mut Converter,
+    encoder: &mut impl RecordEncoder,
     probe: &KeyProbe,
     limit: usize,
     deadline: std::time::Instant,
 ) -> Vec<Found> {
     let mut found = Vec::new();
     let _ = walk_records(plan, chunk, None, |fields, data, _, pos| {
-        if probe.matches(converter, fields, data) {
+        if probe.matches(encoder, fields, data) {
             found.push(Found {
                 line: pos.line,
                 offset: pos.offset,

@@ -15,8 +15,7 @@ use super::absolute_line;
 use super::chunk::{find_key, locate_record, Found, KeyProbe};
 use super::plan::{Chunk, Plan};
 use crate::failure::Failure;
-use sluice_core::convert::Converter;
-use sluice_core::datetime::SessionZone;
+use sluice_core::destination::Destination;
 use sluice_core::error::InputError;
 use std::time::{Duration, Instant};
 
@@ -50,18 +49,19 @@ pub struct Row {
     pub at: Found,
 }
 
-/// Finds rows by key in the chunks the streams ran.
-pub struct KeySearch<'a> {
+/// Finds rows by key in the chunks the streams ran, comparing values with the destination's
+/// own encoding.
+pub struct KeySearch<'a, D: Destination> {
     pub plan: &'a Plan,
-    pub zone: &'a SessionZone,
+    pub dest: &'a D,
     deadline: Instant,
 }
 
-impl<'a> KeySearch<'a> {
-    pub fn new(plan: &'a Plan, zone: &'a SessionZone) -> KeySearch<'a> {
+impl<'a, D: Destination> KeySearch<'a, D> {
+    pub fn new(plan: &'a Plan, dest: &'a D) -> KeySearch<'a, D> {
         KeySearch {
             plan,
-            zone,
+            dest,
             deadline: Instant::now() + SEARCH_BUDGET,
         }
     }
@@ -89,15 +89,15 @@ impl<'a> KeySearch<'a> {
         if columns.is_empty() || text.len() != columns.len() {
             return Vec::new();
         }
-        let mut converter = Converter::new(table.columns.clone(), self.zone.clone());
-        let probe = KeyProbe::new(&mut converter, columns, text);
+        let mut encoder = self.dest.encoder(key.table);
+        let probe = KeyProbe::new(&mut encoder, columns, text);
         let mut rows = Vec::new();
         for c in chunks
             .iter()
             .filter(|c| self.plan.inputs[c.input].table == key.table)
         {
             let left = limit - rows.len();
-            let found = find_key(self.plan, c, &mut converter, &probe, left, self.deadline);
+            let found = find_key(self.plan, c, &mut encoder, &probe, left, self.deadline);
             rows.extend(found.into_iter().map(|at| Row { chunk: c.id, at }));
             if rows.len() >= limit {
                 break;
@@ -172,8 +172,8 @@ impl<'a> KeySearch<'a> {
 
 /// The message for a key two streams of one load both hold. `waiter` is where the waiting
 /// stream's row is, `other` where the blocking stream's is (when found).
-pub fn sibling_conflict(
-    search: &KeySearch<'_>,
+pub fn sibling_conflict<D: Destination>(
+    search: &KeySearch<'_, D>,
     key: &NamedKey,
     index: Option<&str>,
     waiter: Option<&Row>,

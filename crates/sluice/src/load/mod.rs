@@ -28,9 +28,9 @@ use crate::failure::Failure;
 use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
 use conflict::{sibling_conflict, KeySearch, NamedKey};
 use plan::{Chunk, Plan};
-use sluice_core::convert::{Converter, ServerConvert};
-use sluice_core::datetime::SessionZone;
-use sluice_core::destination::{Destination, DestinationError, DestinationStream, ErrorKind};
+use sluice_core::destination::{
+    Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder,
+};
 use sluice_core::error::InputError;
 use std::collections::VecDeque;
 use std::io::Read;
@@ -47,7 +47,6 @@ pub struct RunOptions {
     pub copy_buffer: usize,
     /// Convert and encode everything, send nothing.
     pub dry_run: bool,
-    pub timezone: String,
 }
 
 /// One chunk as a stream ran it, for verification and the timeline.
@@ -141,7 +140,6 @@ struct RunContext<'a, D: Destination> {
     opts: &'a RunOptions,
     abort: &'a AtomicBool,
     dest: &'a D,
-    zone: &'a SessionZone,
     /// The chunks each stream has taken, to find the rows behind a key on the error path.
     taken: &'a Mutex<Vec<Vec<usize>>>,
 }
@@ -230,7 +228,7 @@ impl<D: Destination> RunContext<'_, D> {
             columns: k.columns,
             values: k.values,
         };
-        let search = KeySearch::new(self.plan, self.zone);
+        let search = KeySearch::new(self.plan, self.dest);
         let first = search.find(&key, chunks)?;
         let same = first.chunk == chunk.id && first.at.offset == at.offset;
         (!same).then(|| search.describe(&first))
@@ -260,7 +258,7 @@ impl<D: Destination> RunContext<'_, D> {
             columns,
             values,
         };
-        let search = KeySearch::new(plan, self.zone);
+        let search = KeySearch::new(plan, self.dest);
         // A duplicate inside one stream's rows (a deferred unique check): the later row is the
         // bad one, the earlier is named beside it.
         let mut rows = search.find_n(&key, chunks, 2).into_iter();
@@ -295,7 +293,7 @@ impl<D: Destination> RunContext<'_, D> {
         chunk: &Chunk,
         e: &DestinationError,
     ) -> Failure {
-        let search = KeySearch::new(self.plan, self.zone);
+        let search = KeySearch::new(self.plan, self.dest);
         let index = e.index.as_deref();
         let located = index
             .and_then(|i| self.dest.key_columns(i))
@@ -353,7 +351,7 @@ impl<D: Destination> RunContext<'_, D> {
         let Some(key) = key else {
             return self.unnamed_conflict(stream, blocker, index);
         };
-        let search = KeySearch::new(self.plan, self.zone);
+        let search = KeySearch::new(self.plan, self.dest);
         let waiter = search.find(&key, &mine);
         let other = search.find(&key, &self.chunks_of(blocker));
         sibling_conflict(
@@ -390,8 +388,7 @@ fn run_chunk<D: Destination>(
     n: usize,
     chunk: &Chunk,
     mut stream: Option<&mut D::Stream<'_>>,
-    converter: &mut Converter,
-    server: &mut dyn ServerConvert,
+    encoder: &mut D::Encoder<'_>,
     counters: &Counters,
 ) -> Result<ChunkOutcome, Failure> {
     let (plan, opts, abort) = (ctx.plan, ctx.opts, ctx.abort);
@@ -402,8 +399,7 @@ fn run_chunk<D: Destination>(
     let job = ChunkJob {
         plan,
         chunk,
-        converter,
-        server: Some(server),
+        encoder,
         framing: ctx.dest.framing(t),
         copy_buffer: opts.copy_buffer,
         abort,
@@ -463,7 +459,6 @@ pub fn execute<D: Destination>(
     let abort = AtomicBool::new(false);
     let first_error: Mutex<Option<Failure>> = Mutex::new(None);
     let jobs = opts.jobs.max(1);
-    let zone = SessionZone::from_setting(&opts.timezone);
     let fail = |e: Failure| {
         abort.store(true, Ordering::SeqCst);
         let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
@@ -484,14 +479,13 @@ pub fn execute<D: Destination>(
         opts,
         abort: &abort,
         dest,
-        zone: &zone,
         taken: &taken,
     };
     let results: Vec<(Option<D::Stream<'_>>, StreamStats)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|n| {
-                let (ctx, queue, abort, fail, zone, conversions) =
-                    (&ctx, &queue, &abort, &fail, &zone, &conversions);
+                let (ctx, queue, abort, fail, conversions) =
+                    (&ctx, &queue, &abort, &fail, &conversions);
                 std::thread::Builder::new()
                     .name(format!("sluice-stream-{n}"))
                     .spawn_scoped(scope, move || {
@@ -514,8 +508,7 @@ pub fn execute<D: Destination>(
                                 }
                             }
                         };
-                        let mut server = dest.server_convert();
-                        let mut converters: Vec<Option<Converter>> =
+                        let mut encoders: Vec<Option<D::Encoder<'_>>> =
                             (0..plan.tables.len()).map(|_| None).collect();
                         let mut failed = false;
                         loop {
@@ -526,19 +519,9 @@ pub fn execute<D: Destination>(
                             let Some(chunk) = next else { break };
                             ctx.taken.lock().unwrap_or_else(|p| p.into_inner())[n].push(chunk.id);
                             let t = plan.inputs[chunk.input].table;
-                            let converter = converters[t].get_or_insert_with(|| {
-                                Converter::new(plan.tables[t].columns.clone(), zone.clone())
-                            });
+                            let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
                             let chunk_start = Instant::now();
-                            match run_chunk(
-                                ctx,
-                                n,
-                                chunk,
-                                stream.as_mut(),
-                                converter,
-                                server.as_mut(),
-                                &counters[t],
-                            ) {
+                            match run_chunk(ctx, n, chunk, stream.as_mut(), encoder, &counters[t]) {
                                 Ok(o) => {
                                     stats.chunks.push(ChunkStat {
                                         chunk: chunk.id,
@@ -578,7 +561,12 @@ pub fn execute<D: Destination>(
                                 }
                             }
                         }
-                        conversions.fetch_add(server.conversions(), Ordering::Relaxed);
+                        let converted: u64 = encoders
+                            .iter()
+                            .flatten()
+                            .map(|e| e.server_conversions())
+                            .sum();
+                        conversions.fetch_add(converted, Ordering::Relaxed);
                         stats.seconds = t0.elapsed().as_secs_f64();
                         (stream, stats)
                     })

@@ -17,9 +17,9 @@
 use crate::commands::load::LoadArgs;
 use crate::failure::Failure;
 use sluice_core::boundary::{count_quotes, next_record_start, splittable};
-use sluice_core::column::Column;
 use sluice_core::dialect::{Dialect, Format, LineEnding};
 use sluice_postgres::catalog::Table;
+use sluice_postgres::types::column::Column;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
@@ -604,7 +604,7 @@ pub fn format_for(name: &str, given: Option<Format>) -> Result<Format, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::column::PgType;
+    use sluice_postgres::types::column::PgType;
 
     fn table(name: &str) -> (String, Table) {
         let columns = ["a", "b"]

@@ -14,7 +14,7 @@
 //! overlap at a daylight-saving change it follows PostgreSQL: the offset before the change for
 //! a gap, standard (later) time for an overlap.
 
-use crate::convert::ConvertError;
+use super::convert::ConvertError;
 use chrono::{NaiveDate, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::Tz;
 

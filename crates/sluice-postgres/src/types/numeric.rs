@@ -7,7 +7,7 @@
 //! groups them four at a time around the decimal point, which is the wire format:
 //! `ndigits, weight, sign, dscale` as int16 followed by the base-10000 digits.
 
-use crate::convert::ConvertError;
+use super::convert::ConvertError;
 
 const NUMERIC_POS: u16 = 0x0000;
 const NUMERIC_NEG: u16 = 0x4000;

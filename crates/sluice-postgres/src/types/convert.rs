@@ -12,11 +12,12 @@
 //! instead: [`Converter::encode_text_record`] validates the columns it understands and passes
 //! the rest as text for the server to convert.
 
-use crate::binary::{begin_tuple, write_null, FieldWriter};
-use crate::column::{Column, PgType};
-use crate::datetime::{encode_date, encode_time, encode_timestamp, SessionZone};
-use crate::numeric::encode_numeric;
-use crate::records::Fields;
+use super::binary::{begin_tuple, write_null, FieldWriter};
+use super::column::{Column, PgType};
+use super::datetime::{encode_date, encode_time, encode_timestamp, SessionZone};
+use super::numeric::encode_numeric;
+pub use sluice_core::error::{RecordError, RecordErrorKind};
+use sluice_core::records::Fields;
 use std::fmt;
 
 /// Why one value cannot be converted.
@@ -51,27 +52,6 @@ pub trait ServerConvert {
     fn conversions(&self) -> u64 {
         0
     }
-}
-
-/// Why one record cannot be converted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RecordErrorKind {
-    /// The record has `found` fields where the target takes `expected`.
-    FieldCount { expected: usize, found: usize },
-    /// NULL in a NOT NULL column.
-    NotNull,
-    /// A value the column's type rejects.
-    Value(String),
-}
-
-/// A conversion failure in one record: which column, and the raw value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordError {
-    /// Index into the converter's columns, when one column is at fault.
-    pub column: Option<usize>,
-    pub kind: RecordErrorKind,
-    /// The raw value, as read from the input (after unquoting and unescaping).
-    pub value: Option<Vec<u8>>,
 }
 
 /// Converts the records of one table: columns in input field order.
@@ -320,10 +300,10 @@ fn encode_hot(ty: &PgType, v: &[u8], out: &mut Vec<u8>) -> bool {
             }
             true
         }
-        PgType::Date => crate::datetime::encode_date_field(v, out),
+        PgType::Date => super::datetime::encode_date_field(v, out),
         PgType::Numeric(typmod) => {
             let w = FieldWriter::begin(out);
-            if crate::numeric::encode_numeric_fast(v, *typmod, out) {
+            if super::numeric::encode_numeric_fast(v, *typmod, out) {
                 w.finish(out);
                 true
             } else {
@@ -838,7 +818,7 @@ mod tests {
         escape_text(b"a\tb\\c\nd\re", &mut out);
         assert_eq!(out, b"a\\tb\\\\c\\nd\\re");
         let mut back = Vec::new();
-        crate::records::unescape_text(&out, &mut back);
+        sluice_core::records::unescape_text(&out, &mut back);
         assert_eq!(back, b"a\tb\\c\nd\re");
     }
 }
