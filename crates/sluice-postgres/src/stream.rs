@@ -87,23 +87,14 @@ impl ServerError {
     }
 
     /// The relation the error's context names (`... in relation "t_pkey"`): for a unique
-    /// check, the index.
+    /// check, the index. PostgreSQL prints the name as it is, without escaping quotes in it
+    /// (`errcontext("... in relation \"%s\"", RelationGetRelationName(rel))`), so the name
+    /// is the rest of that line up to its last quote.
     pub fn context_relation(&self) -> Option<String> {
         let ctx = self.context.as_deref()?;
         let rest = ctx.split(" in relation \"").nth(1)?;
-        let mut name = String::new();
-        let mut chars = rest.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '"' if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    name.push('"');
-                }
-                '"' => return Some(name),
-                c => name.push(c),
-            }
-        }
-        None
+        let line = rest.lines().next()?;
+        line.strip_suffix('"').map(str::to_string)
     }
 
     /// The heap tuple the context names (`tuple (12,3)`), as a `tid` literal.
@@ -386,9 +377,7 @@ mod tests {
         );
         let e = error(
             None,
-            Some(
-                "while inserting index tuple (443,3) in relation \"pk \"\"x\"\"\"\nCOPY pk, line 3",
-            ),
+            Some("while inserting index tuple (443,3) in relation \"pk \"x\"\"\nCOPY pk, line 3"),
         );
         assert_eq!(e.context_relation().as_deref(), Some("pk \"x\""));
         assert_eq!(e.context_tuple().as_deref(), Some("(443,3)"));
