@@ -159,8 +159,10 @@ impl PgDestination {
             Some(blocker) => ErrorKind::Conflict { blocker },
             None if e.is_connection() => ErrorKind::Connection,
             None if e.is_cancelled() => ErrorKind::Cancelled,
-            None if e.record.is_some() || e.sqlstate.starts_with("22") => ErrorKind::Rejected,
-            None if e.sqlstate.starts_with("23") => ErrorKind::Rejected,
+            // A COPY line, a data exception (22) or a constraint (23): the data was refused.
+            None if e.record.is_some() || matches!(e.sqlstate.get(..2), Some("22" | "23")) => {
+                ErrorKind::Rejected
+            }
             None => ErrorKind::Other,
         };
         DestinationError::from(ErrorReport {

@@ -49,10 +49,6 @@ impl Oracle {
 }
 
 impl ServerConvert for Oracle {
-    fn conversions(&self) -> u64 {
-        self.conversions
-    }
-
     fn convert(&mut self, column: &Column, value: &str) -> Result<Vec<u8>, String> {
         let Oracle {
             runtime,

@@ -91,13 +91,6 @@ impl Watchdog {
         }
     }
 
-    /// Forgets a stream whose connection is gone.
-    pub fn unregister(&self, stream: usize) {
-        if let Some(slot) = lock(&self.state).pids.get_mut(stream) {
-            *slot = None;
-        }
-    }
-
     /// The conflict in which `stream` was the waiter, if the watchdog declared one.
     pub fn conflict_for(&self, stream: usize) -> Option<Conflict> {
         lock(&self.state)

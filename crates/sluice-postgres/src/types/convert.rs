@@ -47,11 +47,6 @@ impl fmt::Display for ConvertError {
 pub trait ServerConvert {
     /// Returns the value's binary form, or the server's error message.
     fn convert(&mut self, column: &Column, value: &str) -> Result<Vec<u8>, String>;
-
-    /// How many values were converted so far, for the summary.
-    fn conversions(&self) -> u64 {
-        0
-    }
 }
 
 /// Converts the records of one table: columns in input field order.
@@ -68,10 +63,6 @@ impl Converter {
             zone,
             scratch: Vec::new(),
         }
-    }
-
-    pub fn columns(&self) -> &[Column] {
-        &self.columns
     }
 
     /// The binary form of one value of column `i`, or `None` when sluice cannot convert it

@@ -29,7 +29,7 @@ use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
 use conflict::{sibling_conflict, KeySearch, NamedKey};
 use plan::{Chunk, Plan};
 use sluice_core::destination::{
-    Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder,
+    Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, RecordEncoder,
 };
 use sluice_core::error::InputError;
 use std::collections::VecDeque;
@@ -213,6 +213,25 @@ impl<D: Destination> RunContext<'_, D> {
         Failure::Input(Box::new(err))
     }
 
+    /// A key the server named, tied to the table (among those `chunks` load) that has every
+    /// one of its columns.
+    fn named_key(&self, key: ErrorKey, chunks: &[&Chunk]) -> Option<NamedKey> {
+        let plan = self.plan;
+        let table = chunks
+            .iter()
+            .map(|c| plan.inputs[c.input].table)
+            .find(|&t| {
+                key.columns
+                    .iter()
+                    .all(|k| plan.tables[t].columns.iter().any(|c| &c.name == k))
+            })?;
+        Some(NamedKey {
+            table,
+            columns: key.columns,
+            values: key.values,
+        })
+    }
+
     /// For a unique violation inside one stream: where the key first appeared in the stream's
     /// chunks, when that is not the rejected row itself (else it was in the table already).
     fn earlier_duplicate(
@@ -242,22 +261,8 @@ impl<D: Destination> RunContext<'_, D> {
         chunks: &[&Chunk],
         fallback: &Chunk,
     ) -> Option<Failure> {
-        let k = e.key.clone()?;
-        let (columns, values) = (k.columns, k.values);
+        let key = self.named_key(e.key.clone()?, chunks)?;
         let plan = self.plan;
-        let table = chunks
-            .iter()
-            .map(|c| plan.inputs[c.input].table)
-            .find(|&t| {
-                columns
-                    .iter()
-                    .all(|k| plan.tables[t].columns.iter().any(|c| &c.name == k))
-            })?;
-        let key = NamedKey {
-            table,
-            columns,
-            values,
-        };
         let search = KeySearch::new(plan, self.dest);
         // A duplicate inside one stream's rows (a deferred unique check): the later row is the
         // bad one, the earlier is named beside it.
@@ -335,19 +340,7 @@ impl<D: Destination> RunContext<'_, D> {
             }
         };
         let index = e.index.as_deref();
-        let key = e.key.clone().and_then(|k| {
-            let plan = self.plan;
-            let table = mine.iter().map(|c| plan.inputs[c.input].table).find(|&t| {
-                k.columns
-                    .iter()
-                    .all(|col| plan.tables[t].columns.iter().any(|c| &c.name == col))
-            })?;
-            Some(NamedKey {
-                table,
-                columns: k.columns,
-                values: k.values,
-            })
-        });
+        let key = e.key.clone().and_then(|k| self.named_key(k, &mine));
         let Some(key) = key else {
             return self.unnamed_conflict(stream, blocker, index);
         };
