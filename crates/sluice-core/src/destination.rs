@@ -15,8 +15,60 @@ use crate::error::RecordError;
 use crate::records::Fields;
 use std::fmt;
 
+/// A table as a destination describes it, in the terms every destination shares: what the
+/// engine needs to plan a load (columns in table order) and to name things in messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableInfo {
+    pub schema: String,
+    pub name: String,
+    /// The name as the destination's SQL quotes it (`"s"."My T"`), for messages.
+    pub qualified: String,
+    /// Every insertable column, in table order.
+    pub columns: Vec<ColumnInfo>,
+}
+
+/// One column of a [`TableInfo`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// The type as the destination spells it (`numeric(15,2)`), for messages and summaries.
+    pub type_name: String,
+    pub not_null: bool,
+    /// Whether sluice converts this column's values itself; the others go to the server as
+    /// text, and the summary names them.
+    pub client_converted: bool,
+}
+
+/// One table of a load as the plan chose it: the table, and the columns the input's fields
+/// map to, in field order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadTable {
+    pub table: TableInfo,
+    pub columns: Vec<String>,
+}
+
 /// A destination database, as the engine uses it during a load.
+///
+/// Before the load: [`describe`](Destination::describe) each table the inputs name, read
+/// [`free_slots`](Destination::free_slots), then fix the plan's tables with
+/// [`set_tables`](Destination::set_tables); their indexes are what the other calls take.
 pub trait Destination: Sync {
+    /// Describes a table named as the destination's SQL names it (`t`, `s.t`, `"My T"`). A
+    /// name that is not a loadable table fails with [`ErrorKind::Usage`].
+    fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError>;
+
+    /// Connections the server still accepts (`None` when it will not say).
+    fn free_slots(&self) -> Option<u64>;
+
+    /// Fixes the load's tables, in the plan's order.
+    fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError>;
+
+    /// How table `table` is loaded, for the summary (`binary`, `text`).
+    fn load_format(&self, table: usize) -> &'static str;
+
+    /// The target as the summary shows it, with no password.
+    fn target(&self) -> String;
+
     /// One connection in one open transaction.
     type Stream<'a>: DestinationStream
     where
@@ -102,6 +154,9 @@ pub enum ErrorKind {
     Conflict { blocker: usize },
     /// The data was rejected: a bad value, a constraint.
     Rejected,
+    /// The request names something the destination cannot load into (no such table, a
+    /// view, a column list it refuses): the user's to fix.
+    Usage,
     /// Anything else the server said.
     Other,
 }

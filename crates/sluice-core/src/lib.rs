@@ -9,6 +9,8 @@
 //! - [`records`]: splitting bytes into records and fields with COPY's exact rules;
 //! - [`tokens`]: finding delimiters 64 bytes at a time for the record splitter;
 //! - [`boundary`]: where a big file may be cut into chunks for parallel streams;
+//! - [`primitives`]: digits, integers, calendar dates and exact decimals, read fast and
+//!   exactly, for every destination's converter;
 //! - [`destination`]: the interface between the load engine and a destination database;
 //! - [`error`]: input errors that name file, line, byte offset, column, value and reason.
 //!
@@ -20,5 +22,6 @@ pub mod boundary;
 pub mod destination;
 pub mod dialect;
 pub mod error;
+pub mod primitives;
 pub mod records;
 pub mod tokens;

@@ -24,40 +24,19 @@ impl Table {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
 
-    /// Picks the columns a file's fields map to: all of them in order, or the `--columns`
-    /// list, whose names are already identifiers (folded or unquoted by SQL's rules) and so
-    /// must match exactly, as the server matches them in `COPY t (a, b)`.
-    pub fn select_columns(&self, names: Option<&[String]>) -> Result<Vec<Column>, String> {
-        let Some(names) = names else {
-            return Ok(self.columns.clone());
-        };
-        let mut out = Vec::with_capacity(names.len());
-        for n in names {
-            let Some(col) = self.columns.iter().find(|c| &c.name == n) else {
-                let have: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
-                let hint = self
-                    .columns
+    /// The columns named, in that order (names as the catalog spells them; the plan has
+    /// already checked them against the table's [`TableInfo`](sluice_core::destination::TableInfo)).
+    pub fn columns_named(&self, names: &[String]) -> Result<Vec<Column>, String> {
+        names
+            .iter()
+            .map(|n| {
+                self.columns
                     .iter()
-                    .find(|c| c.name.eq_ignore_ascii_case(n))
-                    .map_or(String::new(), |c| {
-                        format!(
-                            "; to name {} write it in double quotes, as in SQL: --columns '{}'",
-                            quote_ident(&c.name),
-                            quote_ident(&c.name)
-                        )
-                    });
-                return Err(format!(
-                    "table {} has no column \"{n}\" (it has: {}){hint}",
-                    self.qualified(),
-                    have.join(", ")
-                ));
-            };
-            if out.iter().any(|c: &Column| c.name == col.name) {
-                return Err(format!("column \"{n}\" is named twice in --columns"));
-            }
-            out.push(col.clone());
-        }
-        Ok(out)
+                    .find(|c| &c.name == n)
+                    .cloned()
+                    .ok_or_else(|| format!("table {} has no column \"{n}\"", self.qualified()))
+            })
+            .collect()
     }
 }
 

@@ -23,8 +23,8 @@ use crate::types::datetime::SessionZone;
 use crate::watchdog::Watchdog;
 use bytes::Bytes;
 use sluice_core::destination::{
-    Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
-    RecordEncoder,
+    ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
+    LoadTable, RecordEncoder, TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::records::Fields;
@@ -34,18 +34,11 @@ use tokio_postgres::Client;
 
 /// One table as the load copies into it: the plan's columns, in field order.
 #[derive(Clone, Debug)]
-pub struct CopyTarget {
-    pub table: Table,
-    pub columns: Vec<Column>,
+struct CopyTarget {
+    table: Table,
+    columns: Vec<Column>,
     /// Binary COPY when every column converts on the client; text COPY otherwise.
-    pub binary: bool,
-}
-
-/// What the first connection found.
-pub struct Opened {
-    pub session: Session,
-    /// Connection slots still free (`i64::MAX` when the server will not say).
-    pub free_slots: i64,
+    binary: bool,
 }
 
 /// Why the destination could not be opened.
@@ -57,6 +50,9 @@ pub enum OpenError {
     Runtime(std::io::Error),
     #[error("{0}")]
     Server(String),
+    /// The server is one sluice cannot load correctly (its encoding, say).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A PostgreSQL server, for one load.
@@ -68,6 +64,11 @@ pub struct PgDestination {
     client: Client,
     /// The session's time zone, for `timestamptz` values without an offset.
     zone: SessionZone,
+    /// The session the first connection found.
+    pub session: Session,
+    free_slots: Option<i64>,
+    /// Tables described so far, with PostgreSQL's own column types.
+    described: Vec<Table>,
     tables: Vec<CopyTarget>,
     watchdog: Mutex<Option<Watchdog>>,
     warn: Arc<dyn Fn(String) + Send + Sync>,
@@ -75,11 +76,12 @@ pub struct PgDestination {
 
 impl PgDestination {
     /// Connects (trying each host of the target), pins the host, and reads the session and
-    /// the free connection slots. `warn` receives warnings while the load runs.
+    /// the free connection slots. `warn` receives warnings while the load runs. A database
+    /// whose encoding is not UTF-8 is refused: sluice loads UTF-8 input, unconverted.
     pub fn open(
         target: &ConnInfo,
         warn: Arc<dyn Fn(String) + Send + Sync>,
-    ) -> Result<(PgDestination, Opened), OpenError> {
+    ) -> Result<PgDestination, OpenError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -93,36 +95,28 @@ impl PgDestination {
             let server = |e: tokio_postgres::Error| OpenError::Server(e.to_string());
             let identity = server_identity(&client).await.map_err(server)?;
             let session = session(&client).await.map_err(server)?;
-            let free = free_slots(&client).await.unwrap_or(i64::MAX);
+            let free = free_slots(&client).await;
             Ok::<_, OpenError>((info, client, identity, session, free))
         })?;
-        let dest = PgDestination {
+        if session.server_encoding != "UTF8" && session.server_encoding != "SQL_ASCII" {
+            return Err(OpenError::Unsupported(format!(
+                "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
+                session.server_encoding
+            )));
+        }
+        Ok(PgDestination {
             rt,
             info,
             identity,
             client,
             zone: SessionZone::from_setting(&session.timezone),
+            session,
+            free_slots: free,
+            described: Vec::new(),
             tables: Vec::new(),
             watchdog: Mutex::new(None),
             warn,
-        };
-        Ok((
-            dest,
-            Opened {
-                session,
-                free_slots: free,
-            },
-        ))
-    }
-
-    /// Describes a table named as SQL names it (`t`, `s.t`, `"My T"`).
-    pub fn describe(&self, name: &str) -> Result<Table, CatalogError> {
-        self.rt.block_on(describe_table(&self.client, name))
-    }
-
-    /// The COPY targets, in the plan's table order.
-    pub fn set_tables(&mut self, tables: Vec<CopyTarget>) {
-        self.tables = tables;
+        })
     }
 
     fn conflict_for(&self, stream: usize) -> Option<usize> {
@@ -190,7 +184,88 @@ fn referenced_table(e: &ServerError) -> Option<String> {
     Some(rest.split('"').next()?.to_string())
 }
 
+/// A catalog table in the engine's terms.
+fn table_info(t: &Table) -> TableInfo {
+    TableInfo {
+        schema: t.schema.clone(),
+        name: t.name.clone(),
+        qualified: t.qualified(),
+        columns: t
+            .columns
+            .iter()
+            .map(|c| ColumnInfo {
+                name: c.name.clone(),
+                type_name: c.type_name.clone(),
+                not_null: c.not_null,
+                client_converted: c.ty.client_converted(),
+            })
+            .collect(),
+    }
+}
+
 impl Destination for PgDestination {
+    fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError> {
+        let table = self
+            .rt
+            .block_on(describe_table(&self.client, name))
+            .map_err(|e| match e {
+                CatalogError::Db(e) => DestinationError::new(ErrorKind::Other, e.to_string()),
+                other => DestinationError::new(ErrorKind::Usage, other.to_string()),
+            })?;
+        let info = table_info(&table);
+        if !self
+            .described
+            .iter()
+            .any(|t| t.qualified() == info.qualified)
+        {
+            self.described.push(table);
+        }
+        Ok(info)
+    }
+
+    fn free_slots(&self) -> Option<u64> {
+        self.free_slots.map(|n| n.max(0) as u64)
+    }
+
+    fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
+        let mut targets = Vec::with_capacity(tables.len());
+        for t in tables {
+            let Some(table) = self
+                .described
+                .iter()
+                .find(|d| d.qualified() == t.table.qualified)
+            else {
+                return Err(DestinationError::new(
+                    ErrorKind::Other,
+                    format!("table {} was not described", t.table.qualified),
+                ));
+            };
+            let columns = table
+                .columns_named(&t.columns)
+                .map_err(|m| DestinationError::new(ErrorKind::Usage, m))?;
+            let binary = columns.iter().all(|c| c.ty.client_converted());
+            targets.push(CopyTarget {
+                table: table.clone(),
+                columns,
+                binary,
+            });
+        }
+        self.tables = targets;
+        Ok(())
+    }
+
+    fn load_format(&self, table: usize) -> &'static str {
+        if self.tables[table].binary {
+            "binary"
+        } else {
+            "text"
+        }
+    }
+
+    fn target(&self) -> String {
+        self.info.to_string()
+    }
+
     type Stream<'a> = PgStream<'a>;
 
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {

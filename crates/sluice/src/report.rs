@@ -12,7 +12,8 @@ pub struct TableReport {
     pub bytes: u64,
     pub seconds: f64,
     pub mb_per_s: f64,
-    /// `binary`, or `text` when some column is converted by the server.
+    /// How the destination loads the table (PostgreSQL: `binary`, or `text` when some column
+    /// is converted by the server).
     pub copy_format: &'static str,
     pub server_converted_columns: Vec<String>,
 }
@@ -45,6 +46,7 @@ pub fn build(
     plan: &Plan,
     outcome: &RunOutcome,
     target: String,
+    formats: Vec<&'static str>,
     dry_run: bool,
     jobs: usize,
     copy_buffer: usize,
@@ -69,7 +71,7 @@ pub fn build(
                 bytes,
                 seconds,
                 mb_per_s: mbps(bytes, seconds),
-                copy_format: if tp.binary { "binary" } else { "text" },
+                copy_format: formats.get(i).copied().unwrap_or(""),
                 server_converted_columns: tp
                     .server_converted()
                     .iter()

@@ -102,3 +102,33 @@ fn the_core_does_no_io_and_knows_no_database() {
         );
     }
 }
+
+/// The engine (planning, reading, scheduling, strategies, reports) reaches a database only
+/// through `sluice_core::destination`: it never names a destination crate, so a second
+/// destination slots in beside PostgreSQL without touching it. Only the command that opens
+/// the destination chooses one.
+#[test]
+fn the_engine_names_no_destination() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut engine: Vec<std::path::PathBuf> = std::fs::read_dir(src.join("load"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    engine.extend(["report.rs", "progress.rs", "signals.rs"].map(|f| src.join(f)));
+    assert!(engine.len() > 5, "{engine:?}");
+    for file in engine {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            // Doc comments may point at an implementation; code may not use one.
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            assert!(
+                !line.contains("sluice_postgres"),
+                "{}:{}: the engine names sluice_postgres: {line}",
+                file.display(),
+                n + 1
+            );
+        }
+    }
+}

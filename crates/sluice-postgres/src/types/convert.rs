@@ -17,6 +17,7 @@ use super::column::{Column, PgType};
 use super::datetime::{encode_date, encode_time, encode_timestamp, SessionZone};
 use super::numeric::encode_numeric;
 pub use sluice_core::error::{RecordError, RecordErrorKind};
+use sluice_core::primitives::{ascii_uint, is_c_space, parse_i64, trim_c_space, IntError};
 use sluice_core::records::Fields;
 use std::fmt;
 
@@ -270,10 +271,11 @@ fn check_text_slow(v: &[u8]) -> Result<&str, ConvertError> {
 #[inline(always)]
 fn encode_hot(ty: &PgType, v: &[u8], out: &mut Vec<u8>) -> bool {
     match ty {
-        PgType::Int4 | PgType::Int8 | PgType::Int2
-            if !v.is_empty() && v.len() <= 9 && v.iter().all(u8::is_ascii_digit) =>
-        {
-            let n = v.iter().fold(0i64, |n, &b| n * 10 + i64::from(b - b'0'));
+        PgType::Int4 | PgType::Int8 | PgType::Int2 => {
+            let Some(n) = ascii_uint(v, 9) else {
+                return false;
+            };
+            let n = n as i64;
             match ty {
                 PgType::Int4 => {
                     out.extend_from_slice(&((4u64 << 32) | (n as u32 as u64)).to_be_bytes())
@@ -395,54 +397,18 @@ pub fn encode_value(
     Ok(())
 }
 
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
-}
-
 /// `pg_strtoint16/32/64`: optional whitespace, sign, decimal digits, optional whitespace.
 #[inline]
 fn parse_int(v: &[u8], min: i64, max: i64, name: &str) -> Result<i64, ConvertError> {
     // Fast path: plain digits, as in nearly every file.
-    if !v.is_empty() && v.len() <= 18 && v.iter().all(u8::is_ascii_digit) {
-        let mut n: i64 = 0;
-        for &b in v {
-            n = n * 10 + i64::from(b - b'0');
-        }
-        return in_range(n, min, max, name);
+    if let Some(n) = ascii_uint(v, 18) {
+        return in_range(n as i64, min, max, name);
     }
-    let mut s = v;
-    while let [b, rest @ ..] = s {
-        if is_space(*b) {
-            s = rest;
-        } else {
-            break;
-        }
+    match parse_i64(trim_c_space(v)) {
+        Ok(n) => in_range(n, min, max, name),
+        Err(IntError::Overflow) => Err(out_of_range(min, max, name)),
+        Err(IntError::Syntax) => Err(ConvertError::invalid(format!("not a valid {name}"))),
     }
-    while let [rest @ .., b] = s {
-        if is_space(*b) {
-            s = rest;
-        } else {
-            break;
-        }
-    }
-    let (neg, digits) = match s {
-        [b'-', rest @ ..] => (true, rest),
-        [b'+', rest @ ..] => (false, rest),
-        _ => (false, s),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(ConvertError::invalid(format!("not a valid {name}")));
-    }
-    let mut n: i128 = 0;
-    for &b in digits {
-        n = n * 10 + i128::from(b - b'0');
-        if n > i128::from(i64::MAX) + 1 {
-            return Err(out_of_range(min, max, name));
-        }
-    }
-    let n = if neg { -n } else { n };
-    let n = i64::try_from(n).map_err(|_| out_of_range(min, max, name))?;
-    in_range(n, min, max, name)
 }
 
 fn in_range(n: i64, min: i64, max: i64, name: &str) -> Result<i64, ConvertError> {
@@ -482,12 +448,7 @@ impl Float for f64 {
 /// `float4in`/`float8in`: decimal or exponent notation, `NaN`, `Infinity`, `inf`, any case,
 /// with overflow and underflow to zero both out of range.
 fn parse_float<F: Float>(v: &[u8], name: &str) -> Result<F, ConvertError> {
-    let start = v.iter().position(|&b| !is_space(b)).unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|&b| !is_space(b))
-        .map_or(start, |p| p + 1);
-    let s = std::str::from_utf8(&v[start..end])
+    let s = std::str::from_utf8(trim_c_space(v))
         .map_err(|_| ConvertError::invalid(format!("not a valid {name}")))?;
     let lower = s.to_ascii_lowercase();
     let body = lower.trim_start_matches(['+', '-']);
@@ -522,12 +483,7 @@ fn parse_float<F: Float>(v: &[u8], name: &str) -> Result<F, ConvertError> {
 
 /// `boolin`: `t`/`true`/`y`/`yes`/`on`/`1` and their opposites, any case, any unique prefix.
 fn parse_bool(v: &[u8]) -> Result<bool, ConvertError> {
-    let start = v.iter().position(|&b| !is_space(b)).unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|&b| !is_space(b))
-        .map_or(start, |p| p + 1);
-    let s = &v[start..end];
+    let s = trim_c_space(v);
     let prefix_of = |word: &[u8], min: usize| {
         s.len() >= min && s.len() <= word.len() && word[..s.len()].eq_ignore_ascii_case(s)
     };
@@ -581,7 +537,7 @@ fn decode_bytea(v: &[u8], out: &mut Vec<u8>) -> Result<(), ConvertError> {
     if let Some(hex) = v.strip_prefix(b"\\x") {
         let mut i = 0;
         while i < hex.len() {
-            if is_space(hex[i]) {
+            if is_c_space(hex[i]) {
                 i += 1;
                 continue;
             }

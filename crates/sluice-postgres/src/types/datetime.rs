@@ -18,6 +18,8 @@ use super::convert::ConvertError;
 use chrono::{NaiveDate, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::Tz;
 
+use sluice_core::primitives::{days_in_month, digits, iso_date, julian_day, ymd_prefix};
+
 const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
 const USECS_PER_DAY: i64 = 86_400_000_000;
 /// 4714-11-24 BC (proleptic Gregorian), Julian day 0: the first valid date and timestamp.
@@ -28,33 +30,9 @@ const MIN_TIMESTAMP: i64 = -211_813_488_000_000_000;
 /// 294277-01-01 00:00:00, the first timestamp past the range.
 const END_TIMESTAMP: i64 = 9_223_371_331_200_000_000;
 
-/// PostgreSQL's `date2j`.
-pub fn date2j(mut year: i64, mut month: i64, day: i64) -> i64 {
-    if month > 2 {
-        month += 1;
-        year += 4800;
-    } else {
-        month += 13;
-        year += 4799;
-    }
-    let century = year / 100;
-    let mut julian = year * 365 - 32167;
-    julian += year / 4 - century + century / 4;
-    julian += 7834 * month / 256 + day;
-    julian
-}
-
-fn is_leap(astronomical_year: i64) -> bool {
-    astronomical_year % 4 == 0 && (astronomical_year % 100 != 0 || astronomical_year % 400 == 0)
-}
-
-fn days_in_month(astronomical_year: i64, month: i64) -> i64 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if is_leap(astronomical_year) => 29,
-        _ => 28,
-    }
+/// PostgreSQL's `date2j`: the Julian day of a proleptic Gregorian date.
+pub fn date2j(year: i64, month: i64, day: i64) -> i64 {
+    julian_day(year, month, day)
 }
 
 const MONTHS: [&str; 12] = [
@@ -117,33 +95,10 @@ fn unsupported(what: &str) -> ConvertError {
     ))
 }
 
-/// Reads `n` or more ASCII digits at `*i` (at most `max`), returning their value.
-fn digits(s: &[u8], i: &mut usize, min: usize, max: usize) -> Option<i64> {
-    let start = *i;
-    let mut v: i64 = 0;
-    while *i < s.len() && *i - start < max && s[*i].is_ascii_digit() {
-        v = v * 10 + i64::from(s[*i] - b'0');
-        *i += 1;
-    }
-    (*i - start >= min).then_some(v)
-}
-
 /// Parses `YYYY-MM-DD` at the start of `s`, returning the calendar parts and the position after.
 fn parse_ymd(s: &[u8], what: &str) -> Result<(i64, i64, i64, usize), ConvertError> {
-    let mut i = 0;
     // Three or more year digits are taken literally; shorter years depend on DateStyle.
-    let year = digits(s, &mut i, 3, 9).ok_or_else(|| unsupported(what))?;
-    if s.get(i) != Some(&b'-') {
-        return Err(unsupported(what));
-    }
-    i += 1;
-    let month = digits(s, &mut i, 1, 2).ok_or_else(|| unsupported(what))?;
-    if s.get(i) != Some(&b'-') {
-        return Err(unsupported(what));
-    }
-    i += 1;
-    let day = digits(s, &mut i, 1, 2).ok_or_else(|| unsupported(what))?;
-    Ok((year, month, day, i))
+    ymd_prefix(s, 3).ok_or_else(|| unsupported(what))
 }
 
 /// Checks a calendar date and turns it into a Julian day. `bc` years count back from 1 BC.
@@ -308,22 +263,9 @@ fn parse_timestamp(s: &[u8], what: &str) -> Result<Parsed, ConvertError> {
 
 /// `YYYY-MM-DD` exactly, as nearly every file spells dates: the Julian day, or `None` to take
 /// the general path (which also produces the error messages).
-#[inline]
+#[inline(always)]
 fn iso_date_fast(s: &[u8]) -> Option<i64> {
-    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1] = *s else {
-        return None;
-    };
-    let digits = [y0, y1, y2, y3, m0, m1, d0, d1];
-    if !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n = |a: u8, b: u8| i64::from(a - b'0') * 10 + i64::from(b - b'0');
-    let year = n(y0, y1) * 100 + n(y2, y3);
-    let (month, day) = (n(m0, m1), n(d0, d1));
-    if year == 0 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
-    Some(date2j(year, month, day))
+    iso_date(s).map(|(y, m, d)| julian_day(y, m, d))
 }
 
 /// Writes an exact `YYYY-MM-DD` date as a whole binary COPY field (length 4, then the days)

@@ -8,6 +8,7 @@
 //! `ndigits, weight, sign, dscale` as int16 followed by the base-10000 digits.
 
 use super::convert::ConvertError;
+use sluice_core::primitives::{parse_decimal, trim_c_space, Decimal};
 
 const NUMERIC_POS: u16 = 0x0000;
 const NUMERIC_NEG: u16 = 0x4000;
@@ -16,18 +17,6 @@ const NUMERIC_PINF: u16 = 0xD000;
 const NUMERIC_NINF: u16 = 0xF000;
 /// PostgreSQL's limit on the exponent in numeric input.
 const MAX_EXPONENT: i64 = 1000;
-
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
-}
-
-/// A parsed decimal: `0.d1 d2 d3... × 10^point`, digits without leading zeros.
-struct Decimal<'a> {
-    negative: bool,
-    digits: &'a mut Vec<u8>,
-    point: i64,
-    dscale: i64,
-}
 
 /// The inlined fast path: a plain `-?digits[.digits]` value that fits [`encode_small`] and
 /// is valid. False, with `out` untouched, when the general path is needed.
@@ -56,15 +45,7 @@ pub fn encode_numeric(
     digits: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> Result<(), ConvertError> {
-    let start = value
-        .iter()
-        .position(|&b| !is_space(b))
-        .unwrap_or(value.len());
-    let end = value
-        .iter()
-        .rposition(|&b| !is_space(b))
-        .map_or(start, |p| p + 1);
-    let s = &value[start..end];
+    let s = trim_c_space(value);
     if s.is_empty() {
         return Err(ConvertError::invalid("not a number: the value is empty"));
     }
@@ -99,9 +80,9 @@ fn encode_general(
     digits: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> Result<(), ConvertError> {
-    let mut dec = parse_decimal(negative, body, digits)?;
+    let mut dec = parse_decimal(negative, body, digits, MAX_EXPONENT).ok_or_else(syntax)?;
     if let Some((precision, scale)) = typmod {
-        round_to_scale(&mut dec, scale as i64);
+        dec.round_to_scale(scale as i64);
         let int_digits = if dec.digits.is_empty() {
             0
         } else {
@@ -262,119 +243,6 @@ fn write_special(out: &mut Vec<u8>, sign: u16) -> Result<(), ConvertError> {
 
 fn syntax() -> ConvertError {
     ConvertError::invalid("not a valid number")
-}
-
-fn parse_decimal<'a>(
-    negative: bool,
-    s: &[u8],
-    digits: &'a mut Vec<u8>,
-) -> Result<Decimal<'a>, ConvertError> {
-    digits.clear();
-    let mut i = 0;
-    let mut int_len: i64 = 0;
-    let mut frac_len: i64 = 0;
-    let mut seen_point = false;
-    let mut any_digit = false;
-    while i < s.len() {
-        let b = s[i];
-        if b.is_ascii_digit() {
-            any_digit = true;
-            if digits.is_empty() && b == b'0' {
-                // Leading zeros carry no value, but still count as positions.
-                if seen_point {
-                    frac_len += 1;
-                }
-            } else {
-                digits.push(b - b'0');
-                if seen_point {
-                    frac_len += 1;
-                } else {
-                    int_len += 1;
-                }
-            }
-        } else if b == b'.' && !seen_point {
-            seen_point = true;
-        } else {
-            break;
-        }
-        i += 1;
-    }
-    if !any_digit {
-        return Err(syntax());
-    }
-    let mut exponent: i64 = 0;
-    if i < s.len() && (s[i] == b'e' || s[i] == b'E') {
-        i += 1;
-        let mut neg = false;
-        if i < s.len() && (s[i] == b'+' || s[i] == b'-') {
-            neg = s[i] == b'-';
-            i += 1;
-        }
-        let exp_start = i;
-        while i < s.len() && s[i].is_ascii_digit() {
-            exponent = (exponent * 10 + i64::from(s[i] - b'0')).min(MAX_EXPONENT + 1);
-            i += 1;
-        }
-        if i == exp_start || exponent > MAX_EXPONENT {
-            return Err(syntax());
-        }
-        if neg {
-            exponent = -exponent;
-        }
-    }
-    if i != s.len() {
-        return Err(syntax());
-    }
-    // `digits` holds the significant digits; leading fractional zeros shift the point left.
-    let leading_frac_zeros = frac_len - (digits.len() as i64 - int_len);
-    let point = if int_len > 0 {
-        int_len
-    } else {
-        -leading_frac_zeros
-    } + exponent;
-    Ok(Decimal {
-        negative,
-        point,
-        dscale: (frac_len - exponent).max(0),
-        digits,
-    })
-}
-
-/// Rounds half away from zero to `scale` fractional digits, as PostgreSQL's `round_var`.
-fn round_to_scale(dec: &mut Decimal<'_>, scale: i64) {
-    dec.dscale = scale.max(0);
-    let keep = dec.point + scale;
-    let n = dec.digits.len() as i64;
-    if keep >= n {
-        return;
-    }
-    if keep < 0 {
-        dec.digits.clear();
-        return;
-    }
-    let keep = keep as usize;
-    let round_up = dec.digits[keep] >= 5;
-    dec.digits.truncate(keep);
-    if round_up {
-        let mut i = keep;
-        loop {
-            if i == 0 {
-                dec.digits.insert(0, 1);
-                dec.point += 1;
-                break;
-            }
-            i -= 1;
-            if dec.digits[i] == 9 {
-                dec.digits[i] = 0;
-            } else {
-                dec.digits[i] += 1;
-                break;
-            }
-        }
-    }
-    while dec.digits.last() == Some(&0) {
-        dec.digits.pop();
-    }
 }
 
 fn write_decimal(dec: &Decimal<'_>, out: &mut Vec<u8>) -> Result<(), ConvertError> {

@@ -7,9 +7,9 @@ use crate::load::strategy::Direct;
 use crate::load::{execute, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
+use sluice_core::destination::{Destination, ErrorKind, LoadTable, TableInfo};
 use sluice_core::dialect::Format;
-use sluice_postgres::catalog::CatalogError;
-use sluice_postgres::destination::{CopyTarget, OpenError, PgDestination};
+use sluice_postgres::destination::{OpenError, PgDestination};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -285,14 +285,25 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         })?;
     let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
     // Every later connection of this load goes to the host the first one reached.
-    let (mut dest, opened) = PgDestination::open(&target.info, warn).map_err(|e| match e {
+    let mut dest = PgDestination::open(&target.info, warn).map_err(|e| match e {
         OpenError::Server(m) => Failure::Server(m),
+        OpenError::Unsupported(m) => Failure::Usage(m),
         OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
         other => Failure::Connect(other.to_string()),
     })?;
-    let (sess, free_slots) = (opened.session, opened.free_slots);
-    let mut described: Vec<(String, sluice_postgres::catalog::Table)> = Vec::new();
-    for name in &file_tables {
+    load_into(args, &mut dest, &file_tables, columns)
+}
+
+/// The load once a destination is open: describe, plan, run, report. Nothing here knows
+/// which database it is.
+fn load_into<D: Destination>(
+    args: &LoadArgs,
+    dest: &mut D,
+    file_tables: &[String],
+    columns: Option<Vec<String>>,
+) -> Result<report::Report, Failure> {
+    let mut described: Vec<(String, TableInfo)> = Vec::new();
+    for name in file_tables {
         if described.iter().any(|(n, _)| n == name) {
             continue;
         }
@@ -301,21 +312,21 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
                 (None, Some(i)) => format!("{} -> table {name}: ", args.files[i]),
                 _ => String::new(),
             };
-            match e {
-                CatalogError::Db(e) => Failure::Server(format!("{by_name}{e}")),
-                other => Failure::Usage(format!("{by_name}{other}")),
+            match e.kind {
+                ErrorKind::Usage => Failure::Usage(format!("{by_name}{e}")),
+                ErrorKind::Connection => Failure::Connect(format!("{by_name}{e}")),
+                _ => Failure::Server(format!("{by_name}reading the catalog: {e}")),
             }
         })?;
         described.push((name.clone(), table));
     }
-    if sess.server_encoding != "UTF8" && sess.server_encoding != "SQL_ASCII" {
-        return Err(Failure::Usage(format!(
-            "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
-            sess.server_encoding
-        )));
-    }
-    let plan = plan::build(args, &file_tables, &described, columns)?;
-    let (jobs, warning) = plan::choose_jobs(args.jobs, plan.chunks.len(), free_slots, args.dry_run);
+    let plan = plan::build(args, file_tables, &described, columns)?;
+    let (jobs, warning) = plan::choose_jobs(
+        args.jobs,
+        plan.chunks.len(),
+        dest.free_slots(),
+        args.dry_run,
+    );
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
@@ -347,6 +358,11 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
                 .count() as u64
         })
         .collect();
+    let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
+    dest.set_tables(&load_tables).map_err(|e| match e.kind {
+        ErrorKind::Usage => Failure::Usage(e.to_string()),
+        _ => Failure::Server(e.to_string()),
+    })?;
     let display = progress::start(
         progress::Mode::choose(args.quiet),
         names,
@@ -355,17 +371,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         counters.clone(),
         if args.dry_run { "checking" } else { "loading" },
     );
-    dest.set_tables(
-        plan.tables
-            .iter()
-            .map(|t| CopyTarget {
-                table: t.table.clone(),
-                columns: t.columns.clone(),
-                binary: t.binary,
-            })
-            .collect(),
-    );
-    let outcome = execute(&plan, &opts, &dest, &Direct, &counters);
+    let outcome = execute(&plan, &opts, &*dest, &Direct, &counters);
     drop(display);
     let outcome = outcome.map_err(|e| match e {
         // Say which table a file went to when the file's name chose it.
@@ -376,10 +382,14 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
         }
         other => other,
     })?;
+    let formats = (0..plan.tables.len())
+        .map(|t| dest.load_format(t))
+        .collect();
     Ok(report::build(
         &plan,
         &outcome,
-        dest.info.to_string(),
+        dest.target(),
+        formats,
         args.dry_run,
         jobs,
         args.copy_buffer,

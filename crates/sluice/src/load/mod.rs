@@ -171,7 +171,7 @@ impl<D: Destination> RunContext<'_, D> {
                 return self.copy_conflict(stream, blocker, chunk, &e)
             }
             ErrorKind::Connection | ErrorKind::Cancelled => return server_failure(&e, stream),
-            ErrorKind::Rejected | ErrorKind::Other => {}
+            ErrorKind::Rejected | ErrorKind::Other | ErrorKind::Usage => {}
         }
         let plan = self.plan;
         let input = &plan.inputs[chunk.input];
@@ -333,7 +333,7 @@ impl<D: Destination> RunContext<'_, D> {
         let blocker = match e.kind {
             ErrorKind::Conflict { blocker } => blocker,
             ErrorKind::Connection | ErrorKind::Cancelled => return server_failure(&e, stream),
-            ErrorKind::Rejected | ErrorKind::Other => {
+            ErrorKind::Rejected | ErrorKind::Other | ErrorKind::Usage => {
                 return self.keyed_error(&e, &mine, first).unwrap_or_else(|| {
                     Failure::Server(format!("a deferred constraint check failed: {e}"))
                 })

@@ -17,9 +17,8 @@
 use crate::commands::load::LoadArgs;
 use crate::failure::Failure;
 use sluice_core::boundary::{count_quotes, next_record_start, splittable};
+use sluice_core::destination::{ColumnInfo, LoadTable, TableInfo};
 use sluice_core::dialect::{Dialect, Format, LineEnding};
-use sluice_postgres::catalog::Table;
-use sluice_postgres::types::column::Column;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
@@ -100,24 +99,71 @@ pub struct Input {
     pub dialect: Dialect,
 }
 
-/// One target table and how it is loaded.
+/// One target table and the columns its inputs fill.
 #[derive(Clone, Debug)]
 pub struct TablePlan {
-    pub table: Table,
+    /// The table as the destination described it.
+    pub table: TableInfo,
     /// The columns the input fields map to, in field order.
-    pub columns: Vec<Column>,
-    /// Binary COPY when every column converts on the client; text COPY otherwise.
-    pub binary: bool,
+    pub columns: Vec<ColumnInfo>,
 }
 
 impl TablePlan {
     /// Columns the server converts from text, for the summary.
-    pub fn server_converted(&self) -> Vec<&Column> {
+    pub fn server_converted(&self) -> Vec<&ColumnInfo> {
         self.columns
             .iter()
-            .filter(|c| !c.ty.client_converted())
+            .filter(|c| !c.client_converted)
             .collect()
     }
+
+    /// What the destination is told to load.
+    pub fn load_table(&self) -> LoadTable {
+        LoadTable {
+            table: self.table.clone(),
+            columns: self.columns.iter().map(|c| c.name.clone()).collect(),
+        }
+    }
+}
+
+/// Picks the columns a file's fields map to: all of them in order, or the `--columns` list,
+/// whose names are already identifiers (folded or unquoted by SQL's rules) and so must match
+/// exactly, as the server matches them in `COPY t (a, b)`.
+pub fn select_columns(
+    table: &TableInfo,
+    names: Option<&[String]>,
+) -> Result<Vec<ColumnInfo>, String> {
+    let Some(names) = names else {
+        return Ok(table.columns.clone());
+    };
+    let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let Some(col) = table.columns.iter().find(|c| &c.name == n) else {
+            let have: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+            let hint = table
+                .columns
+                .iter()
+                .find(|c| c.name.eq_ignore_ascii_case(n))
+                .map_or(String::new(), |c| {
+                    format!(
+                        "; to name {} write it in double quotes, as in SQL: --columns '{}'",
+                        quote(&c.name),
+                        quote(&c.name)
+                    )
+                });
+            return Err(format!(
+                "table {} has no column \"{n}\" (it has: {}){hint}",
+                table.qualified,
+                have.join(", ")
+            ));
+        };
+        if out.iter().any(|c: &ColumnInfo| c.name == col.name) {
+            return Err(format!("column \"{n}\" is named twice in --columns"));
+        }
+        out.push(col.clone());
+    }
+    Ok(out)
 }
 
 /// A byte range of one input that loads as one COPY.
@@ -181,7 +227,7 @@ pub fn default_chunk_size(total: u64) -> u64 {
 pub fn build(
     args: &LoadArgs,
     file_tables: &[String],
-    described: &[(String, Table)],
+    described: &[(String, TableInfo)],
     columns: Option<Vec<String>>,
 ) -> Result<Plan, Failure> {
     let mut inputs = Vec::new();
@@ -238,14 +284,10 @@ pub fn build(
         } else {
             columns.clone()
         };
-        let columns = table
-            .select_columns(names.as_deref())
-            .map_err(Failure::Usage)?;
-        let binary = columns.iter().all(|c| c.ty.client_converted());
+        let columns = select_columns(table, names.as_deref()).map_err(Failure::Usage)?;
         tables.push(TablePlan {
             table: table.clone(),
             columns,
-            binary,
         });
     }
     // Chunks: cut big plain files, biggest work first.
@@ -289,16 +331,17 @@ pub fn build(
 pub fn choose_jobs(
     wanted: Option<usize>,
     chunks: usize,
-    free_slots: i64,
+    free_slots: Option<u64>,
     dry_run: bool,
 ) -> (usize, Option<String>) {
     let mut jobs = wanted
         .unwrap_or_else(default_jobs)
         .max(1)
         .min(chunks.max(1));
-    let needed = if jobs > 1 { jobs as i64 + 1 } else { 1 };
+    let needed = if jobs > 1 { jobs as u64 + 1 } else { 1 };
+    let free_slots = free_slots.unwrap_or(u64::MAX);
     if !dry_run && free_slots < needed {
-        let slots = (free_slots - 1).max(1) as usize;
+        let slots = free_slots.saturating_sub(1).max(1) as usize;
         let warning =
             format!("the server has {free_slots} free connection slots; using {slots} jobs");
         jobs = slots;
@@ -350,11 +393,7 @@ fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, Failure> {
 /// The table columns named by the header of every input of table `t`, for --match-header:
 /// each name matches a column exactly, or ignoring case when only one column matches, and
 /// every file of the table must have the same header.
-fn header_columns(
-    table: &sluice_postgres::catalog::Table,
-    inputs: &[Input],
-    t: usize,
-) -> Result<Vec<String>, String> {
+fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<String>, String> {
     let mut header: Option<(String, Vec<String>)> = None;
     for input in inputs.iter().filter(|i| i.table == t) {
         let names = read_header(input)?;
@@ -391,7 +430,7 @@ fn header_columns(
                 [] => Err(format!(
                     "the header of {file} names \"{n}\", which is not a column of {} (it has: \
                      {}); rename the header field, or map by position with --columns",
-                    table.qualified(),
+                    table.qualified,
                     table
                         .columns
                         .iter()
@@ -604,23 +643,23 @@ pub fn format_for(name: &str, given: Option<Format>) -> Result<Format, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_postgres::types::column::PgType;
 
-    fn table(name: &str) -> (String, Table) {
+    fn table(name: &str) -> (String, TableInfo) {
         let columns = ["a", "b"]
             .iter()
-            .map(|c| Column {
+            .map(|c| ColumnInfo {
                 name: c.to_string(),
-                ty: PgType::Text,
                 type_name: "text".into(),
                 not_null: false,
+                client_converted: true,
             })
             .collect();
         (
             name.to_string(),
-            Table {
+            TableInfo {
                 schema: "public".into(),
                 name: name.to_string(),
+                qualified: format!("public.{name}"),
                 columns,
             },
         )
@@ -678,13 +717,14 @@ mod tests {
 
     #[test]
     fn jobs_are_bounded_by_chunks_and_free_slots() {
-        assert_eq!(choose_jobs(Some(8), 3, 100, false), (3, None));
-        assert_eq!(choose_jobs(Some(0), 3, 100, false).0, 1);
-        let (jobs, warning) = choose_jobs(Some(4), 10, 3, false);
+        assert_eq!(choose_jobs(Some(8), 3, Some(100), false), (3, None));
+        assert_eq!(choose_jobs(Some(0), 3, Some(100), false).0, 1);
+        assert_eq!(choose_jobs(Some(4), 10, None, false), (4, None));
+        let (jobs, warning) = choose_jobs(Some(4), 10, Some(3), false);
         assert_eq!(jobs, 2, "two streams and the watchdog fit in three slots");
         assert!(warning.unwrap().contains("3 free connection slots"));
         assert_eq!(
-            choose_jobs(Some(4), 10, 0, true),
+            choose_jobs(Some(4), 10, Some(0), true),
             (4, None),
             "a dry run opens none"
         );
