@@ -100,6 +100,112 @@ pub trait Destination: Sync {
     /// The bytes a chunk's data starts and ends with for table `table` (binary COPY framing,
     /// say), around the encoded records.
     fn framing(&self, table: usize) -> (&[u8], &[u8]);
+
+    /// Where the server's write-ahead log is, in bytes, to tell how much a load wrote (`None`
+    /// when the server will not say).
+    fn log_position(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// How a table's rows are split into partitions, as far as a staging strategy can use it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Partitioning {
+    /// A plain table.
+    None,
+    /// Partitioned, or guarded, in a way that keeps sluice from staging it; the reason, for
+    /// the summary.
+    Unroutable(String),
+    /// By ranges of one integer column.
+    IntegerRange {
+        /// The key column's name.
+        column: String,
+        partitions: Vec<RangePartition>,
+        /// Whether a default partition takes keys outside every range.
+        default: bool,
+    },
+}
+
+/// One range partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangePartition {
+    /// The partition as the destination's SQL quotes it, for messages.
+    pub name: String,
+    /// Inclusive lower bound; `None` is unbounded.
+    pub lower: Option<i64>,
+    /// Exclusive upper bound; `None` is unbounded.
+    pub upper: Option<i64>,
+    /// Why a staging table cannot replace it (it has rows, say), if so.
+    pub obstacle: Option<String>,
+}
+
+impl RangePartition {
+    /// Whether `key` falls in the partition.
+    pub fn contains(&self, key: i64) -> bool {
+        self.lower.is_none_or(|l| key >= l) && self.upper.is_none_or(|u| key < u)
+    }
+}
+
+/// Time a staging table's steps after its data took.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageTimes {
+    pub index: std::time::Duration,
+    pub analyze: std::time::Duration,
+}
+
+/// What the publish did and how long it took.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PublishTimes {
+    /// The one transaction that switches every staging table in.
+    pub publish: std::time::Duration,
+    /// Statistics on the parents, after it.
+    pub analyze: std::time::Duration,
+    /// Attempts the publish needed (a lock wait that timed out is retried).
+    pub attempts: u32,
+    /// Partitions that had rows by the publish (a direct fallback's, another session's),
+    /// whose staging table's rows were appended to them rather than switched in.
+    pub appended: Vec<String>,
+}
+
+/// A destination that loads a partition's rows into a staging table of its own and switches
+/// every staging table in at once: the seed paper's design. The staging tables are invisible
+/// to the table's users until [`publish`](Staging::publish), which is one transaction.
+pub trait Staging: Destination {
+    /// Before the load: readies the staging area and drops staging tables that earlier loads
+    /// left behind and no running load owns. Returns the tables it dropped, for a message.
+    fn prepare_staging(&self) -> Result<Vec<String>, DestinationError>;
+
+    /// How table `table` of the load is partitioned.
+    fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError>;
+
+    /// On `stream`, in a transaction of its own, creates the staging table for partition
+    /// `partition` (an index into [`Partitioning::IntegerRange`]'s list) of table `table`;
+    /// the stream's COPYs into `table` go to it until [`finish_stage`](Staging::finish_stage).
+    /// A row outside the partition fails the COPY ([`outside_partition`](Staging::outside_partition)).
+    fn begin_stage(
+        &self,
+        stream: &mut Self::Stream<'_>,
+        table: usize,
+        partition: usize,
+    ) -> Result<(), DestinationError>;
+
+    /// Builds the table's indexes on the staging table, gathers its statistics and commits
+    /// it, to wait for the publish.
+    fn finish_stage(&self, stream: &mut Self::Stream<'_>) -> Result<StageTimes, DestinationError>;
+
+    /// Rolls back the staging table in progress on `stream`, leaving the stream ready.
+    fn abandon_stage(&self, stream: &mut Self::Stream<'_>) -> Result<(), DestinationError>;
+
+    /// Whether `e` says that a row was outside the staging table's partition.
+    fn outside_partition(&self, e: &DestinationError) -> bool;
+
+    /// Drops every staging table this load finished: the load failed before its publish.
+    fn discard_staging(&self) -> Result<(), DestinationError>;
+
+    /// In one transaction, switches every finished staging table in for its partition (or
+    /// appends its rows, when the partition has rows by then); then gathers statistics on the
+    /// parents.
+    fn publish(&self) -> Result<PublishTimes, DestinationError>;
 }
 
 /// Converts one table's records, with the destination's rules, into its load format.

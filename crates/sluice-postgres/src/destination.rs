@@ -10,11 +10,13 @@
 //! conflict between two streams, the key read back from the waiting stream's own transaction.
 
 use crate::catalog::{
-    describe_table, free_slots, index_key, server_identity, session, CatalogError, Session, Table,
+    describe_table, free_slots, index_key, quote_ident, server_identity, session, CatalogError,
+    Session, Table,
 };
 use crate::connect::{connect, connect_host, ConnectError};
 use crate::conninfo::ConnInfo;
 use crate::oracle::Oracle;
+use crate::stage::{self, PublishError, Staged, TablePartitions};
 use crate::stream::{CopyWriter, ServerError, Stream, StreamOpenError};
 use crate::types::binary::{HEADER, TRAILER};
 use crate::types::column::Column;
@@ -24,10 +26,11 @@ use crate::watchdog::Watchdog;
 use bytes::Bytes;
 use sluice_core::destination::{
     ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
-    LoadTable, RecordEncoder, TableInfo,
+    LoadTable, Partitioning, PublishTimes, RecordEncoder, StageTimes, Staging, TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::records::Fields;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
 use tokio_postgres::Client;
@@ -72,6 +75,14 @@ pub struct PgDestination {
     tables: Vec<CopyTarget>,
     watchdog: Mutex<Option<Watchdog>>,
     warn: Arc<dyn Fn(String) + Send + Sync>,
+    /// This load's id, carried by its staging tables' names.
+    load_id: u32,
+    /// Each table's partitions, once asked for.
+    partitions: Mutex<Vec<Option<TablePartitions>>>,
+    /// Staging tables numbered so far.
+    stage_seq: AtomicU32,
+    /// Staging tables finished and waiting for the publish.
+    staged: Mutex<Vec<Staged>>,
 }
 
 impl PgDestination {
@@ -116,6 +127,10 @@ impl PgDestination {
             tables: Vec::new(),
             watchdog: Mutex::new(None),
             warn,
+            load_id: load_id(),
+            partitions: Mutex::new(Vec::new()),
+            stage_seq: AtomicU32::new(0),
+            staged: Mutex::new(Vec::new()),
         })
     }
 
@@ -170,7 +185,7 @@ impl PgDestination {
                 columns,
                 values: values.into_iter().map(Some).collect(),
             }),
-            index: e.context_relation(),
+            index: e.context_relation().or_else(|| e.constraint.clone()),
             referenced_table: referenced_table(&e),
             duplicate: e.sqlstate == "23505",
         })
@@ -250,6 +265,7 @@ impl Destination for PgDestination {
                 binary,
             });
         }
+        *lock(&self.partitions) = vec![None; targets.len()];
         self.tables = targets;
         Ok(())
     }
@@ -291,6 +307,8 @@ impl Destination for PgDestination {
             n,
             stream,
             writer: None,
+            stage: None,
+            stage_table: None,
         })
     }
 
@@ -340,6 +358,168 @@ impl Destination for PgDestination {
             (&[], &[])
         }
     }
+
+    fn log_position(&self) -> Option<u64> {
+        let lsn: String = self
+            .rt
+            .block_on(
+                self.client
+                    .query_one("SELECT pg_current_wal_lsn()::text", &[]),
+            )
+            .ok()?
+            .get(0);
+        let (hi, lo) = lsn.split_once('/')?;
+        Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A load id: different for every load that can run at the same time.
+fn load_id() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = (nanos ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (mixed >> 32) as u32
+}
+
+/// A database error from the load's own connection, in the engine's terms.
+fn db_error(e: tokio_postgres::Error) -> DestinationError {
+    let e = ServerError::from_pg(&e);
+    let kind = if e.is_connection() {
+        ErrorKind::Connection
+    } else {
+        ErrorKind::Other
+    };
+    DestinationError::new(kind, e.to_string())
+}
+
+impl Staging for PgDestination {
+    fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
+        self.rt
+            .block_on(stage::prepare(&self.client, self.load_id))
+            .map_err(db_error)
+    }
+
+    fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
+        if let Some(p) = &lock(&self.partitions)[table] {
+            return Ok(p.partitioning.clone());
+        }
+        let parent = self.tables[table].table.qualified();
+        let p = self
+            .rt
+            .block_on(stage::describe_partitions(&self.client, &parent))
+            .map_err(db_error)?;
+        let partitioning = p.partitioning.clone();
+        lock(&self.partitions)[table] = Some(p);
+        Ok(partitioning)
+    }
+
+    fn begin_stage(
+        &self,
+        stream: &mut PgStream<'_>,
+        table: usize,
+        partition: usize,
+    ) -> Result<(), DestinationError> {
+        let detail = lock(&self.partitions)[table]
+            .as_ref()
+            .and_then(|p| p.details.get(partition).cloned())
+            .ok_or_else(|| {
+                DestinationError::new(ErrorKind::Other, "staging before asking for partitions")
+            })?;
+        let parent = self.tables[table].table.qualified();
+        let seq = self.stage_seq.fetch_add(1, Ordering::Relaxed);
+        let staging = stage::staging_name(self.load_id, seq);
+        self.rt
+            .block_on(stage::create_staging(
+                stream.stream.client(),
+                &parent,
+                &detail,
+                &staging,
+            ))
+            .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
+        let columns = self.tables[table]
+            .table
+            .columns
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect();
+        stream.stage = Some(Staged {
+            parent,
+            columns,
+            partition: detail,
+            staging,
+        });
+        stream.stage_table = Some(table);
+        Ok(())
+    }
+
+    fn finish_stage(&self, stream: &mut PgStream<'_>) -> Result<StageTimes, DestinationError> {
+        let Some(staged) = stream.stage.take() else {
+            return Err(DestinationError::new(ErrorKind::Other, "no staging table"));
+        };
+        stream.stage_table = None;
+        let client = stream.stream.client();
+        let mut times = StageTimes::default();
+        let result = self.rt.block_on(async {
+            let t = std::time::Instant::now();
+            stage::build_indexes(client, &staged.parent, &staged.staging).await?;
+            times.index = t.elapsed();
+            let t = std::time::Instant::now();
+            stage::analyze(client, &staged.staging).await?;
+            times.analyze = t.elapsed();
+            client.batch_execute("COMMIT; BEGIN").await
+        });
+        result.map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
+        lock(&self.staged).push(staged);
+        Ok(times)
+    }
+
+    fn abandon_stage(&self, stream: &mut PgStream<'_>) -> Result<(), DestinationError> {
+        stream.stage = None;
+        stream.stage_table = None;
+        self.rt
+            .block_on(stream.stream.client().batch_execute("ROLLBACK; BEGIN"))
+            .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))
+    }
+
+    fn outside_partition(&self, e: &DestinationError) -> bool {
+        e.kind == ErrorKind::Rejected && e.index.as_deref() == Some(stage::BOUND_CHECK)
+    }
+
+    fn discard_staging(&self) -> Result<(), DestinationError> {
+        let staged = std::mem::take(&mut *lock(&self.staged));
+        self.rt
+            .block_on(stage::discard(&self.client, &staged))
+            .map_err(db_error)
+    }
+
+    fn publish(&self) -> Result<PublishTimes, DestinationError> {
+        let staged = lock(&self.staged).clone();
+        self.rt
+            .block_on(stage::publish(&self.client, &staged))
+            .map_err(|e| match e {
+                PublishError::Db(e) => {
+                    let mut err = db_error(e);
+                    err.message = format!(
+                        "the publish failed, nothing of it is visible: {}",
+                        err.message
+                    );
+                    err
+                }
+                PublishError::Locked(who) => DestinationError::new(
+                    ErrorKind::Other,
+                    format!(
+                        "the publish could not lock the tables in {} attempts; nothing was \
+                         published. Holding locks: {who}",
+                        5
+                    ),
+                ),
+            })
+    }
 }
 
 /// One table's records to binary COPY tuples (or text COPY lines, for a table with a column
@@ -382,15 +562,26 @@ pub struct PgStream<'a> {
     n: usize,
     stream: Stream,
     writer: Option<CopyWriter>,
+    /// The staging table this stream's transaction is filling, if any.
+    stage: Option<Staged>,
+    /// The load's table whose COPYs go to that staging table.
+    stage_table: Option<usize>,
 }
 
 impl DestinationStream for PgStream<'_> {
     fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError> {
         let t = &self.dest.tables[table];
+        let (relation, freeze) = match (&self.stage, self.stage_table) {
+            (Some(s), Some(st)) if st == table => (
+                format!("{}.{}", quote_ident(stage::SCHEMA), quote_ident(&s.staging)),
+                true,
+            ),
+            _ => (t.table.qualified(), false),
+        };
         let w = self
             .dest
             .rt
-            .block_on(self.stream.copy_in(&t.table, &t.columns, t.binary))
+            .block_on(self.stream.copy_in(&relation, &t.columns, t.binary, freeze))
             .map_err(|e| self.dest.error(self.n, e))?;
         self.writer = Some(w);
         Ok(())

@@ -9,6 +9,7 @@
 //! - [`catalog`]: the target table's columns and the session settings conversion depends on;
 //! - [`destination`]: PostgreSQL behind the engine's one interface (streams, watch, framing);
 //! - [`types`]: PostgreSQL's type rules and binary COPY encoding, on the client;
+//! - [`stage`]: staging tables switched into partitions, and the one publish;
 //! - [`stream`]: one connection's transaction of COPYs, committed only when the caller says so;
 //! - [`oracle`]: asking the server to convert a value sluice cannot parse itself;
 //! - [`watchdog`]: spotting two streams of one load waiting on each other;
@@ -21,6 +22,7 @@ pub mod connect;
 pub mod conninfo;
 pub mod destination;
 pub mod oracle;
+pub mod stage;
 pub mod stream;
 pub mod types;
 pub mod watchdog;

@@ -6,7 +6,7 @@
 //! aborts its COPY (tokio-postgres sends CopyFail), and a stream dropped without
 //! [`Stream::commit`] rolls back when its connection closes: the safe outcome is the default.
 
-use crate::catalog::{quote_ident, Table};
+use crate::catalog::quote_ident;
 use crate::conninfo::ConnInfo;
 use crate::types::column::Column;
 use bytes::Bytes;
@@ -27,6 +27,8 @@ pub struct ServerError {
     pub column: Option<String>,
     /// The error's whole context (`CONTEXT:` lines), for the index and tuple it names.
     pub context: Option<String>,
+    /// The constraint the error names.
+    pub constraint: Option<String>,
 }
 
 impl std::fmt::Display for ServerError {
@@ -55,6 +57,7 @@ impl ServerError {
                     record,
                     column,
                     context: db.where_().map(str::to_string),
+                    constraint: db.constraint().map(str::to_string),
                 }
             }
             None => ServerError {
@@ -65,6 +68,7 @@ impl ServerError {
                 record: None,
                 column: None,
                 context: None,
+                constraint: None,
             },
         }
     }
@@ -245,18 +249,20 @@ impl Stream {
         &self.client
     }
 
-    /// Starts `COPY table (columns) FROM STDIN` in binary or text format.
+    /// Starts `COPY relation (columns) FROM STDIN` in binary or text format; with `freeze`,
+    /// rows are written frozen (the relation must be new in this transaction).
     pub async fn copy_in(
         &self,
-        table: &Table,
+        relation: &str,
         columns: &[Column],
         binary: bool,
+        freeze: bool,
     ) -> Result<CopyWriter, ServerError> {
         let cols: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
         let format = if binary { "binary" } else { "text" };
+        let freeze = if freeze { ", FREEZE" } else { "" };
         let sql = format!(
-            "COPY {} ({}) FROM STDIN (FORMAT {format})",
-            table.qualified(),
+            "COPY {relation} ({}) FROM STDIN (FORMAT {format}{freeze})",
             cols.join(", ")
         );
         let sink = self
@@ -349,6 +355,7 @@ mod tests {
             record: None,
             column: None,
             context: context.map(str::to_string),
+            constraint: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The end-of-load summary: a table on stdout and the same figures as JSON.
 
 use crate::load::plan::Plan;
+use crate::load::stage::{Fallback, StepTimes};
 use crate::load::RunOutcome;
 use serde::Serialize;
 
@@ -16,14 +17,22 @@ pub struct TableReport {
     /// is converted by the server).
     pub copy_format: &'static str,
     pub server_converted_columns: Vec<String>,
+    /// How its inputs reached it: `direct`, `stage`, or `stage+direct`.
+    pub strategy: &'static str,
 }
 
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub target: String,
     pub dry_run: bool,
-    /// How the rows reached their tables (`direct`).
+    /// How the rows reached their tables: `direct`, `stage`, or `stage+direct`.
     pub strategy: &'static str,
+    /// Inputs that could not be staged and went through `direct`, and why.
+    pub fallbacks: Vec<Fallback>,
+    /// The stage strategy's steps (summed over staging tables) and its publish.
+    pub steps: Option<StepTimes>,
+    /// Bytes of write-ahead log the server wrote during the load (all sessions).
+    pub wal_bytes: Option<u64>,
     pub jobs: usize,
     pub copy_buffer_bytes: usize,
     pub chunks: usize,
@@ -42,11 +51,23 @@ fn mbps(bytes: u64, secs: f64) -> f64 {
     }
 }
 
+/// What the run's caller knows beyond the plan and the outcome.
+pub struct Facts {
+    /// The target, without a password.
+    pub target: String,
+    /// How the destination loads each table (`binary`, `text`).
+    pub formats: Vec<&'static str>,
+    /// Whether each input went through a staging table.
+    pub staged: Vec<bool>,
+    pub fallbacks: Vec<Fallback>,
+    pub steps: Option<StepTimes>,
+    pub wal_bytes: Option<u64>,
+}
+
 pub fn build(
     plan: &Plan,
     outcome: &RunOutcome,
-    target: String,
-    formats: Vec<&'static str>,
+    facts: Facts,
     dry_run: bool,
     jobs: usize,
     copy_buffer: usize,
@@ -71,7 +92,18 @@ pub fn build(
                 bytes,
                 seconds,
                 mb_per_s: mbps(bytes, seconds),
-                copy_format: formats.get(i).copied().unwrap_or(""),
+                copy_format: facts.formats.get(i).copied().unwrap_or(""),
+                strategy: {
+                    let mine: Vec<bool> = (0..plan.inputs.len())
+                        .filter(|&k| plan.inputs[k].table == i)
+                        .map(|k| facts.staged.get(k).copied().unwrap_or(false))
+                        .collect();
+                    match (mine.iter().any(|&s| s), mine.iter().all(|&s| s)) {
+                        (true, true) => "stage",
+                        (true, false) => "stage+direct",
+                        _ => "direct",
+                    }
+                },
                 server_converted_columns: tp
                     .server_converted()
                     .iter()
@@ -91,11 +123,15 @@ pub fn build(
         mb_per_s: mbps(bytes, elapsed),
         copy_format: "",
         server_converted_columns: Vec::new(),
+        strategy: outcome.strategy,
     };
     Report {
-        target,
+        target: facts.target,
         dry_run,
         strategy: outcome.strategy,
+        fallbacks: facts.fallbacks,
+        steps: facts.steps,
+        wal_bytes: facts.wal_bytes,
         jobs,
         copy_buffer_bytes: copy_buffer,
         chunks: plan.chunks.len(),
@@ -164,6 +200,53 @@ pub fn render(report: &Report) -> String {
         out.push_str(&format!(
             "note: {} values in spellings sluice does not parse were converted by the server\n",
             crate::progress::thousands(report.server_conversions)
+        ));
+    }
+    if report.strategy != "direct" {
+        let staged: Vec<&str> = report
+            .tables
+            .iter()
+            .filter(|t| t.strategy != "direct")
+            .map(|t| t.table.as_str())
+            .collect();
+        out.push_str(&format!(
+            "strategy: {} (staged: {})\n",
+            report.strategy,
+            staged.join(", ")
+        ));
+    }
+    if let Some(s) = &report.steps {
+        if s.staging_tables > 0 {
+            out.push_str(&format!(
+                "stage: {} staging tables; load {:.2} s, index build {:.2} s, analyze {:.2} s \
+                 (summed over streams); publish {:.2} s in {} attempt(s), then analyze of the \
+                 parents {:.2} s\n",
+                s.staging_tables,
+                s.load_seconds,
+                s.index_seconds,
+                s.analyze_seconds,
+                s.publish_seconds,
+                s.publish_attempts,
+                s.parent_analyze_seconds
+            ));
+        }
+        for p in &s.appended {
+            out.push_str(&format!(
+                "note: {p} had rows by the publish, so its staged rows were appended, not \
+                 switched in\n"
+            ));
+        }
+    }
+    for f in &report.fallbacks {
+        out.push_str(&format!(
+            "direct: {} (table {}): {}\n",
+            f.file, f.table, f.reason
+        ));
+    }
+    if let Some(w) = report.wal_bytes {
+        out.push_str(&format!(
+            "WAL written during the load: {}\n",
+            crate::progress::human_bytes(w)
         ));
     }
     if report.dry_run {

@@ -27,7 +27,15 @@ pub const TABLES: [&str; 8] = [
 /// `CREATE TABLE` statements with the specification's column types, without indexes. Keys
 /// of orders and lineitem are bigint so that scale factors past 300 fit.
 pub fn ddl() -> String {
-    let tables = [
+    let mut out = String::from("-- TPC-H tables with the specification's types, no indexes.\n");
+    for (name, cols) in COLUMNS {
+        out.push_str(&format!("CREATE TABLE {name} (\n  {cols}\n);\n"));
+    }
+    out
+}
+
+/// Each table's column definitions.
+const COLUMNS: [(&str, &str); 8] = [
         (
             "nation",
             "n_nationkey integer NOT NULL,\n  n_name char(25) NOT NULL,\n  n_regionkey integer NOT NULL,\n  n_comment varchar(152) NOT NULL",
@@ -60,12 +68,107 @@ pub fn ddl() -> String {
             "lineitem",
             "l_orderkey bigint NOT NULL,\n  l_partkey integer NOT NULL,\n  l_suppkey integer NOT NULL,\n  l_linenumber integer NOT NULL,\n  l_quantity numeric(15,2) NOT NULL,\n  l_extendedprice numeric(15,2) NOT NULL,\n  l_discount numeric(15,2) NOT NULL,\n  l_tax numeric(15,2) NOT NULL,\n  l_returnflag char(1) NOT NULL,\n  l_linestatus char(1) NOT NULL,\n  l_shipdate date NOT NULL,\n  l_commitdate date NOT NULL,\n  l_receiptdate date NOT NULL,\n  l_shipinstruct char(25) NOT NULL,\n  l_shipmode char(10) NOT NULL,\n  l_comment varchar(44) NOT NULL",
         ),
-    ];
-    let mut out = String::from("-- TPC-H tables with the specification's types, no indexes.\n");
-    for (name, cols) in tables {
-        out.push_str(&format!("CREATE TABLE {name} (\n  {cols}\n);\n"));
+];
+
+/// Each table's primary key, and for the six big ones the column their parts (and the
+/// partitioned layout's partitions) are cut along.
+pub const KEYS: [(&str, &str, Option<&str>); 8] = [
+    ("lineitem", "l_orderkey, l_linenumber", Some("l_orderkey")),
+    ("orders", "o_orderkey", Some("o_orderkey")),
+    ("partsupp", "ps_partkey, ps_suppkey", Some("ps_partkey")),
+    ("part", "p_partkey", Some("p_partkey")),
+    ("customer", "c_custkey", Some("c_custkey")),
+    ("supplier", "s_suppkey", Some("s_suppkey")),
+    ("nation", "n_nationkey", None),
+    ("region", "r_regionkey", None),
+];
+
+/// The partition key of the first row of part `part` (1-based) of `parts` of a big table, as
+/// the generator writes it: where that part's partition starts.
+pub fn first_key(table: &str, scale: f64, part: i32, parts: i32) -> Option<i64> {
+    match table {
+        "part" => PartGenerator::new(scale, part, parts)
+            .iter()
+            .next()
+            .map(|r| r.p_partkey),
+        "supplier" => SupplierGenerator::new(scale, part, parts)
+            .iter()
+            .next()
+            .map(|r| r.s_suppkey),
+        "partsupp" => PartSuppGenerator::new(scale, part, parts)
+            .iter()
+            .next()
+            .map(|r| r.ps_partkey),
+        "customer" => CustomerGenerator::new(scale, part, parts)
+            .iter()
+            .next()
+            .map(|r| r.c_custkey),
+        "orders" => OrderGenerator::new(scale, part, parts)
+            .iter()
+            .next()
+            .map(|r| r.o_orderkey),
+        "lineitem" => LineItemGenerator::new(scale, part, parts)
+            .iter()
+            .next()
+            .map(|r| r.l_orderkey),
+        _ => None,
+    }
+}
+
+/// The DDL of the partitioned layout: the six big tables partitioned by ranges of their
+/// key, one partition per part of `sluice gen tpch --scale scale --parts parts` (partition k
+/// runs from part k's first key to part k+1's; the first and last are open-ended), created
+/// empty as `<table>_p<k>`; nation and region plain. With `keys`, primary keys on every table
+/// (on the parents, so that every partition has them).
+pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool) -> String {
+    let mut out = format!(
+        "-- TPC-H tables, the six big ones partitioned by key range into {parts} partitions \
+         aligned with `sluice gen tpch --scale {scale} --parts {parts}`.\n"
+    );
+    for (name, cols) in COLUMNS {
+        let Some((_, pk, part_key)) = KEYS.iter().find(|(t, _, _)| *t == name) else {
+            continue;
+        };
+        let key_clause = if keys {
+            format!(",\n  PRIMARY KEY ({pk})")
+        } else {
+            String::new()
+        };
+        match part_key {
+            None => out.push_str(&format!(
+                "CREATE TABLE {name} (\n  {cols}{key_clause}\n);\n"
+            )),
+            Some(k) => {
+                out.push_str(&format!(
+                    "CREATE TABLE {name} (\n  {cols}{key_clause}\n) PARTITION BY RANGE ({k});\n"
+                ));
+                let starts: Vec<Option<i64>> = (1..=parts as i32)
+                    .map(|p| first_key(name, scale, p, parts as i32))
+                    .collect();
+                for p in 1..=parts as usize {
+                    let lower = match p {
+                        1 => "MINVALUE".to_string(),
+                        _ => starts[p - 1].map_or("MINVALUE".into(), |v| v.to_string()),
+                    };
+                    let upper = match starts.get(p).copied().flatten() {
+                        Some(v) if p < parts as usize => v.to_string(),
+                        _ => "MAXVALUE".to_string(),
+                    };
+                    out.push_str(&format!(
+                        "CREATE TABLE {name}_p{p} PARTITION OF {name} FOR VALUES FROM ({lower}) TO ({upper});\n"
+                    ));
+                }
+            }
+        }
     }
     out
+}
+
+/// The plain layout's primary keys, as `ALTER TABLE` statements (for `--keys`).
+pub fn primary_keys() -> String {
+    KEYS.iter()
+        .map(|(t, pk, _)| format!("ALTER TABLE {t} ADD PRIMARY KEY ({pk});\n"))
+        .collect()
 }
 
 /// TPC-H Q1, the pricing summary report: proof that the data is queryable.

@@ -4,19 +4,9 @@
 
 mod common;
 
-use common::{db, pg, sluice_cmd, stderr};
+use common::{db, pg, sluice_cmd, stderr, strip_trailing_bars};
 use std::io::Write;
 use std::path::Path;
-
-fn strip_trailing_bars(src: &Path, dst: &Path) {
-    let text = std::fs::read_to_string(src).unwrap();
-    let mut out = String::with_capacity(text.len());
-    for l in text.lines() {
-        out.push_str(l.strip_suffix('|').unwrap_or(l));
-        out.push('\n');
-    }
-    std::fs::write(dst, out).unwrap();
-}
 
 #[test]
 fn tpch_sf01_matches_psql_row_for_row() {

@@ -622,11 +622,15 @@ mod tests {
             mb_per_s: 0.0,
             copy_format: "binary",
             server_converted_columns: Vec::new(),
+            strategy: "direct",
         };
         let mut report = Report {
             target: String::new(),
             dry_run: false,
             strategy: "direct",
+            fallbacks: Vec::new(),
+            steps: None,
+            wal_bytes: None,
             jobs: 2,
             copy_buffer_bytes: 0,
             chunks: 2,

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
 pub enum DdlCommand {
-    /// The eight TPC-H tables with the specification's types, without indexes.
+    /// The eight TPC-H tables with the specification's types; plain or partitioned, with or
+    /// without primary keys.
     Tpch(DdlTpchArgs),
 }
 
@@ -19,6 +20,17 @@ pub struct DdlTpchArgs {
     /// Drop existing TPC-H tables first (with --create).
     #[arg(long, requires = "create")]
     pub replace: bool,
+    /// Partition the six big tables by key range into N partitions, one per part of
+    /// `sluice gen tpch --scale S --parts N` (the record's layout; `sluice load` then stages
+    /// each part and switches it in). nation and region stay plain.
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
+    /// The scale factor the partitions are aligned with (with --partitions).
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    pub scale: f64,
+    /// Add the primary keys (on the parents, so every partition has them).
+    #[arg(long)]
+    pub keys: bool,
     /// Where to create them (default: as for `sluice load`).
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
@@ -30,17 +42,54 @@ pub struct DdlTpchArgs {
 
 pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
     let DdlCommand::Tpch(args) = cmd;
+    if args.partitions == Some(0) {
+        return Err(Failure::Usage("--partitions must be at least 1".into()));
+    }
+    if args.scale.is_nan() || args.scale <= 0.0 {
+        return Err(Failure::Usage("--scale must be positive".into()));
+    }
+    let sql = layout(args.partitions, args.scale, args.keys);
     if !args.create {
-        print!("{}", crate::tpch::ddl());
+        print!("{sql}");
         return Ok(());
     }
-    create(args.target.as_deref(), args.pg_dir.clone(), args.replace)?;
-    eprintln!("sluice: created the TPC-H tables");
+    create_sql(
+        args.target.as_deref(),
+        args.pg_dir.clone(),
+        args.replace,
+        &sql,
+    )?;
+    eprintln!(
+        "sluice: created the TPC-H tables{}{}",
+        args.partitions.map_or(String::new(), |n| format!(
+            ", the big six in {n} partitions each"
+        )),
+        if args.keys { ", with primary keys" } else { "" }
+    );
     Ok(())
 }
 
-/// Creates the TPC-H tables, dropping them first when `replace`.
+/// The DDL of a layout: plain or partitioned, with or without primary keys.
+pub fn layout(partitions: Option<u32>, scale: f64, keys: bool) -> String {
+    match partitions {
+        Some(n) => crate::tpch::partitioned_ddl(scale, n, keys),
+        None if keys => crate::tpch::ddl() + &crate::tpch::primary_keys(),
+        None => crate::tpch::ddl(),
+    }
+}
+
+/// Creates the plain TPC-H tables, dropping them first when `replace`.
 pub fn create(target: Option<&str>, pg_dir: Option<PathBuf>, replace: bool) -> anyhow::Result<()> {
+    create_sql(target, pg_dir, replace, &crate::tpch::ddl())
+}
+
+/// Runs `ddl` in one transaction, dropping the TPC-H tables first when `replace`.
+pub fn create_sql(
+    target: Option<&str>,
+    pg_dir: Option<PathBuf>,
+    replace: bool,
+    ddl: &str,
+) -> anyhow::Result<()> {
     let t = target::resolve(target, pg_dir, true)?;
     let db = sluice_postgres::admin::Admin::connect(&t.info)?;
     let mut sql = String::from("BEGIN;\n");
@@ -50,7 +99,7 @@ pub fn create(target: Option<&str>, pg_dir: Option<PathBuf>, replace: bool) -> a
             crate::tpch::TABLES.join(", ")
         ));
     }
-    sql.push_str(&crate::tpch::ddl());
+    sql.push_str(ddl);
     sql.push_str("COMMIT;\n");
     db.execute(&sql)?;
     Ok(())

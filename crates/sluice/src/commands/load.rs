@@ -3,11 +3,12 @@
 use crate::failure::Failure;
 use crate::load::chunk::Counters;
 use crate::load::plan::{self, table_from_file_name};
-use crate::load::strategy::Direct;
+use crate::load::stage::{Mode, Stage};
+use crate::load::strategy::{Direct, Strategy};
 use crate::load::{execute, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
-use sluice_core::destination::{Destination, ErrorKind, LoadTable, TableInfo};
+use sluice_core::destination::{ErrorKind, LoadTable, Staging, TableInfo};
 use sluice_core::dialect::Format;
 use sluice_postgres::destination::{OpenError, PgDestination};
 use std::path::PathBuf;
@@ -83,6 +84,20 @@ pub struct LoadArgs {
     #[arg(long, value_name = "A,B,C")]
     pub columns: Option<String>,
 
+    /// How rows reach their tables. `direct`: straight into the tables, every stream's
+    /// transaction committed at the end. `stage`: each partition's files into a staging table
+    /// of their own (FREEZE, then indexes and ANALYZE by the same stream), all switched in by
+    /// one publish transaction; inputs that cannot be staged go direct and the summary says
+    /// why. `auto`: stage where it applies (a table partitioned by ranges of an integer
+    /// column, into empty partitions), direct elsewhere.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        value_name = "auto|direct|stage"
+    )]
+    pub strategy: StrategyArg,
+
     /// Parallel connections. Default: this machine's cores, at least 2 and at most 8, never
     /// more than the chunks to load or the server's free connection slots.
     #[arg(long, short = 'j', value_name = "N")]
@@ -116,6 +131,14 @@ pub struct LoadArgs {
     pub pg_dir: Option<PathBuf>,
 }
 
+/// `--strategy`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyArg {
+    Auto,
+    Direct,
+    Stage,
+}
+
 impl LoadArgs {
     /// A load of nothing with every option at its default, to be filled in.
     pub fn defaults() -> LoadArgs {
@@ -131,6 +154,7 @@ impl LoadArgs {
             match_header: false,
             null: None,
             columns: None,
+            strategy: StrategyArg::Auto,
             jobs: None,
             copy_buffer: 256 << 10,
             chunk_size: None,
@@ -296,7 +320,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
 
 /// The load once a destination is open: describe, plan, run, report. Nothing here knows
 /// which database it is.
-fn load_into<D: Destination>(
+fn load_into<D: Staging>(
     args: &LoadArgs,
     dest: &mut D,
     file_tables: &[String],
@@ -363,6 +387,12 @@ fn load_into<D: Destination>(
         ErrorKind::Usage => Failure::Usage(e.to_string()),
         _ => Failure::Server(e.to_string()),
     })?;
+    // Routing reads each partitioned input's first row, and may say what earlier loads left.
+    let stage = match (args.strategy, args.dry_run) {
+        (StrategyArg::Direct, _) | (_, true) => None,
+        (StrategyArg::Auto, false) => Some(Stage::plan(&plan, &*dest, Mode::Auto)?),
+        (StrategyArg::Stage, false) => Some(Stage::plan(&plan, &*dest, Mode::Required)?),
+    };
     let display = progress::start(
         progress::Mode::choose(args.quiet),
         names,
@@ -371,7 +401,12 @@ fn load_into<D: Destination>(
         counters.clone(),
         if args.dry_run { "checking" } else { "loading" },
     );
-    let outcome = execute(&plan, &opts, &*dest, &Direct, &counters);
+    let wal_start = (!args.dry_run).then(|| dest.log_position()).flatten();
+    let strategy: &dyn Strategy<D> = match &stage {
+        Some(s) => s,
+        None => &Direct,
+    };
+    let outcome = execute(&plan, &opts, &*dest, strategy, &counters);
     drop(display);
     let outcome = outcome.map_err(|e| match e {
         // Say which table a file went to when the file's name chose it.
@@ -385,11 +420,21 @@ fn load_into<D: Destination>(
     let formats = (0..plan.tables.len())
         .map(|t| dest.load_format(t))
         .collect();
+    let wal_bytes = wal_start.and_then(|a| Some(dest.log_position()?.saturating_sub(a)));
+    let facts = report::Facts {
+        target: dest.target(),
+        formats,
+        staged: (0..plan.inputs.len())
+            .map(|i| stage.as_ref().is_some_and(|s| s.staged(i)))
+            .collect(),
+        fallbacks: stage.as_ref().map(Stage::fallbacks).unwrap_or_default(),
+        steps: stage.as_ref().map(Stage::times),
+        wal_bytes,
+    };
     Ok(report::build(
         &plan,
         &outcome,
-        dest.target(),
-        formats,
+        facts,
         args.dry_run,
         jobs,
         args.copy_buffer,

@@ -22,6 +22,7 @@ pub mod chunk;
 pub mod conflict;
 pub mod plan;
 pub mod source;
+pub mod stage;
 pub mod strategy;
 
 use crate::failure::Failure;
@@ -37,7 +38,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use strategy::Strategy;
+use strategy::{Strategy, Unit};
 
 /// How to run a plan.
 #[derive(Clone, Debug)]
@@ -375,19 +376,25 @@ impl<D: Destination> RunContext<'_, D> {
     }
 }
 
+/// Why a chunk failed: the destination refused it (mapped to rows by the caller, or redone
+/// by the strategy), or anything else.
+enum ChunkError {
+    Destination(DestinationError),
+    Failed(Failure),
+}
+
 /// Runs one chunk on a stream (or on none, for a dry run).
 fn run_chunk<D: Destination>(
     ctx: &RunContext<'_, D>,
-    n: usize,
     chunk: &Chunk,
     mut stream: Option<&mut D::Stream<'_>>,
     encoder: &mut D::Encoder<'_>,
     counters: &Counters,
-) -> Result<ChunkOutcome, Failure> {
+) -> Result<ChunkOutcome, ChunkError> {
     let (plan, opts, abort) = (ctx.plan, ctx.opts, ctx.abort);
     let t = plan.inputs[chunk.input].table;
     if let Some(s) = stream.as_deref_mut() {
-        s.begin_copy(t).map_err(|e| ctx.copy_error(n, chunk, e))?;
+        s.begin_copy(t).map_err(ChunkError::Destination)?;
     }
     let job = ChunkJob {
         plan,
@@ -410,23 +417,30 @@ fn run_chunk<D: Destination>(
     });
     let outcome = match (result, send_failed) {
         (Ok(o), None) => o,
-        (_, Some(e)) => return Err(ctx.copy_error(n, chunk, e)),
+        (_, Some(e)) => return Err(ChunkError::Destination(e)),
         (Err(Failure::Input(mut e)), None) => {
             absolute_line(plan, chunk, &mut e);
-            return Err(Failure::Input(e));
+            return Err(ChunkError::Failed(Failure::Input(e)));
         }
-        (Err(e), None) => return Err(e),
+        (Err(e), None) => return Err(ChunkError::Failed(e)),
     };
     if let Some(s) = stream {
-        let rows = s.finish_copy().map_err(|e| ctx.copy_error(n, chunk, e))?;
+        let rows = s.finish_copy().map_err(ChunkError::Destination)?;
         if rows != outcome.records {
-            return Err(Failure::Server(format!(
+            return Err(ChunkError::Failed(Failure::Server(format!(
                 "the server stored {rows} rows from {} where sluice sent {}",
                 plan.inputs[chunk.input].display, outcome.records
-            )));
+            ))));
         }
     }
     Ok(outcome)
+}
+
+/// One stream's connections: its long transaction (direct units) and, opened when a staged
+/// unit first comes, the one whose transactions each fill one staging table.
+struct StreamPair<S> {
+    direct: Option<S>,
+    staged: Option<S>,
 }
 
 /// Runs a plan on `jobs` streams of `dest` with `strategy`, and publishes all of it, or
@@ -442,13 +456,7 @@ pub fn execute<D: Destination>(
     if !opts.dry_run {
         strategy.prepare(plan, dest)?;
     }
-    let queue: Mutex<VecDeque<&Chunk>> = Mutex::new(
-        strategy
-            .route(plan)
-            .into_iter()
-            .map(|i| &plan.chunks[i])
-            .collect(),
-    );
+    let queue: Mutex<VecDeque<Unit>> = Mutex::new(strategy.route(plan).into());
     let abort = AtomicBool::new(false);
     let first_error: Mutex<Option<Failure>> = Mutex::new(None);
     let jobs = opts.jobs.max(1);
@@ -462,11 +470,12 @@ pub fn execute<D: Destination>(
     let conversions = std::sync::atomic::AtomicU64::new(0);
     // One stream cannot wait on itself; two or more are watched.
     let watched = !opts.dry_run && jobs >= 2;
+    // Stream `n`'s staged units run on a second connection, watched as `jobs + n`.
     if watched {
-        dest.watch(jobs)
+        dest.watch(2 * jobs)
             .map_err(|e| Failure::Connect(e.to_string()))?;
     }
-    let taken: Mutex<Vec<Vec<usize>>> = Mutex::new(vec![Vec::new(); jobs]);
+    let taken: Mutex<Vec<Vec<usize>>> = Mutex::new(vec![Vec::new(); 2 * jobs]);
     let ctx = RunContext {
         plan,
         opts,
@@ -487,63 +496,127 @@ pub fn execute<D: Destination>(
                             ..Default::default()
                         };
                         let t0 = Instant::now();
-                        let mut stream = if opts.dry_run {
-                            None
-                        } else {
-                            match dest.open_stream(n) {
-                                Ok(s) => Some(s),
-                                Err(e) => {
-                                    fail(match e.kind {
-                                        ErrorKind::Connection => Failure::Connect(e.to_string()),
-                                        _ => server_failure(&e, n),
-                                    });
-                                    return (None, stats);
-                                }
-                            }
+                        let mut streams: StreamPair<D::Stream<'_>> = StreamPair {
+                            direct: None,
+                            staged: None,
                         };
                         let mut encoders: Vec<Option<D::Encoder<'_>>> =
                             (0..plan.tables.len()).map(|_| None).collect();
                         let mut failed = false;
-                        loop {
+                        'units: loop {
                             if abort.load(Ordering::Relaxed) {
                                 break;
                             }
                             let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-                            let Some(chunk) = next else { break };
-                            ctx.taken.lock().unwrap_or_else(|p| p.into_inner())[n].push(chunk.id);
-                            let t = plan.inputs[chunk.input].table;
-                            let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
-                            let chunk_start = Instant::now();
-                            match run_chunk(ctx, n, chunk, stream.as_mut(), encoder, &counters[t]) {
-                                Ok(o) => {
-                                    stats.chunks.push(ChunkStat {
-                                        chunk: chunk.id,
-                                        key: chunk.key(&plan.inputs),
-                                        table: plan.tables[t].table.name.clone(),
-                                        table_index: t,
-                                        rows: o.records,
-                                        bytes: o.bytes,
-                                        start: (chunk_start - started).as_secs_f64(),
-                                        end: started.elapsed().as_secs_f64(),
-                                    });
-                                    stats.rows += o.records;
-                                    stats.bytes += o.bytes;
-                                    counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
-                                    if let Some(s) = stream.as_mut() {
-                                        if let Err(e) = strategy.after_chunk(s, chunk) {
-                                            fail(e);
-                                            failed = true;
-                                            break;
-                                        }
+                            let Some(unit) = next else { break };
+                            // Staged units run on a second connection, watched as stream
+                            // `jobs + n`, since each commits on its own.
+                            let (slot, id) = match unit.staged {
+                                Some(_) => (&mut streams.staged, jobs + n),
+                                None => (&mut streams.direct, n),
+                            };
+                            if slot.is_none() && !opts.dry_run {
+                                match dest.open_stream(id) {
+                                    Ok(s) => *slot = Some(s),
+                                    Err(e) => {
+                                        fail(match e.kind {
+                                            ErrorKind::Connection => {
+                                                Failure::Connect(e.to_string())
+                                            }
+                                            _ => server_failure(&e, n),
+                                        });
+                                        failed = true;
+                                        break;
                                     }
                                 }
-                                Err(e) => {
-                                    fail(e);
+                            }
+                            if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
+                                if let Err(e) = strategy.begin_unit(dest, s, &unit) {
+                                    fail(server_failure(&e, n));
+                                    failed = true;
+                                    break;
+                                }
+                            }
+                            let mark = stats.chunks.len();
+                            for &c in &unit.chunks {
+                                if abort.load(Ordering::Relaxed) {
+                                    break 'units;
+                                }
+                                let chunk = &plan.chunks[c];
+                                ctx.taken.lock().unwrap_or_else(|p| p.into_inner())[id]
+                                    .push(chunk.id);
+                                let t = plan.inputs[chunk.input].table;
+                                let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
+                                let chunk_start = Instant::now();
+                                let stream = slot.as_mut();
+                                match run_chunk(ctx, chunk, stream, encoder, &counters[t]) {
+                                    Ok(o) => {
+                                        stats.chunks.push(ChunkStat {
+                                            chunk: chunk.id,
+                                            key: chunk.key(&plan.inputs),
+                                            table: plan.tables[t].table.name.clone(),
+                                            table_index: t,
+                                            rows: o.records,
+                                            bytes: o.bytes,
+                                            start: (chunk_start - started).as_secs_f64(),
+                                            end: started.elapsed().as_secs_f64(),
+                                        });
+                                        counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
+                                        if let Some(s) = slot.as_mut() {
+                                            if let Err(e) = strategy.after_chunk(s, chunk) {
+                                                fail(e);
+                                                failed = true;
+                                                break 'units;
+                                            }
+                                        }
+                                    }
+                                    Err(ChunkError::Destination(e)) => {
+                                        // A staged unit the strategy can redo another way
+                                        // (a file whose rows span partitions) goes back on
+                                        // the queue; its chunks' rows were rolled back.
+                                        let redo = match slot.as_mut() {
+                                            Some(s) if unit.staged.is_some() => {
+                                                strategy.redo(dest, s, &unit, chunk, &e)
+                                            }
+                                            _ => None,
+                                        };
+                                        if let Some(units) = redo {
+                                            for done in stats.chunks.drain(mark..) {
+                                                counters[done.table_index]
+                                                    .chunks_done
+                                                    .fetch_sub(1, Ordering::Relaxed);
+                                            }
+                                            let mut q =
+                                                queue.lock().unwrap_or_else(|p| p.into_inner());
+                                            for u in units.into_iter().rev() {
+                                                q.push_front(u);
+                                            }
+                                            continue 'units;
+                                        }
+                                        fail(ctx.copy_error(id, chunk, e));
+                                        failed = true;
+                                        break 'units;
+                                    }
+                                    Err(ChunkError::Failed(e)) => {
+                                        fail(e);
+                                        failed = true;
+                                        break 'units;
+                                    }
+                                }
+                            }
+                            if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
+                                if let Err(e) = strategy.end_unit(dest, s, &unit) {
+                                    fail(server_failure(&e, n));
                                     failed = true;
                                     break;
                                 }
                             }
                         }
+                        for c in &stats.chunks {
+                            stats.rows += c.rows;
+                            stats.bytes += c.bytes;
+                        }
+                        let mut stream = streams.direct;
                         // The strategy's build step (deferred checks, for direct) runs here,
                         // before the barrier, where a wait on a sibling is still watched and
                         // everything can roll back.
@@ -577,12 +650,13 @@ pub fn execute<D: Destination>(
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         // Dropping the streams closes their connections: every transaction rolls back.
         drop(results);
+        strategy.abandon(dest);
         return Err(e);
     }
     let (streams, stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
         results.into_iter().unzip();
     // Every stream finished cleanly: the strategy makes the load visible.
-    strategy.publish(streams.into_iter().flatten().collect())?;
+    strategy.publish(dest, streams.into_iter().flatten().collect())?;
     Ok(RunOutcome {
         streams: stats,
         elapsed: started.elapsed(),

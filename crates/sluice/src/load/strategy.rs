@@ -4,20 +4,31 @@
 //! convert and send them); a [`Strategy`] decides the rest, at five points:
 //!
 //! 1. `prepare`: before any stream opens (create staging tables, check partitions);
-//! 2. `route`: the order in which chunks enter the queue (biggest first; a strategy that loads
-//!    one partition per stream would group them);
+//! 2. `route`: the units of work streams take from the queue, in order: one chunk each
+//!    (direct, biggest first), or all of one partition's chunks (stage), which a stream loads in
+//!    a transaction of their own between `begin_unit` and `end_unit`;
 //! 3. `after_chunk`: on the stream, after each chunk's COPY (a ledger row, committed with it);
 //! 4. `build`: on each stream after its last chunk, before the barrier (deferred checks;
 //!    indexes and ANALYZE on a staging table);
 //! 5. `publish`: once every stream has finished cleanly, make the load visible (commit every
 //!    stream; or swap the staging tables in, in one transaction).
 //!
-//! [`Direct`] is today's behaviour: straight into the target tables, committed back to back.
-//! The seed paper's staging-and-switch design goes beside it as a second strategy.
+//! [`Direct`] loads straight into the target tables, committed back to back. The seed paper's
+//! staging-and-switch design is [`super::stage::Stage`].
 
 use super::plan::{Chunk, Plan};
 use crate::failure::Failure;
 use sluice_core::destination::{Destination, DestinationError, DestinationStream};
+
+/// A piece of work one stream takes from the queue: chunks (indexes into `plan.chunks`)
+/// loaded in order, into the stream's long transaction, or, for a staged unit, in a
+/// transaction of their own that the strategy begins and ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    pub chunks: Vec<usize>,
+    /// The strategy's own number for a staged unit; `None` for direct work.
+    pub staged: Option<usize>,
+}
 
 /// A way of loading; see the module doc for when each step runs.
 pub trait Strategy<D: Destination>: Sync {
@@ -29,9 +40,19 @@ pub trait Strategy<D: Destination>: Sync {
         Ok(())
     }
 
-    /// The chunks in the order the streams take them (indexes into `plan.chunks`).
-    fn route(&self, plan: &Plan) -> Vec<usize> {
-        (0..plan.chunks.len()).collect()
+    /// The work, in the order the streams take it.
+    fn route(&self, plan: &Plan) -> Vec<Unit> {
+        direct_units(plan, 0..plan.chunks.len())
+    }
+
+    /// Before a staged unit's first chunk, on its stream.
+    fn begin_unit(
+        &self,
+        _dest: &D,
+        _stream: &mut D::Stream<'_>,
+        _unit: &Unit,
+    ) -> Result<(), DestinationError> {
+        Ok(())
     }
 
     /// After a chunk's COPY, on the stream that ran it.
@@ -39,13 +60,52 @@ pub trait Strategy<D: Destination>: Sync {
         Ok(())
     }
 
-    /// After a stream's last chunk, before the commit barrier.
+    /// After a staged unit's last chunk, on its stream.
+    fn end_unit(
+        &self,
+        _dest: &D,
+        _stream: &mut D::Stream<'_>,
+        _unit: &Unit,
+    ) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
+    /// A staged unit failed on `chunk` with `e`: the units that redo all of its chunks
+    /// another way (its transaction is rolled back first), or `None` when the failure stands.
+    fn redo(
+        &self,
+        _dest: &D,
+        _stream: &mut D::Stream<'_>,
+        _unit: &Unit,
+        _chunk: &Chunk,
+        _e: &DestinationError,
+    ) -> Option<Vec<Unit>> {
+        None
+    }
+
+    /// After a stream's last chunk, before the commit barrier, on its long transaction.
     fn build(&self, stream: &mut D::Stream<'_>) -> Result<(), DestinationError> {
         stream.fire_deferred_checks()
     }
 
-    /// Once every stream has finished cleanly: makes the load visible.
-    fn publish(&self, streams: Vec<D::Stream<'_>>) -> Result<(), Failure>;
+    /// The load failed before its publish (every stream has rolled back): clean up what the
+    /// strategy committed on the side.
+    fn abandon(&self, _dest: &D) {}
+
+    /// Once every stream has finished cleanly: makes the load visible. `streams` are the
+    /// long transactions that did direct work.
+    fn publish(&self, dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure>;
+}
+
+/// One direct unit per chunk, in the given order.
+pub fn direct_units(_plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec<Unit> {
+    chunks
+        .into_iter()
+        .map(|c| Unit {
+            chunks: vec![c],
+            staged: None,
+        })
+        .collect()
 }
 
 /// Straight into the target tables; every stream's transaction committed back to back once
@@ -58,22 +118,27 @@ impl<D: Destination> Strategy<D> for Direct {
         "direct"
     }
 
-    fn publish(&self, streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
-        // A Ctrl-C now waits for the last COMMIT rather than leave the load half committed.
-        let phase = crate::signals::CommitPhase::begin();
-        let total = streams.len();
-        for (committed, s) in streams.into_iter().enumerate() {
-            if let Err(e) = s.commit() {
-                return Err(Failure::Server(format!(
-                    "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
-                     The committed streams' rows are visible; reload into empty tables.",
-                    committed + 1
-                )));
-            }
-        }
-        if phase.deferred().is_some() {
-            eprintln!("sluice: the interrupted load finished its commit: every row is committed");
-        }
-        Ok(())
+    fn publish(&self, _dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
+        commit_all::<D>(streams)
     }
+}
+
+/// Commits the streams back to back; a Ctrl-C meanwhile waits for the last COMMIT rather
+/// than leave the load half committed.
+pub fn commit_all<D: Destination>(streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
+    let phase = crate::signals::CommitPhase::begin();
+    let total = streams.len();
+    for (committed, s) in streams.into_iter().enumerate() {
+        if let Err(e) = s.commit() {
+            return Err(Failure::Server(format!(
+                "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
+                 The committed streams' rows are visible; reload into empty tables.",
+                committed + 1
+            )));
+        }
+    }
+    if phase.deferred().is_some() {
+        eprintln!("sluice: the interrupted load finished its commit: every row is committed");
+    }
+    Ok(())
 }

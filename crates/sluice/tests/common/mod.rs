@@ -260,3 +260,15 @@ pub fn run_bounded(mut cmd: Command, secs: u64) -> Output {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A `.tbl` file without its trailing `|`s, which psql's `\copy` (delimiter `|`) would read
+/// as an extra column.
+pub fn strip_trailing_bars(src: &Path, dst: &Path) {
+    let text = std::fs::read_to_string(src).unwrap();
+    let mut out = String::with_capacity(text.len());
+    for l in text.lines() {
+        out.push_str(l.strip_suffix('|').unwrap_or(l));
+        out.push('\n');
+    }
+    std::fs::write(dst, out).unwrap();
+}

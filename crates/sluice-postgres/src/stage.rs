@@ -1,0 +1,626 @@
+//! Staging tables switched into partitions: the seed paper's design, in PostgreSQL's terms.
+//!
+//! Each staging table is created by one stream in its own transaction, in sluice's schema
+//! [`SCHEMA`], as `LIKE` the parent without indexes, with the partition's own constraint
+//! (`pg_get_partition_constraintdef`) as a CHECK named [`BOUND_CHECK`]. Created in the
+//! transaction, it takes `COPY ... FREEZE` (rows never need revisiting) and, with
+//! `wal_level = minimal`, writes no WAL. The same stream then builds the parent's indexes on
+//! it (a primary key or unique constraint as a constraint, so that ATTACH adopts it rather than
+//! building another), runs ANALYZE and commits: the table waits, invisible to the parent's
+//! users, for the publish.
+//!
+//! The publish is one transaction on the load's first connection: for each staging table,
+//! DETACH the empty partition, check that it is still empty under the lock, DROP it, move the
+//! staging table into the partition's schema under its name, ATTACH it with the same bounds
+//! (the CHECK proves the bound, so ATTACH does not scan) and drop the CHECK. Every lock wait
+//! is bounded by `lock_timeout`; a publish that times out is retried a few times with backoff.
+//!
+//! A load holds a session advisory lock on its id for its whole life; a staging table whose
+//! load no longer holds that lock was left by a load that died before its publish, and the
+//! next load drops it.
+
+use crate::catalog::quote_ident;
+use sluice_core::destination::{Partitioning, PublishTimes, RangePartition};
+use std::time::{Duration, Instant};
+use tokio_postgres::Client;
+
+/// sluice's own schema for staging tables.
+pub const SCHEMA: &str = "sluice_stage";
+/// The name of the CHECK that carries a partition's bound on its staging table.
+pub const BOUND_CHECK: &str = "sluice_partition_bound";
+/// The first key of the advisory locks that mark a running load ("sluc").
+const LOCK_CLASS: i32 = 0x736c_7563;
+/// How long the publish waits for a lock before it gives way and tries again.
+const PUBLISH_LOCK_TIMEOUT: &str = "10s";
+const PUBLISH_ATTEMPTS: u32 = 5;
+
+/// One partition, with what the staging table and the publish need.
+#[derive(Clone, Debug)]
+pub struct PartitionDetail {
+    pub schema: String,
+    pub name: String,
+    /// `FOR VALUES FROM (...) TO (...)`, as the catalog prints it.
+    pub bound: String,
+    /// The partition constraint, as an expression over the parent's columns.
+    pub constraint: String,
+    pub range: RangePartition,
+}
+
+impl PartitionDetail {
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+/// A table's partitioning with its details.
+#[derive(Clone, Debug)]
+pub struct TablePartitions {
+    pub partitioning: Partitioning,
+    pub details: Vec<PartitionDetail>,
+}
+
+/// A staging table that finished and waits for the publish.
+#[derive(Clone, Debug)]
+pub struct Staged {
+    /// The parent, quoted.
+    pub parent: String,
+    /// The parent's columns, quoted, for appending instead of switching.
+    pub columns: Vec<String>,
+    pub partition: PartitionDetail,
+    /// The staging table's name in [`SCHEMA`].
+    pub staging: String,
+}
+
+/// The staging table name for load `load_id`'s `seq`th staging table.
+pub fn staging_name(load_id: u32, seq: u32) -> String {
+    format!("l{load_id:08x}_{seq}")
+}
+
+/// The load id a staging table name carries.
+fn load_id_of(name: &str) -> Option<u32> {
+    let hex = name.strip_prefix('l')?.split('_').next()?;
+    u32::from_str_radix(hex, 16).ok()
+}
+
+fn staging_qualified(staging: &str) -> String {
+    format!("{}.{}", quote_ident(SCHEMA), quote_ident(staging))
+}
+
+/// Parses one side of a range bound as the catalog prints it: `MINVALUE`, `MAXVALUE`, `5`
+/// or `'5'`. `None` for a value that is not an integer.
+fn bound_value(s: &str) -> Option<Option<i64>> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("minvalue") || s.eq_ignore_ascii_case("maxvalue") {
+        return Some(None);
+    }
+    let s = s.trim_matches('\'');
+    s.parse::<i64>().ok().map(Some)
+}
+
+/// `FOR VALUES FROM (a) TO (b)` to `(a, b)`.
+fn parse_range_bound(bound: &str) -> Option<(Option<i64>, Option<i64>)> {
+    let rest = bound.strip_prefix("FOR VALUES FROM (")?;
+    let (lower, rest) = rest.split_once(") TO (")?;
+    let upper = rest.strip_suffix(')')?;
+    Some((bound_value(lower)?, bound_value(upper)?))
+}
+
+/// Describes how `parent` (quoted) is partitioned, and what would keep a staging table from
+/// standing in for one of its partitions.
+pub async fn describe_partitions(
+    client: &Client,
+    parent: &str,
+) -> Result<TablePartitions, tokio_postgres::Error> {
+    let unroutable = |why: String| TablePartitions {
+        partitioning: Partitioning::Unroutable(why),
+        details: Vec::new(),
+    };
+    let key = client
+        .query_opt(
+            "SELECT p.partstrat::text, p.partnatts::int, \
+                    (SELECT a.attname::text FROM pg_attribute a \
+                     WHERE a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]), \
+                    (SELECT t.typname::text FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+                     WHERE a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]) \
+             FROM pg_partitioned_table p WHERE p.partrelid = $1::text::regclass",
+            &[&parent],
+        )
+        .await?;
+    let Some(key) = key else {
+        return Ok(TablePartitions {
+            partitioning: Partitioning::None,
+            details: Vec::new(),
+        });
+    };
+    let (strategy, natts): (String, i32) = (key.get(0), key.get(1));
+    let column: Option<String> = key.get(2);
+    let typname: Option<String> = key.get(3);
+    match (strategy.as_str(), natts, &column, typname.as_deref()) {
+        ("r", 1, Some(_), Some("int2" | "int4" | "int8")) => {}
+        ("h", ..) => return Ok(unroutable("it is partitioned by hash".into())),
+        ("l", ..) => return Ok(unroutable("it is partitioned by list".into())),
+        (_, 1, None, _) => return Ok(unroutable("its partition key is an expression".into())),
+        (_, 1, _, Some(t)) => {
+            return Ok(unroutable(format!(
+                "its partition key is of type {t}; sluice routes integer keys"
+            )))
+        }
+        _ => return Ok(unroutable("its partition key has several columns".into())),
+    }
+    let column = column.unwrap_or_default();
+    // Rows attached by a switch fire no triggers, and ATTACH validates foreign keys with an
+    // error that names the staging table.
+    let guards = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::text::regclass \
+                     AND NOT tgisinternal AND (tgtype & 1) = 1), \
+                    (SELECT count(*) FROM pg_constraint WHERE conrelid = $1::text::regclass \
+                     AND contype = 'f'), \
+                    (SELECT count(*) FROM pg_attribute WHERE attrelid = $1::text::regclass \
+                     AND attnum > 0 AND NOT attisdropped AND attidentity <> '')",
+            &[&parent],
+        )
+        .await?;
+    let (triggers, fkeys, identity): (i64, i64, i64) =
+        (guards.get(0), guards.get(1), guards.get(2));
+    if triggers > 0 {
+        return Ok(unroutable(
+            "it has row triggers, which do not fire for rows switched in".into(),
+        ));
+    }
+    if fkeys > 0 {
+        return Ok(unroutable("it has foreign keys".into()));
+    }
+    if identity > 0 {
+        return Ok(unroutable("it has an identity column".into()));
+    }
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
+                    pg_get_expr(c.relpartbound, c.oid), \
+                    coalesce(pg_get_partition_constraintdef(c.oid), '') \
+             FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE i.inhparent = $1::text::regclass ORDER BY c.oid",
+            &[&parent],
+        )
+        .await?;
+    let mut details = Vec::new();
+    let mut default = false;
+    for r in rows {
+        let (schema, name, kind, bound): (String, String, String, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        if bound == "DEFAULT" {
+            default = true;
+            continue;
+        }
+        let Some((lower, upper)) = parse_range_bound(&bound) else {
+            return Ok(unroutable(format!(
+                "sluice cannot read the bound `{bound}`"
+            )));
+        };
+        let qualified = format!("{}.{}", quote_ident(&schema), quote_ident(&name));
+        let obstacle = match kind.as_str() {
+            "p" => Some(format!("partition {qualified} is itself partitioned")),
+            "f" => Some(format!("partition {qualified} is a foreign table")),
+            _ => {
+                let has_rows: bool = client
+                    .query_one(
+                        &format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})"),
+                        &[],
+                    )
+                    .await?
+                    .get(0);
+                has_rows.then(|| format!("partition {qualified} is not empty"))
+            }
+        };
+        details.push(PartitionDetail {
+            constraint: r.get(4),
+            range: RangePartition {
+                name: qualified,
+                lower,
+                upper,
+                obstacle,
+            },
+            schema,
+            name,
+            bound,
+        });
+    }
+    Ok(TablePartitions {
+        partitioning: Partitioning::IntegerRange {
+            column,
+            partitions: details.iter().map(|d| d.range.clone()).collect(),
+            default,
+        },
+        details,
+    })
+}
+
+/// Readies the staging schema, marks this load as running (a session advisory lock on
+/// `load_id`, held by `client` until it closes) and drops the staging tables of loads that no
+/// longer run. Returns what it dropped, each with what it was for.
+pub async fn prepare(client: &Client, load_id: u32) -> Result<Vec<String>, tokio_postgres::Error> {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {}",
+            quote_ident(SCHEMA)
+        ))
+        .await?;
+    client
+        .execute(
+            "SELECT pg_advisory_lock($1, $2)",
+            &[&LOCK_CLASS, &(load_id as i32)],
+        )
+        .await?;
+    let rows = client
+        .query(
+            "SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), '') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname",
+            &[&SCHEMA],
+        )
+        .await?;
+    let mut dropped = Vec::new();
+    let mut checked: Vec<(u32, bool)> = Vec::new();
+    for r in rows {
+        let (name, comment): (String, String) = (r.get(0), r.get(1));
+        let Some(id) = load_id_of(&name) else {
+            continue;
+        };
+        if id == load_id {
+            continue;
+        }
+        let gone = match checked.iter().find(|(i, _)| *i == id) {
+            Some((_, g)) => *g,
+            None => {
+                let got: bool = client
+                    .query_one(
+                        "SELECT pg_try_advisory_lock($1, $2)",
+                        &[&LOCK_CLASS, &(id as i32)],
+                    )
+                    .await?
+                    .get(0);
+                if got {
+                    client
+                        .execute(
+                            "SELECT pg_advisory_unlock($1, $2)",
+                            &[&LOCK_CLASS, &(id as i32)],
+                        )
+                        .await?;
+                }
+                checked.push((id, got));
+                got
+            }
+        };
+        if gone {
+            client
+                .batch_execute(&format!(
+                    "DROP TABLE IF EXISTS {}",
+                    staging_qualified(&name)
+                ))
+                .await?;
+            dropped.push(format!("{SCHEMA}.{name} ({comment})"));
+        }
+    }
+    Ok(dropped)
+}
+
+/// Creates the staging table for `partition` of `parent`, in the caller's transaction.
+pub async fn create_staging(
+    client: &Client,
+    parent: &str,
+    partition: &PartitionDetail,
+    staging: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let table = staging_qualified(staging);
+    let comment = format!(
+        "sluice staging table for partition {}",
+        partition.qualified()
+    );
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS \
+               INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION); \
+             ALTER TABLE {table} ADD CONSTRAINT {} CHECK ({}); \
+             COMMENT ON TABLE {table} IS {}",
+            quote_ident(BOUND_CHECK),
+            partition.constraint,
+            quote_literal(&comment),
+        ))
+        .await
+}
+
+/// `'it''s'`.
+fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Builds `parent`'s indexes on the staging table: primary keys and unique constraints as
+/// constraints (which ATTACH adopts), other indexes as they are defined on the parent.
+pub async fn build_indexes(
+    client: &Client,
+    parent: &str,
+    staging: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let table = staging_qualified(staging);
+    let rows = client
+        .query(
+            "SELECT pg_get_indexdef(i.indexrelid), coalesce(con.contype::text, ''), \
+                    array(SELECT quote_ident(a.attname::text) \
+                          FROM unnest(i.indkey[0:i.indnkeyatts - 1]) WITH ORDINALITY k(n, o) \
+                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n \
+                          ORDER BY k.o), \
+                    quote_ident(n.nspname::text) || '.' || quote_ident(c.relname::text) \
+             FROM pg_index i \
+             JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid \
+                  AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u') \
+             WHERE i.indrelid = $1::text::regclass ORDER BY con.contype NULLS LAST, i.indexrelid",
+            &[&parent],
+        )
+        .await?;
+    for r in rows {
+        let (def, contype, columns, printed): (String, String, Vec<String>, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        let sql = match contype.as_str() {
+            "p" => format!(
+                "ALTER TABLE {table} ADD PRIMARY KEY ({})",
+                columns.join(", ")
+            ),
+            "u" => format!("ALTER TABLE {table} ADD UNIQUE ({})", columns.join(", ")),
+            _ => {
+                // `CREATE [UNIQUE] INDEX name ON [ONLY] schema.parent USING ...`
+                let unique = def.starts_with("CREATE UNIQUE INDEX");
+                let tail = [
+                    format!(" ON ONLY {printed} USING "),
+                    format!(" ON {printed} USING "),
+                ]
+                .iter()
+                .find_map(|m| def.find(m.as_str()).map(|i| &def[i + m.len()..]))
+                .map(str::to_string);
+                let Some(tail) = tail else {
+                    continue;
+                };
+                format!(
+                    "CREATE {}INDEX ON {table} USING {tail}",
+                    if unique { "UNIQUE " } else { "" }
+                )
+            }
+        };
+        client.batch_execute(&sql).await?;
+    }
+    Ok(())
+}
+
+/// Drops staging tables (a load that failed before its publish).
+pub async fn discard(client: &Client, staged: &[Staged]) -> Result<(), tokio_postgres::Error> {
+    for s in staged {
+        client
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {}",
+                staging_qualified(&s.staging)
+            ))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Gathers the staging table's statistics.
+pub async fn analyze(client: &Client, staging: &str) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&format!("ANALYZE {}", staging_qualified(staging)))
+        .await
+}
+
+/// Why a publish failed.
+#[derive(Debug)]
+pub enum PublishError {
+    Db(tokio_postgres::Error),
+    /// Lock waits timed out on every attempt; who held the lock.
+    Locked(String),
+}
+
+impl From<tokio_postgres::Error> for PublishError {
+    fn from(e: tokio_postgres::Error) -> PublishError {
+        PublishError::Db(e)
+    }
+}
+
+/// One attempt: the whole switch in one transaction. Returns the partitions that had rows
+/// by then (from this load's direct fallbacks, or from another session): those get the
+/// staging table's rows appended instead, so that no row is lost.
+async fn publish_once(client: &Client, staged: &[Staged]) -> Result<Vec<String>, PublishError> {
+    client
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL lock_timeout = '{PUBLISH_LOCK_TIMEOUT}'"
+        ))
+        .await?;
+    let mut parents: Vec<&str> = staged.iter().map(|s| s.parent.as_str()).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    // DETACH takes this lock anyway; taking it first makes the emptiness check below exact.
+    client
+        .batch_execute(&format!(
+            "LOCK TABLE {} IN ACCESS EXCLUSIVE MODE",
+            parents.join(", ")
+        ))
+        .await?;
+    let mut appended = Vec::new();
+    for s in staged {
+        let p = &s.partition;
+        let old = p.qualified();
+        let staging = staging_qualified(&s.staging);
+        let has_rows: bool = client
+            .query_one(&format!("SELECT EXISTS (SELECT 1 FROM ONLY {old})"), &[])
+            .await?
+            .get(0);
+        if has_rows {
+            let cols = s.columns.join(", ");
+            client
+                .batch_execute(&format!(
+                    "INSERT INTO {old} ({cols}) SELECT {cols} FROM {staging}; DROP TABLE {staging}"
+                ))
+                .await?;
+            appended.push(old);
+            continue;
+        }
+        // The old partition's index names, by the parent index each is attached to, so that
+        // the switched-in table's indexes get them.
+        let names = client
+            .query(
+                "SELECT h.inhparent, c.relname::text FROM pg_index x \
+                 JOIN pg_inherits h ON h.inhrelid = x.indexrelid \
+                 JOIN pg_class c ON c.oid = x.indexrelid \
+                 WHERE x.indrelid = $1::text::regclass",
+                &[&old],
+            )
+            .await?;
+        client
+            .batch_execute(&format!("ALTER TABLE {} DETACH PARTITION {old}", s.parent))
+            .await?;
+        client
+            .batch_execute(&format!(
+                "DROP TABLE {old}; \
+                 ALTER TABLE {staging} SET SCHEMA {schema}; \
+                 ALTER TABLE {schema}.{moved} RENAME TO {name}; \
+                 ALTER TABLE {parent} ATTACH PARTITION {old} {bound}; \
+                 ALTER TABLE {old} DROP CONSTRAINT {check}; \
+                 COMMENT ON TABLE {old} IS NULL",
+                schema = quote_ident(&p.schema),
+                moved = quote_ident(&s.staging),
+                name = quote_ident(&p.name),
+                parent = s.parent,
+                bound = p.bound,
+                check = quote_ident(BOUND_CHECK),
+            ))
+            .await?;
+        for r in names {
+            let (parent_index, name): (u32, String) = (r.get(0), r.get(1));
+            let new = client
+                .query_opt(
+                    "SELECT c.relname::text FROM pg_index x \
+                     JOIN pg_inherits h ON h.inhrelid = x.indexrelid \
+                     JOIN pg_class c ON c.oid = x.indexrelid \
+                     WHERE x.indrelid = $1::text::regclass AND h.inhparent = $2",
+                    &[&old, &parent_index],
+                )
+                .await?;
+            if let Some(new) = new {
+                let new: String = new.get(0);
+                if new != name {
+                    client
+                        .batch_execute(&format!(
+                            "ALTER INDEX {}.{} RENAME TO {}",
+                            quote_ident(&p.schema),
+                            quote_ident(&new),
+                            quote_ident(&name)
+                        ))
+                        .await?;
+                }
+            }
+        }
+    }
+    client.batch_execute("COMMIT").await?;
+    Ok(appended)
+}
+
+/// Switches every staging table in, in one transaction (retried when a lock wait times
+/// out), then analyzes the parents.
+pub async fn publish(client: &Client, staged: &[Staged]) -> Result<PublishTimes, PublishError> {
+    let mut times = PublishTimes::default();
+    if staged.is_empty() {
+        return Ok(times);
+    }
+    let started = Instant::now();
+    loop {
+        times.attempts += 1;
+        match publish_once(client, staged).await {
+            Ok(appended) => {
+                times.appended = appended;
+                break;
+            }
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                let lock_timeout = matches!(&e, PublishError::Db(d)
+                    if d.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE));
+                if !lock_timeout {
+                    return Err(e);
+                }
+                if times.attempts >= PUBLISH_ATTEMPTS {
+                    let who = blockers(client, &staged[0].parent).await;
+                    return Err(PublishError::Locked(who));
+                }
+                tokio::time::sleep(Duration::from_millis(500 << times.attempts)).await;
+            }
+        }
+    }
+    times.publish = started.elapsed();
+    let analyze_started = Instant::now();
+    let mut parents: Vec<&str> = staged.iter().map(|s| s.parent.as_str()).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    for p in parents {
+        client.batch_execute(&format!("ANALYZE {p}")).await?;
+    }
+    times.analyze = analyze_started.elapsed();
+    Ok(times)
+}
+
+/// The sessions holding locks on `table`, for a message.
+async fn blockers(client: &Client, table: &str) -> String {
+    let rows = client
+        .query(
+            "SELECT a.pid, coalesce(a.usename::text, ''), coalesce(a.application_name, ''), \
+                    coalesce(left(a.query, 60), '') \
+             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.relation = $1::text::regclass AND a.pid <> pg_backend_pid() \
+             ORDER BY a.pid",
+            &[&table],
+        )
+        .await
+        .unwrap_or_default();
+    let who: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let (pid, user, app, q): (i32, String, String, String) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            format!("pid {pid} ({user}, {app}: {q})")
+        })
+        .collect();
+    if who.is_empty() {
+        "no session is left holding it".into()
+    } else {
+        who.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_bounds_as_the_catalog_prints_them() {
+        assert_eq!(
+            parse_range_bound("FOR VALUES FROM (MINVALUE) TO (1500001)"),
+            Some((None, Some(1_500_001)))
+        );
+        assert_eq!(
+            parse_range_bound("FOR VALUES FROM ('-5') TO (MAXVALUE)"),
+            Some((Some(-5), None))
+        );
+        assert_eq!(
+            parse_range_bound("FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')"),
+            None
+        );
+        assert_eq!(parse_range_bound("FOR VALUES IN (1, 2)"), None);
+    }
+
+    #[test]
+    fn staging_names_carry_their_load() {
+        let n = staging_name(0xdead_beef, 7);
+        assert_eq!(n, "ldeadbeef_7");
+        assert_eq!(load_id_of(&n), Some(0xdead_beef));
+        assert_eq!(load_id_of("users"), None);
+    }
+}

@@ -1,0 +1,470 @@
+//! The `stage` strategy: the seed paper's design. Each partition's files are loaded by one
+//! stream into a staging table of its own (created in that stream's transaction, loaded with
+//! FREEZE, then indexed and analyzed by the same stream, so index builds run in parallel), and
+//! one publish transaction switches every staging table in at once.
+//!
+//! Routing is by each file's first record: its partition key picks the partition. The
+//! staging table carries the partition's bound as a CHECK, so a later row outside it fails
+//! that staging table's COPY; the strategy then rolls the staging table back, sends that file
+//! through `direct`, and stages the partition's other files again. Whatever cannot be staged
+//! (a plain table, a partition that has rows, a key sluice cannot route, a parent with
+//! triggers or foreign keys, standard input) goes through `direct`, and the summary says which
+//! inputs did and why: fallbacks, not errors. A first row that belongs to no partition is a
+//! bad row.
+//!
+//! Order at the end: the direct streams commit first (their locks on a parent would hold off
+//! the publish's DETACH), then the publish. When every input is staged, the publish is the
+//! load's only visible step.
+
+use super::chunk::locate_record;
+use super::plan::{Chunk, Plan};
+use super::strategy::{commit_all, direct_units, Strategy, Unit};
+use crate::failure::Failure;
+use sluice_core::destination::{DestinationError, Partitioning, Staging};
+use sluice_core::error::InputError;
+use sluice_core::primitives::{parse_i64, trim_c_space};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How the user asked for staging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Stage what can be staged, load the rest directly.
+    Auto,
+    /// As `Auto`, but at least one input must be staged.
+    Required,
+}
+
+/// One staging table's work: a partition of a table and the inputs routed to it.
+#[derive(Clone, Debug)]
+struct Target {
+    table: usize,
+    partition: usize,
+    /// The partition's name, for messages.
+    name: String,
+    inputs: Vec<usize>,
+}
+
+/// An input that went through `direct`, and why.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Fallback {
+    pub file: String,
+    pub table: String,
+    pub reason: String,
+}
+
+/// Where the stage strategy's time went, summed over staging tables (the streams run them
+/// in parallel, so the sums can exceed the wall time).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StepTimes {
+    /// Staging tables switched in.
+    pub staging_tables: usize,
+    /// Seconds of COPY into staging tables.
+    pub load_seconds: f64,
+    pub index_seconds: f64,
+    pub analyze_seconds: f64,
+    /// The one publish transaction.
+    pub publish_seconds: f64,
+    /// ANALYZE of the parents after it.
+    pub parent_analyze_seconds: f64,
+    pub publish_attempts: u32,
+    /// Partitions whose staging rows were appended, not switched in (they had rows by then).
+    pub appended: Vec<String>,
+}
+
+/// The stage strategy, with its routing decided.
+pub struct Stage {
+    units: Vec<Unit>,
+    targets: Mutex<Vec<Target>>,
+    /// When each staged unit began, by target.
+    begun: Mutex<Vec<Option<Instant>>>,
+    fallbacks: Mutex<Vec<Fallback>>,
+    times: Mutex<StepTimes>,
+    /// Whether each input was loaded through a staging table.
+    staged_inputs: Mutex<Vec<bool>>,
+    /// Each chunk's input, and each input's file and table, for redoing a spanning file.
+    chunk_inputs: Vec<usize>,
+    input_names: Vec<(String, String)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Stage {
+    /// Routes every input: readies the staging area (dropping what dead loads left), reads
+    /// each partitioned table's partitions and each input's first key.
+    pub fn plan<D: Staging>(plan: &Plan, dest: &D, mode: Mode) -> Result<Stage, Failure> {
+        let mut fallbacks = Vec::new();
+        let mut targets: Vec<Target> = Vec::new();
+        let mut direct_inputs: Vec<usize> = Vec::new();
+        let fallback = |fallbacks: &mut Vec<Fallback>, i: usize, reason: String| {
+            fallbacks.push(Fallback {
+                file: plan.inputs[i].display.clone(),
+                table: plan.tables[plan.inputs[i].table].table.name.clone(),
+                reason,
+            });
+        };
+        let mut ready: Option<Result<(), String>> = None;
+        for (t, table) in plan.tables.iter().enumerate() {
+            let inputs: Vec<usize> = (0..plan.inputs.len())
+                .filter(|&i| plan.inputs[i].table == t)
+                .collect();
+            let partitioning = dest.partitioning(t).map_err(|e| {
+                Failure::Server(format!(
+                    "reading {}'s partitions: {e}",
+                    table.table.qualified
+                ))
+            })?;
+            let (column, partitions, default) = match partitioning {
+                Partitioning::None => {
+                    direct_inputs.extend(&inputs);
+                    continue;
+                }
+                Partitioning::Unroutable(why) => {
+                    for &i in &inputs {
+                        fallback(
+                            &mut fallbacks,
+                            i,
+                            format!("table {}: {why}", table.table.qualified),
+                        );
+                    }
+                    direct_inputs.extend(&inputs);
+                    continue;
+                }
+                Partitioning::IntegerRange {
+                    column,
+                    partitions,
+                    default,
+                } => (column, partitions, default),
+            };
+            // The staging area is readied once, when a table could use it.
+            let ready = ready.get_or_insert_with(|| match dest.prepare_staging() {
+                Ok(dropped) => {
+                    if !dropped.is_empty() {
+                        eprintln!(
+                            "sluice: dropped {} staging table(s) left by a load that stopped \
+                             before its publish (none of their rows was ever visible): {}",
+                            dropped.len(),
+                            dropped.join(", ")
+                        );
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(format!("the staging area cannot be used: {e}")),
+            });
+            if let Err(why) = ready {
+                for &i in &inputs {
+                    fallback(&mut fallbacks, i, why.clone());
+                }
+                direct_inputs.extend(&inputs);
+                continue;
+            }
+            let Some(key) = table.columns.iter().position(|c| c.name == column) else {
+                for &i in &inputs {
+                    fallback(
+                        &mut fallbacks,
+                        i,
+                        format!("the partition key column \"{column}\" is not loaded"),
+                    );
+                }
+                direct_inputs.extend(&inputs);
+                continue;
+            };
+            for i in inputs {
+                let input = &plan.inputs[i];
+                let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
+                    direct_inputs.push(i);
+                    continue;
+                };
+                if input.identity.is_none() {
+                    fallback(&mut fallbacks, i, "standard input is read once".into());
+                    direct_inputs.push(i);
+                    continue;
+                }
+                let Some((at, values)) = locate_record(plan, first, 1, &[key]) else {
+                    // Empty, or unreadable: direct says what is wrong, if anything.
+                    direct_inputs.push(i);
+                    continue;
+                };
+                let raw = values.into_iter().next().flatten();
+                let Some(value) = raw.as_deref().and_then(|v| parse_i64(trim_c_space(v)).ok())
+                else {
+                    fallback(
+                        &mut fallbacks,
+                        i,
+                        "its first row's partition key is not an integer".into(),
+                    );
+                    direct_inputs.push(i);
+                    continue;
+                };
+                let Some(p) = partitions.iter().position(|p| p.contains(value)) else {
+                    if default {
+                        fallback(
+                            &mut fallbacks,
+                            i,
+                            "its first row belongs to the default partition".into(),
+                        );
+                        direct_inputs.push(i);
+                        continue;
+                    }
+                    let mut err = InputError::new(
+                        &input.display,
+                        format!(
+                            "{column} = {value} belongs to no partition of {}",
+                            table.table.qualified
+                        ),
+                    );
+                    err.line = Some(at.line);
+                    err.offset = Some(at.offset);
+                    err.column = Some(column.clone());
+                    err.value = raw.clone();
+                    return Err(Failure::Input(Box::new(err)));
+                };
+                if let Some(why) = &partitions[p].obstacle {
+                    fallback(&mut fallbacks, i, why.clone());
+                    direct_inputs.push(i);
+                    continue;
+                }
+                match targets
+                    .iter_mut()
+                    .find(|g| g.table == t && g.partition == p)
+                {
+                    Some(g) => g.inputs.push(i),
+                    None => targets.push(Target {
+                        table: t,
+                        partition: p,
+                        name: partitions[p].name.clone(),
+                        inputs: vec![i],
+                    }),
+                }
+            }
+        }
+        if mode == Mode::Required && targets.is_empty() {
+            let why: Vec<String> = fallbacks
+                .iter()
+                .map(|f| format!("{}: {}", f.file, f.reason))
+                .collect();
+            return Err(Failure::Usage(format!(
+                "--strategy stage: no input can be staged (it needs a table partitioned by \
+                 ranges of an integer column, and empty partitions){}",
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", why.join("; "))
+                }
+            )));
+        }
+        let mut units: Vec<(u64, Unit)> = Vec::new();
+        for (k, g) in targets.iter().enumerate() {
+            let unit = staged_unit(plan, &g.inputs, k);
+            units.push((weight(plan, &unit), unit));
+        }
+        direct_inputs.sort_unstable();
+        let direct: Vec<usize> = (0..plan.chunks.len())
+            .filter(|&c| direct_inputs.contains(&plan.chunks[c].input))
+            .collect();
+        for u in direct_units(plan, direct) {
+            units.push((weight(plan, &u), u));
+        }
+        // Biggest first (a stable sort keeps the plan's order among equals).
+        units.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
+        let n = targets.len();
+        Ok(Stage {
+            units: units.into_iter().map(|(_, u)| u).collect(),
+            targets: Mutex::new(targets),
+            begun: Mutex::new(vec![None; n]),
+            fallbacks: Mutex::new(fallbacks),
+            times: Mutex::new(StepTimes::default()),
+            staged_inputs: Mutex::new(vec![false; plan.inputs.len()]),
+            chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
+            input_names: plan
+                .inputs
+                .iter()
+                .map(|i| (i.display.clone(), plan.tables[i.table].table.name.clone()))
+                .collect(),
+        })
+    }
+
+    /// The inputs that went through `direct`, and why.
+    pub fn fallbacks(&self) -> Vec<Fallback> {
+        lock(&self.fallbacks).clone()
+    }
+
+    /// Where the time went.
+    pub fn times(&self) -> StepTimes {
+        lock(&self.times).clone()
+    }
+
+    /// Whether input `i` was loaded through a staging table.
+    pub fn staged(&self, i: usize) -> bool {
+        lock(&self.staged_inputs).get(i).copied().unwrap_or(false)
+    }
+}
+
+/// A staged unit: every chunk of `inputs`, in file order.
+fn staged_unit(plan: &Plan, inputs: &[usize], target: usize) -> Unit {
+    let mut chunks: Vec<usize> = (0..plan.chunks.len())
+        .filter(|&c| inputs.contains(&plan.chunks[c].input))
+        .collect();
+    chunks.sort_by_key(|&c| (plan.chunks[c].input, plan.chunks[c].start));
+    Unit {
+        chunks,
+        staged: Some(target),
+    }
+}
+
+fn weight(plan: &Plan, unit: &Unit) -> u64 {
+    unit.chunks
+        .iter()
+        .map(|&c| plan.chunks[c].weight(&plan.inputs))
+        .sum()
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl<D: Staging> Strategy<D> for Stage {
+    fn name(&self) -> &'static str {
+        // What happened, once the load ran: a staged file can have been redone directly.
+        let inputs = lock(&self.staged_inputs);
+        let staged = inputs.iter().any(|&s| s);
+        let direct = inputs.iter().any(|&s| !s);
+        match (staged, direct) {
+            (true, true) => "stage+direct",
+            (true, false) => "stage",
+            _ => "direct",
+        }
+    }
+
+    fn route(&self, _plan: &Plan) -> Vec<Unit> {
+        self.units.clone()
+    }
+
+    fn begin_unit(
+        &self,
+        dest: &D,
+        stream: &mut D::Stream<'_>,
+        unit: &Unit,
+    ) -> Result<(), DestinationError> {
+        let Some(k) = unit.staged else { return Ok(()) };
+        let (table, partition) = {
+            let targets = lock(&self.targets);
+            (targets[k].table, targets[k].partition)
+        };
+        dest.begin_stage(stream, table, partition)?;
+        lock(&self.begun)[k] = Some(Instant::now());
+        Ok(())
+    }
+
+    fn end_unit(
+        &self,
+        dest: &D,
+        stream: &mut D::Stream<'_>,
+        unit: &Unit,
+    ) -> Result<(), DestinationError> {
+        let Some(k) = unit.staged else { return Ok(()) };
+        let loaded = lock(&self.begun)[k]
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
+        let built = dest.finish_stage(stream)?;
+        let mut times = lock(&self.times);
+        times.staging_tables += 1;
+        times.load_seconds += secs(loaded);
+        times.index_seconds += secs(built.index);
+        times.analyze_seconds += secs(built.analyze);
+        drop(times);
+        let inputs = lock(&self.targets)[k].inputs.clone();
+        let mut staged = lock(&self.staged_inputs);
+        for i in inputs {
+            staged[i] = true;
+        }
+        Ok(())
+    }
+
+    fn redo(
+        &self,
+        dest: &D,
+        stream: &mut D::Stream<'_>,
+        unit: &Unit,
+        chunk: &Chunk,
+        e: &DestinationError,
+    ) -> Option<Vec<Unit>> {
+        let k = unit.staged?;
+        if !dest.outside_partition(e) || dest.abandon_stage(stream).is_err() {
+            return None;
+        }
+        let spanning = chunk.input;
+        let mut targets = lock(&self.targets);
+        let target = targets[k].clone();
+        let (file, table) = self.input_names[spanning].clone();
+        lock(&self.fallbacks).push(Fallback {
+            file,
+            table,
+            reason: format!(
+                "a row after its first belongs to another partition than {}",
+                target.name
+            ),
+        });
+        let (go, stay): (Vec<usize>, Vec<usize>) = unit
+            .chunks
+            .iter()
+            .partition(|&&c| self.chunk_inputs[c] == spanning);
+        let mut units = Vec::new();
+        if !stay.is_empty() {
+            units.push(Unit {
+                chunks: stay,
+                staged: Some(targets.len()),
+            });
+            targets.push(Target {
+                inputs: target
+                    .inputs
+                    .into_iter()
+                    .filter(|&i| i != spanning)
+                    .collect(),
+                ..target
+            });
+            lock(&self.begun).push(None);
+        }
+        units.extend(go.into_iter().map(|c| Unit {
+            chunks: vec![c],
+            staged: None,
+        }));
+        Some(units)
+    }
+
+    fn abandon(&self, dest: &D) {
+        // Left in place, the next load would drop them; a failed load should leave nothing.
+        if let Err(e) = dest.discard_staging() {
+            eprintln!(
+                "sluice: could not drop this load's staging tables ({e}); the next load drops them"
+            );
+        }
+    }
+
+    fn publish(&self, dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
+        // Direct work first: its locks on a parent would hold off the publish's DETACH.
+        if let Err(e) = commit_all::<D>(streams) {
+            Strategy::<D>::abandon(self, dest);
+            return Err(e);
+        }
+        let phase = crate::signals::CommitPhase::begin();
+        let published = match dest.publish() {
+            Ok(p) => p,
+            Err(e) => {
+                Strategy::<D>::abandon(self, dest);
+                return Err(Failure::Server(e.to_string()));
+            }
+        };
+        let mut times = lock(&self.times);
+        times.publish_seconds = secs(published.publish);
+        times.parent_analyze_seconds = secs(published.analyze);
+        times.publish_attempts = published.attempts;
+        times.appended = published.appended;
+        if phase.deferred().is_some() {
+            eprintln!("sluice: the interrupted load finished its publish: every row is committed");
+        }
+        Ok(())
+    }
+}

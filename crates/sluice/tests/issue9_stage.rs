@@ -1,0 +1,459 @@
+//! Issue 9: the `stage` strategy (staging tables switched into partitions, indexes after, one
+//! publish), against a real PostgreSQL: it loads what `direct` and `psql \copy` load, its
+//! ATTACH does not scan, a killed load leaves nothing visible and the next run cleans up, bad
+//! rows and unstageable inputs are named, and hostile names survive the switch.
+
+mod common;
+
+use common::{db, pg, run_bounded, sluice_cmd, stderr, strip_trailing_bars, Db};
+use std::process::Output;
+
+fn load(d: &Db, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = sluice_cmd();
+    c.args(["load", "-q", "--target", &d.url]).args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run_bounded(c, 120)
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "sluice failed ({:?}):\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_has(text: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(text.contains(p), "expected {p:?} in:\n{text}");
+    }
+}
+
+/// Staging tables left in sluice's schema.
+fn leftovers(d: &Db) -> u64 {
+    d.psql(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'sluice_stage' AND c.relkind = 'r'",
+    )
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// `t (id int, v text)` partitioned by id into [MINVALUE,1000), [1000,2000), [2000,MAXVALUE).
+fn three_partitions(d: &Db, keys: bool) {
+    let pk = if keys { ", PRIMARY KEY (id)" } else { "" };
+    d.psql(&format!(
+        "CREATE TABLE t (id int NOT NULL, v text{pk}) PARTITION BY RANGE (id); \
+         CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (MINVALUE) TO (1000); \
+         CREATE TABLE t_2 PARTITION OF t FOR VALUES FROM (1000) TO (2000); \
+         CREATE TABLE t_3 PARTITION OF t FOR VALUES FROM (2000) TO (MAXVALUE)"
+    ));
+}
+
+fn rows(from: u32, to: u32) -> String {
+    (from..to).map(|i| format!("{i},row {i}\n")).collect()
+}
+
+#[test]
+fn stage_equals_direct_and_psql_on_tpch_sf01_partitioned() {
+    let d = db("stage_tpch");
+    let data = d.dir.join("sf01");
+    let gen = sluice_cmd()
+        .args([
+            "gen", "tpch", "-q", "--scale", "0.1", "--parts", "4", "--out",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "{}", stderr(&gen));
+    let ddl = |args: &[&str]| {
+        let o = sluice_cmd()
+            .args(["ddl", "tpch"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let partitioned = ddl(&["--partitions", "4", "--scale", "0.1", "--keys"]);
+    let plain = ddl(&[]);
+    for (schema, sql) in [("st", &partitioned), ("di", &partitioned), ("ps", &plain)] {
+        d.psql(&format!(
+            "CREATE SCHEMA {schema}; SET search_path = {schema}; {sql}"
+        ));
+    }
+    let mut files: Vec<String> = Vec::new();
+    for t in sluice_tpch_tables() {
+        for p in 1..=4 {
+            let f = data.join(t).join(format!("{t}.{p}.tbl"));
+            if f.exists() {
+                files.push(f.to_str().unwrap().to_string());
+            }
+        }
+        let single = data.join(format!("{t}.tbl"));
+        if single.exists() {
+            files.push(single.to_str().unwrap().to_string());
+        }
+    }
+    let args = |strategy: &'static str| -> Vec<String> {
+        let mut a = vec![
+            "--jobs".to_string(),
+            "2".into(),
+            "--strategy".into(),
+            strategy.into(),
+        ];
+        a.extend(files.iter().cloned());
+        a
+    };
+    let staged_args = args("stage");
+    let staged: Vec<&str> = staged_args.iter().map(String::as_str).collect();
+    let summary = ok(&load(&d, &staged, &[("PGOPTIONS", "-c search_path=st")]));
+    assert_has(
+        &summary,
+        &[
+            "strategy: stage+direct (staged: lineitem, orders, partsupp, part, customer, supplier)",
+            "24 staging tables",
+            "publish",
+        ],
+    );
+    let direct_args = args("direct");
+    let direct: Vec<&str> = direct_args.iter().map(String::as_str).collect();
+    ok(&load(&d, &direct, &[("PGOPTIONS", "-c search_path=di")]));
+    for f in &files {
+        let table = std::path::Path::new(f)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .split('.')
+            .next()
+            .unwrap()
+            .to_string();
+        let stripped = d.dir.join("stripped.txt");
+        strip_trailing_bars(std::path::Path::new(f), &stripped);
+        d.psql_copy(&format!("ps.{table}"), &stripped, "delimiter '|'")
+            .unwrap_or_else(|e| panic!("psql \\copy {f}: {e}"));
+    }
+    for t in sluice_tpch_tables() {
+        d.assert_same_rows(&format!("st.{t}"), &format!("ps.{t}"));
+        d.assert_same_rows(&format!("di.{t}"), &format!("ps.{t}"));
+    }
+    assert_eq!(leftovers(&d), 0, "staging tables left behind");
+    // Switched-in partitions carry the parent's key under the old partition's index name,
+    // no staging CHECK, and statistics; FREEZE set the visibility map.
+    assert_eq!(
+        d.psql(
+            "SELECT string_agg(i.indexrelid::regclass::text, ',' ORDER BY 1) FROM pg_index i \
+             WHERE i.indrelid = 'st.lineitem_p2'::regclass"
+        )
+        .trim(),
+        "st.lineitem_p2_pkey"
+    );
+    assert_eq!(
+        d.psql(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'st.lineitem_p2'::regclass \
+             AND contype = 'c'"
+        )
+        .trim(),
+        "0"
+    );
+    let (visible, pages) = {
+        let r = d.psql(
+            "SELECT relallvisible, relpages FROM pg_class WHERE oid = 'st.orders_p3'::regclass",
+        );
+        let v: Vec<i64> = r.trim().split('|').map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1])
+    };
+    assert!(
+        pages > 0 && visible == pages,
+        "{visible} of {pages} pages all-visible"
+    );
+}
+
+fn sluice_tpch_tables() -> [&'static str; 8] {
+    [
+        "lineitem", "orders", "partsupp", "part", "customer", "supplier", "nation", "region",
+    ]
+}
+
+#[test]
+fn attach_proves_the_bound_without_a_scan() {
+    let d = db("stage_noscan");
+    three_partitions(&d, true);
+    d.psql(&format!(
+        "ALTER DATABASE {} SET log_min_messages = debug1",
+        d.name
+    ));
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1900).as_bytes());
+    let out = ok(&load(
+        &d,
+        &[
+            "--table",
+            "t",
+            "--strategy",
+            "stage",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+        &[("PGOPTIONS", "-c client_min_messages=debug1")],
+    ));
+    assert_has(&out, &["strategy: stage (staged: t)", "2 staging tables"]);
+    assert_eq!(d.count("t"), 1799);
+    let log = std::fs::read_to_string(pg().cluster.dir.join("server.log")).unwrap();
+    for p in ["t_1", "t_2"] {
+        assert_has(
+            &log,
+            &[&format!(
+                "partition constraint for table \"{p}\" is implied by existing constraints"
+            )],
+        );
+    }
+}
+
+#[test]
+fn a_killed_load_leaves_nothing_visible_and_the_next_run_cleans_up() {
+    let d = db("stage_kill");
+    three_partitions(&d, false);
+    let small = d.file("small.csv", rows(1, 900).as_bytes());
+    // Big enough that the small partition's staging table commits long before this one.
+    let big = d.file("big.csv", rows(2000, 3_000_000).as_bytes());
+    let args = [
+        "load",
+        "-q",
+        "--target",
+        &d.url,
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+        "--strategy",
+        "stage",
+        small.to_str().unwrap(),
+        big.to_str().unwrap(),
+    ];
+    let mut child = sluice_cmd().args(args).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while leftovers(&d) == 0 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the load ended before a staging table committed"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no staging table committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(d.count("t"), 0, "rows are visible before the publish");
+    // The killed load's sessions end when the server sees their sockets close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while d
+        .psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+             AND pid <> pg_backend_pid()",
+            d.name
+        ))
+        .trim()
+        != "0"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed load's sessions stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(leftovers(&d) >= 1);
+    let mut again = sluice_cmd();
+    again.args(args);
+    let out = run_bounded(again, 120);
+    ok(&out);
+    assert_has(
+        &stderr(&out),
+        &[
+            "dropped",
+            "staging table(s) left by a load that stopped before its publish",
+        ],
+    );
+    assert_eq!(d.count("t"), 899 + 2_998_000);
+    assert_eq!(leftovers(&d), 0);
+}
+
+#[test]
+fn a_bad_row_in_a_staged_file_fails_the_load_and_leaves_nothing() {
+    let d = db("stage_bad");
+    three_partitions(&d, true);
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let mut bad = rows(1000, 1500);
+    bad.push_str("1500,fine\nnot a number,oops\n");
+    let b = d.file("b.csv", bad.as_bytes());
+    let out = load(
+        &d,
+        &[
+            "--table",
+            "t",
+            "--jobs",
+            "2",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_has(&stderr(&out), &["b.csv", "line 502", "not a number"]);
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(leftovers(&d), 0, "a failed load left staging tables");
+}
+
+#[test]
+fn a_first_row_in_no_partition_is_a_bad_row() {
+    let d = db("stage_nopart");
+    d.psql(
+        "CREATE TABLE t (id int NOT NULL, v text) PARTITION BY RANGE (id); \
+         CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (1) TO (1000)",
+    );
+    let f = d.file("far.csv", b"5000,far away\n");
+    let out = load(&d, &["--table", "t", f.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "far.csv",
+            "line 1",
+            "id = 5000 belongs to no partition of \"public\".\"t\"",
+        ],
+    );
+    assert_eq!(d.count("t"), 0);
+}
+
+#[test]
+fn a_file_that_spans_partitions_is_redone_directly_and_said_so() {
+    let d = db("stage_span");
+    three_partitions(&d, true);
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    // Starts in t_2 and runs into t_3.
+    let span = d.file("span.csv", rows(1000, 2500).as_bytes());
+    let c = d.file("c.csv", rows(2600, 2700).as_bytes());
+    let out = ok(&load(
+        &d,
+        &[
+            "--table",
+            "t",
+            "--jobs",
+            "2",
+            a.to_str().unwrap(),
+            span.to_str().unwrap(),
+            c.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert_has(
+        &out,
+        &[
+            "strategy: stage+direct",
+            "direct: ",
+            "span.csv (table t): a row after its first belongs to another partition than \"public\".\"t_2\"",
+        ],
+    );
+    assert_eq!(d.count("t"), 899 + 1500 + 100);
+    assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "2499");
+    assert_eq!(d.count("t_3"), 500 + 100);
+    assert_eq!(leftovers(&d), 0);
+}
+
+#[test]
+fn a_partition_with_rows_is_loaded_directly_and_said_so() {
+    let d = db("stage_nonempty");
+    three_partitions(&d, false);
+    d.psql("INSERT INTO t VALUES (1500, 'already here')");
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1100).as_bytes());
+    let out = ok(&load(
+        &d,
+        &["--table", "t", a.to_str().unwrap(), b.to_str().unwrap()],
+        &[],
+    ));
+    assert_has(
+        &out,
+        &[
+            "b.csv (table t): partition \"public\".\"t_2\" is not empty",
+            "staged: t",
+        ],
+    );
+    assert_eq!(d.count("t"), 899 + 100 + 1);
+    // A table sluice cannot route goes direct too, with the reason.
+    d.psql(
+        "CREATE TABLE h (id int, v text) PARTITION BY HASH (id); \
+         CREATE TABLE h_0 PARTITION OF h FOR VALUES WITH (MODULUS 1, REMAINDER 0)",
+    );
+    let out = ok(&load(&d, &["--table", "h", a.to_str().unwrap()], &[]));
+    assert_has(&out, &["it is partitioned by hash"]);
+    assert_eq!(d.count("h"), 899);
+    // --strategy stage with nothing to stage is a usage error.
+    d.psql("CREATE TABLE plain (id int, v text)");
+    let out = load(
+        &d,
+        &[
+            "--table",
+            "plain",
+            "--strategy",
+            "stage",
+            a.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_has(&stderr(&out), &["--strategy stage: no input can be staged"]);
+    assert_eq!(d.count("plain"), 0);
+}
+
+#[test]
+fn hostile_schema_table_and_partition_names_survive_the_switch() {
+    let d = db("stage_names");
+    d.psql(
+        "CREATE SCHEMA \"My Schema\"; \
+         CREATE TABLE \"My Schema\".\"Line \"\"Items\"\"\" (\"Key Col\" bigint NOT NULL, \
+            \"välue\" text, PRIMARY KEY (\"Key Col\")) PARTITION BY RANGE (\"Key Col\"); \
+         CREATE TABLE \"My Schema\".\"p 1 ü\" PARTITION OF \"My Schema\".\"Line \"\"Items\"\"\" \
+            FOR VALUES FROM (MINVALUE) TO (1000); \
+         CREATE TABLE \"My Schema\".\"p \"\"2\"\"\" PARTITION OF \"My Schema\".\"Line \"\"Items\"\"\" \
+            FOR VALUES FROM (1000) TO (MAXVALUE)",
+    );
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1900).as_bytes());
+    let out = ok(&load(
+        &d,
+        &[
+            "--table",
+            "\"My Schema\".\"Line \"\"Items\"\"\"",
+            "--jobs",
+            "2",
+            "--strategy",
+            "stage",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert_has(&out, &["2 staging tables"]);
+    assert_eq!(d.count("\"My Schema\".\"p 1 ü\""), 899);
+    assert_eq!(d.count("\"My Schema\".\"p \"\"2\"\"\""), 900);
+    assert_eq!(
+        d.psql(
+            "SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_inherits i \
+             JOIN pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = '\"My Schema\".\"Line \"\"Items\"\"\"'::regclass"
+        )
+        .trim(),
+        "p \"2\",p 1 ü"
+    );
+    assert_eq!(leftovers(&d), 0);
+}
