@@ -204,8 +204,8 @@ pub trait Staging: Destination {
 
     /// In one transaction, switches every finished staging table in for its partition (or
     /// appends its rows, when the partition has rows by then); then gathers statistics on the
-    /// parents.
-    fn publish(&self) -> Result<PublishTimes, DestinationError>;
+    /// parents, `parallel` at a time.
+    fn publish(&self, parallel: usize) -> Result<PublishTimes, DestinationError>;
 }
 
 /// Converts one table's records, with the destination's rules, into its load format.

@@ -397,6 +397,15 @@ fn db_error(e: tokio_postgres::Error) -> DestinationError {
     DestinationError::new(kind, e.to_string())
 }
 
+impl PgDestination {
+    /// Whether `ANALYZE ONLY parent` exists (PostgreSQL 17): then each stream analyzes its
+    /// staging table and the parent adds only its own statistics; before 17, analyzing the
+    /// parent analyzes every partition, so the streams leave it to that.
+    fn analyze_only(&self) -> bool {
+        self.session.server_version_num >= 170_000
+    }
+}
+
 impl Staging for PgDestination {
     fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
         self.rt
@@ -468,9 +477,11 @@ impl Staging for PgDestination {
             let t = std::time::Instant::now();
             stage::build_indexes(client, &staged.parent, &staged.staging).await?;
             times.index = t.elapsed();
-            let t = std::time::Instant::now();
-            stage::analyze(client, &staged.staging).await?;
-            times.analyze = t.elapsed();
+            if self.analyze_only() {
+                let t = std::time::Instant::now();
+                stage::analyze(client, &staged.staging).await?;
+                times.analyze = t.elapsed();
+            }
             client.batch_execute("COMMIT; BEGIN").await
         });
         result.map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
@@ -497,9 +508,10 @@ impl Staging for PgDestination {
             .map_err(db_error)
     }
 
-    fn publish(&self) -> Result<PublishTimes, DestinationError> {
+    fn publish(&self, parallel: usize) -> Result<PublishTimes, DestinationError> {
         let staged = lock(&self.staged).clone();
-        self.rt
+        let mut times = self
+            .rt
             .block_on(stage::publish(&self.client, &staged))
             .map_err(|e| match e {
                 PublishError::Db(e) => {
@@ -518,7 +530,26 @@ impl Staging for PgDestination {
                         5
                     ),
                 ),
-            })
+            })?;
+        let mut parents: Vec<String> = staged.iter().map(|s| s.parent.clone()).collect();
+        parents.sort_unstable();
+        parents.dedup();
+        let started = std::time::Instant::now();
+        self.rt
+            .block_on(stage::analyze_parents(
+                &self.info,
+                &parents,
+                parallel,
+                self.analyze_only(),
+            ))
+            .map_err(|e| {
+                DestinationError::new(
+                    ErrorKind::Other,
+                    format!("the load is published, but gathering statistics failed: {e}"),
+                )
+            })?;
+        times.analyze = started.elapsed();
+        Ok(times)
     }
 }
 

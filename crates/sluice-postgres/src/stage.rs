@@ -556,15 +556,34 @@ pub async fn publish(client: &Client, staged: &[Staged]) -> Result<PublishTimes,
         }
     }
     times.publish = started.elapsed();
-    let analyze_started = Instant::now();
-    let mut parents: Vec<&str> = staged.iter().map(|s| s.parent.as_str()).collect();
-    parents.sort_unstable();
-    parents.dedup();
-    for p in parents {
-        client.batch_execute(&format!("ANALYZE {p}")).await?;
-    }
-    times.analyze = analyze_started.elapsed();
     Ok(times)
+}
+
+/// Gathers the parents' statistics, `parallel` at a time, each on a connection of its own.
+/// With `only` (PostgreSQL 17 and later) just the parent's own, inheritance-wide statistics:
+/// the streams analyzed each partition as they built it. Before 17, `ANALYZE parent` always
+/// analyzes every partition too, so the streams leave that to it.
+pub async fn analyze_parents(
+    info: &crate::conninfo::ConnInfo,
+    parents: &[String],
+    parallel: usize,
+    only: bool,
+) -> Result<(), String> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    let only = if only { "ONLY " } else { "" };
+    stream::iter(parents.iter().map(|p| async move {
+        let client = crate::connect::connect(info)
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .batch_execute(&format!("ANALYZE {only}{p}"))
+            .await
+            .map_err(|e| format!("ANALYZE {p}: {}", crate::connect::chain(&e)))
+    }))
+    .buffer_unordered(parallel.max(1))
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
 }
 
 /// The sessions holding locks on `table`, for a message.

@@ -390,8 +390,8 @@ fn load_into<D: Staging>(
     // Routing reads each partitioned input's first row, and may say what earlier loads left.
     let stage = match (args.strategy, args.dry_run) {
         (StrategyArg::Direct, _) | (_, true) => None,
-        (StrategyArg::Auto, false) => Some(Stage::plan(&plan, &*dest, Mode::Auto)?),
-        (StrategyArg::Stage, false) => Some(Stage::plan(&plan, &*dest, Mode::Required)?),
+        (StrategyArg::Auto, false) => Some(Stage::plan(&plan, &*dest, Mode::Auto, jobs)?),
+        (StrategyArg::Stage, false) => Some(Stage::plan(&plan, &*dest, Mode::Required, jobs)?),
     };
     let display = progress::start(
         progress::Mode::choose(args.quiet),

@@ -85,6 +85,8 @@ pub struct Stage {
     /// Each chunk's input, and each input's file and table, for redoing a spanning file.
     chunk_inputs: Vec<usize>,
     input_names: Vec<(String, String)>,
+    /// Streams of the load: the parents' statistics are gathered as many at a time.
+    jobs: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,7 +96,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Stage {
     /// Routes every input: readies the staging area (dropping what dead loads left), reads
     /// each partitioned table's partitions and each input's first key.
-    pub fn plan<D: Staging>(plan: &Plan, dest: &D, mode: Mode) -> Result<Stage, Failure> {
+    pub fn plan<D: Staging>(
+        plan: &Plan,
+        dest: &D,
+        mode: Mode,
+        jobs: usize,
+    ) -> Result<Stage, Failure> {
         let mut fallbacks = Vec::new();
         let mut targets: Vec<Target> = Vec::new();
         let mut direct_inputs: Vec<usize> = Vec::new();
@@ -278,6 +285,7 @@ impl Stage {
             times: Mutex::new(StepTimes::default()),
             staged_inputs: Mutex::new(vec![false; plan.inputs.len()]),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
+            jobs,
             input_names: plan
                 .inputs
                 .iter()
@@ -450,7 +458,7 @@ impl<D: Staging> Strategy<D> for Stage {
             return Err(e);
         }
         let phase = crate::signals::CommitPhase::begin();
-        let published = match dest.publish() {
+        let published = match dest.publish(self.jobs) {
             Ok(p) => p,
             Err(e) => {
                 Strategy::<D>::abandon(self, dest);
