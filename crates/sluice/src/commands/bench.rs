@@ -10,6 +10,7 @@
 //! and the point past which more connections made the load slower.
 
 use super::gen::{default_tpch_dir, ensure_tpch};
+use super::load::StrategyArg;
 use super::load::{load, LoadArgs};
 use crate::failure::Failure;
 use crate::load::StreamStats;
@@ -83,6 +84,13 @@ pub struct BenchArgs {
         value_name = "CONFIG"
     )]
     pub server_config: ServerConfig,
+    /// The tables' layout: `plain`, or `partitioned` (the six big tables in one partition
+    /// per part, `sluice ddl tpch --partitions PARTS`).
+    #[arg(long, value_enum, default_value = "plain", value_name = "plain|partitioned")]
+    pub layout: Layout,
+    /// The load strategy (as `sluice load --strategy`).
+    #[arg(long, value_enum, default_value = "auto", value_name = "auto|direct|stage")]
+    pub strategy: StrategyArg,
     /// Where the generated data lives (default: beside the private cluster).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
@@ -131,6 +139,14 @@ pub struct Setting {
     pub long_tail: LongTail,
 }
 
+/// `--layout`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    Plain,
+    Partitioned,
+}
+
 #[derive(Serialize, Debug)]
 pub struct Results {
     pub scale: f64,
@@ -138,6 +154,9 @@ pub struct Results {
     pub repeat: usize,
     pub target: String,
     pub server_config: ServerConfig,
+    pub layout: Layout,
+    /// The strategy the loads used, as reported by the first run.
+    pub strategy: String,
     pub machine: BTreeMap<String, String>,
     pub server_settings: Vec<(String, String)>,
     pub settings: Vec<Setting>,
@@ -370,6 +389,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
     let mut runs = Vec::new();
     let mut server_settings = Vec::new();
     let mut version = String::new();
+    let mut strategy = String::new();
     let total = args.repeat * jobs.len();
     for r in 0..args.repeat {
         for &j in &jobs {
@@ -386,12 +406,15 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
                     (c.url().unwrap_or_default(), Some(c))
                 }
             };
-            super::ddl::create(Some(&url), None, true)?;
+            let partitions = (args.layout == Layout::Partitioned).then_some(args.parts);
+            let ddl = super::ddl::layout(partitions, args.scale, false);
+            super::ddl::create_sql(Some(&url), None, true, &ddl)?;
             let load_args = LoadArgs {
                 files: files.clone(),
                 target: Some(url.clone()),
                 jobs: Some(j),
                 quiet: true,
+                strategy: args.strategy,
                 ..LoadArgs::defaults()
             };
             let report = load(&load_args).map_err(|e| Failure::Local(format!("run {n}: {e}")))?;
@@ -408,6 +431,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
             })?;
             server_settings = state.settings;
             version = state.version;
+            strategy = report.strategy.to_string();
             let tail = long_tail(&report.streams);
             let secs = report.elapsed_seconds;
             if !args.quiet {
@@ -484,6 +508,8 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
             None => "fresh private cluster per run".into(),
         },
         server_config: args.server_config,
+        layout: args.layout,
+        strategy,
         machine,
         server_settings,
         settings,
@@ -516,8 +542,9 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
 
 fn markdown(r: &Results) -> String {
     let mut s = format!(
-        "TPC-H SF{} in {} parts, {} runs per setting (interleaved), {}; server config {:?}\n\n",
-        r.scale, r.parts, r.repeat, r.target, r.server_config
+        "TPC-H SF{} in {} parts, {} runs per setting (interleaved), {}; server config {:?}, \
+         {:?} layout, strategy {}\n\n",
+        r.scale, r.parts, r.repeat, r.target, r.server_config, r.layout, r.strategy
     );
     s.push_str("| jobs | median s | min s | max s | MB/s | rows/s | long tail (slowest / median stream) |\n");
     s.push_str("|---:|---:|---:|---:|---:|---:|---|\n");
