@@ -484,7 +484,17 @@ impl Staging for PgDestination {
             }
             client.batch_execute("COMMIT; BEGIN").await
         });
-        result.map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
+        result.map_err(|e| {
+            // The staging table's name means nothing to the user; its partition does.
+            let mut err = self.error(stream.n, ServerError::from_pg(&e));
+            let what = format!(
+                "building the indexes of partition {}",
+                staged.partition.qualified()
+            );
+            err.summary = format!("{what}: {}", err.summary);
+            err.message = format!("{what}: {}", err.message);
+            err
+        })?;
         lock(&self.staged).push(staged);
         Ok(times)
     }

@@ -8,9 +8,11 @@
 //! The handler touches atomics and calls `write`, `signal` and `raise`, which are
 //! async-signal-safe.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
-static COMMITTING: AtomicBool = AtomicBool::new(false);
+/// How many commit phases are open (they nest: the stage strategy's publish holds one around
+/// the direct streams' commits).
+static COMMITTING: AtomicUsize = AtomicUsize::new(0);
 static DEFERRED: AtomicI32 = AtomicI32::new(0);
 
 fn say(msg: &[u8]) {
@@ -21,7 +23,7 @@ fn say(msg: &[u8]) {
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    if COMMITTING.load(Ordering::SeqCst)
+    if COMMITTING.load(Ordering::SeqCst) > 0
         && DEFERRED
             .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
@@ -29,8 +31,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
         say(b"\nsluice: interrupted during the commit: finishing it first, so that the load is not half committed (signal again to stop at once)\n");
         return;
     }
-    if !COMMITTING.load(Ordering::SeqCst) {
-        say(b"\nsluice: interrupted: nothing was committed (every open transaction rolls back)\n");
+    if COMMITTING.load(Ordering::SeqCst) == 0 {
+        say(b"\nsluice: interrupted: nothing was committed to the tables (every open transaction rolls back; staging tables are dropped by the next load)\n");
     }
     // SAFETY: restoring the default action and raising the signal again ends the process as
     // the signal would have; both calls are async-signal-safe.
@@ -58,7 +60,7 @@ pub struct CommitPhase(());
 
 impl CommitPhase {
     pub fn begin() -> CommitPhase {
-        COMMITTING.store(true, Ordering::SeqCst);
+        COMMITTING.fetch_add(1, Ordering::SeqCst);
         CommitPhase(())
     }
 
@@ -70,6 +72,6 @@ impl CommitPhase {
 
 impl Drop for CommitPhase {
     fn drop(&mut self) {
-        COMMITTING.store(false, Ordering::SeqCst);
+        COMMITTING.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -97,14 +97,17 @@ fn a_target_needs_yes() {
     assert_eq!(d.count("lineitem"), 60_175);
 }
 
+/// The record's configuration: minimal WAL, the partitioned layout, the stage strategy; every
+/// run still verified.
 #[test]
-fn minimal_server_config_runs_without_wal_senders() {
+fn minimal_server_config_runs_without_wal_senders_and_stages_partitions() {
     let out = dir("bench-minimal");
     let data = dir("bench-minimal-data");
     let o = sluice_cmd()
         .args([
-            "bench", "-q", "--scale", "0.01", "--parts", "1", "--jobs", "1", "--repeat", "1",
+            "bench", "-q", "--scale", "0.01", "--parts", "2", "--jobs", "2", "--repeat", "1",
         ])
+        .args(["--layout", "partitioned", "--strategy", "stage"])
         .args(["--server-config", "minimal", "--out"])
         .arg(&out)
         .arg("--data")
@@ -119,4 +122,8 @@ fn minimal_server_config_runs_without_wal_senders() {
     assert!(has("wal_level", "minimal"), "{settings:?}");
     assert!(has("max_wal_senders", "0"), "{settings:?}");
     assert_eq!(json["server_config"], "minimal");
+    assert_eq!(json["layout"], "partitioned");
+    // nation and region are plain tables and load directly.
+    assert_eq!(json["strategy"], "stage+direct");
+    assert_eq!(json["runs"][0]["rows"].as_u64(), Some(86_805));
 }

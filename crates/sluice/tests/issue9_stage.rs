@@ -457,3 +457,40 @@ fn hostile_schema_table_and_partition_names_survive_the_switch() {
     );
     assert_eq!(leftovers(&d), 0);
 }
+
+#[test]
+fn a_duplicate_key_found_by_the_index_build_names_both_rows() {
+    let d = db("stage_dup");
+    three_partitions(&d, true);
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let mut dup = rows(1000, 1500);
+    dup.push_str("1200,again\n");
+    let b = d.file("b.csv", dup.as_bytes());
+    let out = load(
+        &d,
+        &[
+            "--table",
+            "t",
+            "--jobs",
+            "2",
+            "--strategy",
+            "stage",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "b.csv",
+            "line 501",
+            "(id)=(1200)",
+            "the same key is in",
+            "line 201",
+        ],
+    );
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(leftovers(&d), 0);
+}

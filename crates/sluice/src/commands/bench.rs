@@ -86,10 +86,20 @@ pub struct BenchArgs {
     pub server_config: ServerConfig,
     /// The tables' layout: `plain`, or `partitioned` (the six big tables in one partition
     /// per part, `sluice ddl tpch --partitions PARTS`).
-    #[arg(long, value_enum, default_value = "plain", value_name = "plain|partitioned")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "plain",
+        value_name = "plain|partitioned"
+    )]
     pub layout: Layout,
     /// The load strategy (as `sluice load --strategy`).
-    #[arg(long, value_enum, default_value = "auto", value_name = "auto|direct|stage")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        value_name = "auto|direct|stage"
+    )]
     pub strategy: StrategyArg,
     /// Where the generated data lives (default: beside the private cluster).
     #[arg(long, value_name = "DIR")]

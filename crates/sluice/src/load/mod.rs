@@ -291,6 +291,18 @@ impl<D: Destination> RunContext<'_, D> {
         Some(search.input_error(&key, row.as_ref(), fallback, reason))
     }
 
+    /// A staged unit's build failed: a key its rows hold twice (a unique index built after
+    /// the data) is a bad row, named with both rows; anything else is the server's.
+    fn unit_error(&self, stream: usize, unit: &Unit, e: DestinationError) -> Failure {
+        let chunks: Vec<&Chunk> = unit.chunks.iter().map(|&c| &self.plan.chunks[c]).collect();
+        match (e.kind, chunks.first()) {
+            (ErrorKind::Rejected, Some(&first)) => self
+                .keyed_error(&e, &chunks, first)
+                .unwrap_or_else(|| server_failure(&e, stream)),
+            _ => server_failure(&e, stream),
+        }
+    }
+
     /// A COPY the watchdog cancelled because it waited on a sibling stream.
     fn copy_conflict(
         &self,
@@ -606,7 +618,7 @@ pub fn execute<D: Destination>(
                             }
                             if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
                                 if let Err(e) = strategy.end_unit(dest, s, &unit) {
-                                    fail(server_failure(&e, n));
+                                    fail(ctx.unit_error(n, &unit, e));
                                     failed = true;
                                     break;
                                 }

@@ -452,12 +452,14 @@ impl<D: Staging> Strategy<D> for Stage {
     }
 
     fn publish(&self, dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
+        // A signal from here on waits for the publish: the direct commits and the publish
+        // are one phase, so that a Ctrl-C cannot land between them.
+        let phase = crate::signals::CommitPhase::begin();
         // Direct work first: its locks on a parent would hold off the publish's DETACH.
         if let Err(e) = commit_all::<D>(streams) {
             Strategy::<D>::abandon(self, dest);
             return Err(e);
         }
-        let phase = crate::signals::CommitPhase::begin();
         let published = match dest.publish(self.jobs) {
             Ok(p) => p,
             Err(e) => {
