@@ -42,6 +42,20 @@ impl fmt::Display for Failure {
     }
 }
 
+impl Failure {
+    /// The failure's kind, as reports name it (main.rs maps kinds to exit codes).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Failure::Usage(_) => "usage",
+            Failure::Input(_) => "bad_row",
+            Failure::Connect(_) => "connect",
+            Failure::Server(_) => "server",
+            Failure::Local(_) | Failure::Aborted => "local",
+            Failure::Exited(_) => "exited",
+        }
+    }
+}
+
 /// A usage error raised inside `anyhow` code, so that [`Failure::from`] can tell it apart.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -218,10 +218,11 @@ pub fn render(report: &Report) -> String {
     if let Some(s) = &report.steps {
         if s.staging_tables > 0 {
             out.push_str(&format!(
-                "stage: {} staging tables; load {:.2} s, index build {:.2} s, analyze {:.2} s \
+                "stage: {} staging table{}; load {:.2} s, index build {:.2} s, analyze {:.2} s \
                  (summed over streams); publish {:.2} s in {} attempt(s), then analyze of the \
                  parents {:.2} s\n",
                 s.staging_tables,
+                if s.staging_tables == 1 { "" } else { "s" },
                 s.load_seconds,
                 s.index_seconds,
                 s.analyze_seconds,

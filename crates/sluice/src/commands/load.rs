@@ -100,7 +100,7 @@ pub struct LoadArgs {
 
     /// Parallel connections. Default: this machine's cores, at least 2 and at most 8, never
     /// more than the chunks to load or the server's free connection slots.
-    #[arg(long, short = 'j', value_name = "N")]
+    #[arg(long, short = 'j', value_name = "N", value_parser = parse_jobs)]
     pub jobs: Option<usize>,
 
     /// Size of each COPY message (k/M suffixes).
@@ -234,6 +234,15 @@ pub fn parse_column_list(list: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// Parses `--jobs`: a positive number.
+pub fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("--jobs must be at least 1 (it is the number of connections)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a number of connections")),
+    }
+}
+
 /// Parses `256k`, `1M`, `4096`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim();
@@ -254,8 +263,43 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 
 pub fn run(args: LoadArgs) -> Result<(), Failure> {
     crate::signals::install();
-    let report = load(&args)?;
-    print_report(&args, &report)
+    match load(&args) {
+        Ok(report) => print_report(&args, &report),
+        Err(failure) => {
+            // A failed load's report is what an operator's tooling needs most.
+            if let Some(path) = &args.report_json {
+                let json = serde_json::to_string_pretty(&failure_report(&failure))
+                    .expect("failure report serializes");
+                if let Err(e) = std::fs::write(path, json + "\n") {
+                    eprintln!("warning: cannot write {}: {e}", path.display());
+                }
+            }
+            Err(failure)
+        }
+    }
+}
+
+/// The JSON report of a failed load: `ok: false`, the failure's kind (its exit code is the
+/// README's for that kind) and message, and for a bad row where it is.
+pub fn failure_report(f: &Failure) -> serde_json::Value {
+    let mut error = serde_json::json!({
+        "kind": f.kind(),
+        "message": f.to_string(),
+    });
+    if let Failure::Input(e) = f {
+        error["file"] = e.file.clone().into();
+        error["table"] = e.table.clone().into();
+        error["line"] = e.line.into();
+        error["byte_offset"] = e.offset.into();
+        error["column"] = e.column.clone().into();
+        error["value"] = e
+            .value
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .into();
+        error["reason"] = e.reason.clone().into();
+    }
+    serde_json::json!({ "ok": false, "error": error })
 }
 
 /// Prints the summary and writes the JSON report.

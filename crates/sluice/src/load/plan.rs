@@ -258,6 +258,7 @@ pub fn build(
         let head = read_head(&path, 64 << 10)
             .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
         let compression = Compression::sniff(&head);
+        check_compression(f, compression)?;
         if compression == Compression::None {
             dialect.line_ending = detect_line_ending(&head, &dialect);
         }
@@ -323,6 +324,32 @@ pub fn build(
         inputs,
         chunks,
     })
+}
+
+/// A `.gz` or `.zst` name is a promise about the bytes: a file that breaks it would be read
+/// as plain text and fail on garbage, so say what is wrong instead. (A plain name with
+/// compressed bytes is read as what the bytes are.)
+fn check_compression(name: &str, found: Compression) -> Result<(), Failure> {
+    let promised = if name.ends_with(".gz") {
+        (Compression::Gzip, "gzip", "1f 8b")
+    } else if name.ends_with(".zst") {
+        (Compression::Zstd, "zstd", "28 b5 2f fd")
+    } else {
+        return Ok(());
+    };
+    if found == promised.0 {
+        return Ok(());
+    }
+    let is = match found {
+        Compression::None => "not compressed".to_string(),
+        Compression::Gzip => "gzip".into(),
+        Compression::Zstd => "zstd".into(),
+    };
+    Err(Failure::Local(format!(
+        "cannot read {name}: its name promises {} but its bytes are {is} (a {} file starts with \
+         {}); rename it to what it is",
+        promised.1, promised.1, promised.2
+    )))
 }
 
 /// How many streams: `--jobs` or the default, never more than the chunks, and within the

@@ -1,0 +1,104 @@
+//! Issue 10's hostile findings that stand on their own (the resume ledger is separate):
+//! `--jobs 0`, a malformed URI, a compressed name over bytes that are not, and the JSON
+//! report of a failed load.
+
+mod common;
+
+use common::{db, run_bounded, sluice_cmd, stderr};
+
+#[test]
+fn jobs_zero_and_a_malformed_port_are_usage_errors() {
+    let d = db("faults_usage");
+    d.psql("CREATE TABLE t (id int)");
+    let f = d.file("a.csv", b"1\n");
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "0",
+    ])
+    .arg(&f);
+    let out = run_bounded(c, 60);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--jobs must be at least 1"),
+        "{}",
+        stderr(&out)
+    );
+    let mut c = sluice_cmd();
+    c.args([
+        "load",
+        "-q",
+        "--target",
+        "postgresql://u@127.0.0.1:notaport/db",
+        "--table",
+        "t",
+    ])
+    .arg(&f);
+    let out = run_bounded(c, 60);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid port `notaport`"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(d.count("t"), 0);
+}
+
+#[test]
+fn a_compressed_name_over_other_bytes_is_named_not_read_as_garbage() {
+    let d = db("faults_magic");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let plain = d.file("plain.csv.zst", b"1,a\n2,b\n");
+    let gz = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(b"1,a\n").unwrap();
+        d.file("really-gzip.csv.zst", &e.finish().unwrap())
+    };
+    for (f, is) in [(&plain, "not compressed"), (&gz, "gzip")] {
+        let mut c = sluice_cmd();
+        c.args(["load", "-q", "--target", &d.url, "--table", "t"])
+            .arg(f);
+        let out = run_bounded(c, 60);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("its name promises zstd but its bytes are") && err.contains(is),
+            "{err}"
+        );
+    }
+    assert_eq!(d.count("t"), 0);
+}
+
+#[test]
+fn a_failed_load_still_writes_its_json_report() {
+    let d = db("faults_report");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let f = d.file("bad.csv", b"1,a\n2,b\nthree,c\n");
+    let report = d.dir.join("report.json");
+    let mut c = sluice_cmd();
+    c.args([
+        "load",
+        "-q",
+        "--target",
+        &d.url,
+        "--table",
+        "t",
+        "--report-json",
+    ])
+    .arg(&report)
+    .arg(&f);
+    let out = run_bounded(c, 60);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["ok"], false);
+    let e = &json["error"];
+    assert_eq!(e["kind"], "bad_row");
+    assert_eq!(e["line"], 3);
+    assert_eq!(e["byte_offset"], 8);
+    assert_eq!(e["value"], "three");
+    assert!(e["file"].as_str().unwrap().ends_with("bad.csv"));
+    assert!(e["column"].as_str().unwrap().starts_with("id"));
+    assert!(e["message"].as_str().unwrap().contains("bad row"));
+    assert_eq!(d.count("t"), 0);
+}
