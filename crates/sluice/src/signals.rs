@@ -6,7 +6,8 @@
 //! streams committed and others not; the handler then only records the signal, and the load
 //! finishes its COMMITs (milliseconds) and reports. A second signal ends the process at once.
 //! The handler touches atomics and calls `write`, `signal` and `raise`, which are
-//! async-signal-safe.
+//! async-signal-safe. A SIGBUS (a memory-mapped input truncated under sluice) is reported and
+//! ends the process with exit 1.
 
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
@@ -42,8 +43,24 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
+/// A SIGBUS is a memory-mapped input that shrank between the size check of its window and the
+/// read: say so and end with exit 1 (a local failure), as a failed read would, rather than
+/// crash. Open transactions roll back as the connections close.
+extern "C" fn on_bus_error(_sig: libc::c_int) {
+    say(b"\nerror: an input file was truncated while sluice read it (SIGBUS on its memory map): an input must not shrink during a load; nothing was committed to the tables\n");
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(1) }
+}
+
 /// Installs the handler for SIGINT and SIGTERM (once per process is enough; again is harmless).
 pub fn install() {
+    // SAFETY: `on_bus_error` only writes to stderr and calls `_exit`.
+    unsafe {
+        libc::signal(
+            libc::SIGBUS,
+            on_bus_error as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: `on_signal` is an extern "C" fn that only does async-signal-safe work.
         unsafe {

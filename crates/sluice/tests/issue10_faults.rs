@@ -102,3 +102,48 @@ fn a_failed_load_still_writes_its_json_report() {
     assert!(e["message"].as_str().unwrap().contains("bad row"));
     assert_eq!(d.count("t"), 0);
 }
+
+/// Truncating a memory-mapped input mid-load ends the load with a message and exit 1, not a
+/// bus error (exit 135), and nothing is committed.
+#[test]
+fn truncating_an_input_while_it_loads_fails_with_a_message() {
+    let d = db("faults_truncate");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let line = "12345,some text that makes the row longer than it needs to be\n";
+    let f = d.file("big.csv", line.repeat(4_000_000).as_bytes()); // 252 MB
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "1",
+    ])
+    .arg(&f)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    // Truncate once the COPY is under way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let active = d.psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND query LIKE 'COPY%'",
+            d.name
+        ));
+        if active.trim() != "0" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the COPY never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("truncated while sluice read it"), "{err}");
+    assert_eq!(d.count("t"), 0);
+}

@@ -179,8 +179,9 @@ fn walk_mapped(
     const PAGE: usize = 4096;
     let aligned = chunk.start / PAGE as u64 * PAGE as u64;
     // SAFETY: the map is read-only and private to this function. If another process
-    // truncated the file during the load, touching the lost pages would raise SIGBUS; the
-    // README says that inputs must not be truncated while they load.
+    // truncates the file during the load, touching the lost pages raises SIGBUS: each window
+    // first checks the file's size (below), and `signals` turns a SIGBUS that still slips
+    // between that check and the read into a message and exit 1, never a crash.
     let map = unsafe {
         memmap2::MmapOptions::new()
             .offset(aligned)
@@ -203,6 +204,15 @@ fn walk_mapped(
             return Err(Failure::Aborted);
         }
         let stop = (pos + window).min(data.len());
+        let needed = chunk.start + stop as u64;
+        let now = file.metadata().map_err(io)?.len();
+        if now < needed {
+            return Err(Failure::Local(format!(
+                "{} was truncated while sluice read it (it is now {now} bytes; this chunk \
+                 needs {needed}): an input must not shrink during a load",
+                input.display
+            )));
+        }
         // Map the window's pages in one call rather than one fault at a time.
         #[cfg(target_os = "linux")]
         let _ = map.advise_range(memmap2::Advice::PopulateRead, skip + pos, stop - pos);
