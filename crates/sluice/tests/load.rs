@@ -4,33 +4,19 @@
 
 mod common;
 
-use common::{db, pg, sluice_cmd, stderr, strip_trailing_bars};
+use common::{db, gen_tpch, pg, sluice_cmd, stderr};
 use std::io::Write;
-use std::path::Path;
 
 #[test]
 fn tpch_sf01_matches_psql_row_for_row() {
     let d = db("tpch");
     let data = d.dir.join("sf01");
-    let out = sluice_cmd()
-        .args([
-            "gen", "tpch", "-q", "--scale", "0.1", "--parts", "2", "--out",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    let files = gen_tpch(&data, "0.1", "2");
     // sluice loads into public; psql into schema p.
     let ddl =
         String::from_utf8(sluice_cmd().args(["ddl", "tpch"]).output().unwrap().stdout).unwrap();
     d.psql(&ddl);
     d.psql(&format!("CREATE SCHEMA p; SET search_path = p; {ddl}"));
-    let mut files = Vec::new();
-    for entry in walk(&data) {
-        if entry.extension().is_some_and(|e| e == "tbl") {
-            files.push(entry);
-        }
-    }
     assert_eq!(files.len(), 2 + 6 * 2);
     let mut args = vec!["load", "-q", "--jobs", "4", "--chunk-size", "8M"];
     let names: Vec<String> = files
@@ -42,20 +28,7 @@ fn tpch_sf01_matches_psql_row_for_row() {
     args.extend(["--report-json", report.to_str().unwrap()]);
     let summary = d.sluice_ok(&args);
     assert!(summary.contains("lineitem"), "{summary}");
-    for f in &files {
-        let table = f
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .split('.')
-            .next()
-            .unwrap();
-        let stripped = d.dir.join("stripped.txt");
-        strip_trailing_bars(f, &stripped);
-        d.psql_copy(&format!("p.{table}"), &stripped, "delimiter '|'")
-            .unwrap();
-    }
+    d.psql_copy_tbl("p", &files);
     for t in [
         "nation", "region", "part", "supplier", "partsupp", "customer", "orders", "lineitem",
     ] {
@@ -88,20 +61,6 @@ fn tpch_sf01_matches_psql_row_for_row() {
         "big files were cut into chunks"
     );
     assert!(!json["target"].as_str().unwrap().contains("password"));
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 /// A CSV file whose records hold quoted newlines, doubled quotes and delimiters, big enough

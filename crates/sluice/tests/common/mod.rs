@@ -272,3 +272,52 @@ pub fn strip_trailing_bars(src: &Path, dst: &Path) {
     }
     std::fs::write(dst, out).unwrap();
 }
+
+/// `sluice gen tpch -q --scale SCALE --parts PARTS --out OUT`, asserting success; returns the
+/// `.tbl` files it wrote, in a stable order.
+pub fn gen_tpch(out: &Path, scale: &str, parts: &str) -> Vec<PathBuf> {
+    let o = sluice_cmd()
+        .args([
+            "gen", "tpch", "-q", "--scale", scale, "--parts", parts, "--out",
+        ])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut files = Vec::new();
+    let mut dirs = vec![out.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "tbl") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The table a TPC-H file loads into: its name up to the first dot.
+pub fn tpch_table(file: &Path) -> String {
+    let name = file.file_name().unwrap().to_str().unwrap();
+    name.split('.').next().unwrap().to_string()
+}
+
+impl Db {
+    /// Loads TPC-H `.tbl` files into `schema` with psql `\copy`, the reference loader.
+    pub fn psql_copy_tbl(&self, schema: &str, files: &[PathBuf]) {
+        let stripped = self.dir.join("stripped.txt");
+        for f in files {
+            strip_trailing_bars(f, &stripped);
+            self.psql_copy(
+                &format!("{schema}.{}", tpch_table(f)),
+                &stripped,
+                "delimiter '|'",
+            )
+            .unwrap_or_else(|e| panic!("psql \\copy {}: {e}", f.display()));
+        }
+    }
+}
