@@ -267,9 +267,12 @@ impl Stage {
             let unit = staged_unit(plan, &g.inputs, k);
             units.push((weight(plan, &unit), unit));
         }
-        direct_inputs.sort_unstable();
+        let mut is_direct = vec![false; plan.inputs.len()];
+        for &i in &direct_inputs {
+            is_direct[i] = true;
+        }
         let direct: Vec<usize> = (0..plan.chunks.len())
-            .filter(|&c| direct_inputs.contains(&plan.chunks[c].input))
+            .filter(|&c| is_direct[plan.chunks[c].input])
             .collect();
         for u in direct_units(plan, direct) {
             units.push((weight(plan, &u), u));
