@@ -537,7 +537,7 @@ impl Staging for PgDestination {
                     format!(
                         "the publish could not lock the tables in {} attempts; nothing was \
                          published. Holding locks: {who}",
-                        5
+                        stage::PUBLISH_ATTEMPTS
                     ),
                 ),
             })?;
@@ -552,12 +552,14 @@ impl Staging for PgDestination {
                 parallel,
                 self.analyze_only(),
             ))
-            .map_err(|e| {
-                DestinationError::new(
-                    ErrorKind::Other,
-                    format!("the load is published, but gathering statistics failed: {e}"),
-                )
-            })?;
+            .unwrap_or_else(|e| {
+                // The data is in and visible; only the statistics are missing.
+                (self.warn)(format!(
+                    "the load is published, but gathering statistics failed ({e}); run \
+                     ANALYZE on {} yourself",
+                    parents.join(", ")
+                ))
+            });
         times.analyze = started.elapsed();
         Ok(times)
     }

@@ -32,7 +32,7 @@ pub const BOUND_CHECK: &str = "sluice_partition_bound";
 const LOCK_CLASS: i32 = 0x736c_7563;
 /// How long the publish waits for a lock before it gives way and tries again.
 const PUBLISH_LOCK_TIMEOUT: &str = "10s";
-const PUBLISH_ATTEMPTS: u32 = 5;
+pub const PUBLISH_ATTEMPTS: u32 = 5;
 
 /// One partition, with what the staging table and the publish need.
 #[derive(Clone, Debug)]

@@ -459,6 +459,7 @@ impl<D: Staging> Strategy<D> for Stage {
         // are one phase, so that a Ctrl-C cannot land between them.
         let phase = crate::signals::CommitPhase::begin();
         // Direct work first: its locks on a parent would hold off the publish's DETACH.
+        let direct_committed = !streams.is_empty();
         if let Err(e) = commit_all::<D>(streams) {
             Strategy::<D>::abandon(self, dest);
             return Err(e);
@@ -467,7 +468,28 @@ impl<D: Staging> Strategy<D> for Stage {
             Ok(p) => p,
             Err(e) => {
                 Strategy::<D>::abandon(self, dest);
-                return Err(Failure::Server(e.to_string()));
+                // Say exactly what is visible: the direct inputs committed just before.
+                let direct: Vec<String> = if direct_committed {
+                    let staged = lock(&self.staged_inputs);
+                    self.input_names
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !staged[*i])
+                        .map(|(_, (file, _))| file.clone())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let visible = if direct.is_empty() {
+                    "No row of this load is visible.".to_string()
+                } else {
+                    format!(
+                        "The inputs loaded directly were committed just before and are visible \
+                         ({}); no staged row is.",
+                        direct.join(", ")
+                    )
+                };
+                return Err(Failure::Server(format!("{e}. {visible}")));
             }
         };
         let mut times = lock(&self.times);
