@@ -86,9 +86,9 @@ pub struct LoadArgs {
 
     /// How rows reach their tables. `direct`: straight into the tables, every stream's
     /// transaction committed at the end. `stage`: each partition's files into a staging table
-    /// of their own (FREEZE, then indexes and ANALYZE by the same stream), all switched in by
-    /// one publish transaction; inputs that cannot be staged go direct and the summary says
-    /// why. `auto`: stage where it applies (a table partitioned by ranges of an integer
+    /// of their own (FREEZE, then the table's indexes, by the same stream), all switched in by
+    /// one publish transaction, then ANALYZE; inputs that cannot be staged go direct and the
+    /// summary says why. `auto`: stage where it applies (a table partitioned by ranges of an integer
     /// column, into empty partitions), direct elsewhere.
     #[arg(
         long,
