@@ -147,3 +147,38 @@ fn truncating_an_input_while_it_loads_fails_with_a_message() {
     assert!(err.contains("truncated while sluice read it"), "{err}");
     assert_eq!(d.count("t"), 0);
 }
+
+/// A stream's backend terminated mid-COPY: exit 5, the stream named, and the message says that
+/// nothing was committed (and nothing is).
+#[test]
+fn a_terminated_stream_says_which_and_that_nothing_was_committed() {
+    let d = db("faults_terminate");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let line = "12345,some text that makes the row longer than it needs to be\n";
+    let f = d.file("big.csv", line.repeat(3_000_000).as_bytes());
+    let mut c = sluice_cmd();
+    c.args(["load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2"])
+        .arg(&f)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let killed = d.psql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = '{}' AND query LIKE 'COPY%' AND pid <> pg_backend_pid()",
+            d.name
+        ));
+        if killed.trim() != "0" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the COPY never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("lost its connection"), "{err}");
+    assert!(err.contains("nothing was committed"), "{err}");
+    assert_eq!(d.count("t"), 0);
+}

@@ -663,7 +663,13 @@ pub fn execute<D: Destination>(
         // Dropping the streams closes their connections: every transaction rolls back.
         drop(results);
         strategy.abandon(dest);
-        return Err(e);
+        // A bad row says so in main.rs; a lost connection or a server failure here says it too.
+        let nothing = "nothing was committed: every stream's transaction rolled back";
+        return Err(match e {
+            Failure::Server(m) => Failure::Server(format!("{m}; {nothing}")),
+            Failure::Connect(m) => Failure::Connect(format!("{m}; {nothing}")),
+            other => other,
+        });
     }
     let (streams, stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
         results.into_iter().unzip();
