@@ -4,7 +4,26 @@
 
 mod common;
 
-use common::{db, run_bounded, sluice_cmd, stderr};
+use common::{db, run_bounded, sluice_cmd, stderr, Db};
+
+/// Waits (at most 60 s) until a COPY of this database's load is under way.
+fn wait_until_copying(d: &Db) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let active = d.psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND query LIKE 'COPY%'",
+            d.name
+        ));
+        if active.trim() != "0" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the COPY never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
 
 #[test]
 fn jobs_zero_and_a_malformed_port_are_usage_errors() {
@@ -120,21 +139,7 @@ fn truncating_an_input_while_it_loads_fails_with_a_message() {
     .stderr(std::process::Stdio::piped());
     let child = c.spawn().unwrap();
     // Truncate once the COPY is under way.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let active = d.psql(&format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND query LIKE 'COPY%'",
-            d.name
-        ));
-        if active.trim() != "0" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the COPY never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until_copying(&d);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&f)
@@ -157,24 +162,19 @@ fn a_terminated_stream_says_which_and_that_nothing_was_committed() {
     let line = "12345,some text that makes the row longer than it needs to be\n";
     let f = d.file("big.csv", line.repeat(3_000_000).as_bytes());
     let mut c = sluice_cmd();
-    c.args(["load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2"])
-        .arg(&f)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+    ])
+    .arg(&f)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     let child = c.spawn().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let killed = d.psql(&format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE datname = '{}' AND query LIKE 'COPY%' AND pid <> pg_backend_pid()",
-            d.name
-        ));
-        if killed.trim() != "0" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the COPY never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until_copying(&d);
+    d.psql(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{}' AND query LIKE 'COPY%' AND pid <> pg_backend_pid()",
+        d.name
+    ));
     let out = child.wait_with_output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(5), "{err}");
