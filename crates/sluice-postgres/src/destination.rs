@@ -410,7 +410,10 @@ impl Staging for PgDestination {
     fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
         self.rt
             .block_on(stage::prepare(&self.client, self.load_id))
-            .map_err(db_error)
+            .map_err(|e| match e {
+                stage::PrepareError::Db(e) => db_error(e),
+                other => DestinationError::new(ErrorKind::Usage, other.to_string()),
+            })
     }
 
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {

@@ -157,12 +157,21 @@ pub async fn describe_partitions(
                     (SELECT count(*) FROM pg_constraint WHERE conrelid = $1::text::regclass \
                      AND contype = 'f'), \
                     (SELECT count(*) FROM pg_attribute WHERE attrelid = $1::text::regclass \
-                     AND attnum > 0 AND NOT attisdropped AND attidentity <> '')",
+                     AND attnum > 0 AND NOT attisdropped AND attidentity <> ''), \
+                    (SELECT pg_has_role(relowner, 'USAGE') FROM pg_class \
+                     WHERE oid = $1::text::regclass)",
             &[&parent],
         )
         .await?;
-    let (triggers, fkeys, identity): (i64, i64, i64) =
-        (guards.get(0), guards.get(1), guards.get(2));
+    let (triggers, fkeys, identity, owner): (i64, i64, i64, bool) =
+        (guards.get(0), guards.get(1), guards.get(2), guards.get(3));
+    // DETACH and ATTACH need the parent's ownership; a role that may only insert loads
+    // directly, as it always could.
+    if !owner {
+        return Ok(unroutable(
+            "the loading role does not own it (switching partitions needs ownership)".into(),
+        ));
+    }
     if triggers > 0 {
         return Ok(unroutable(
             "it has row triggers, which do not fire for rows switched in".into(),
@@ -178,7 +187,9 @@ pub async fn describe_partitions(
         .query(
             "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
                     pg_get_expr(c.relpartbound, c.oid), \
-                    coalesce(pg_get_partition_constraintdef(c.oid), '') \
+                    coalesce(pg_get_partition_constraintdef(c.oid), ''), \
+                    pg_has_role(c.relowner, 'USAGE'), \
+                    has_schema_privilege(n.oid, 'CREATE') \
              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE i.inhparent = $1::text::regclass ORDER BY c.oid",
@@ -200,9 +211,17 @@ pub async fn describe_partitions(
             )));
         };
         let qualified = format!("{}.{}", quote_ident(&schema), quote_ident(&name));
+        let (owned, can_create): (bool, bool) = (r.get(5), r.get(6));
         let obstacle = match kind.as_str() {
             "p" => Some(format!("partition {qualified} is itself partitioned")),
             "f" => Some(format!("partition {qualified} is a foreign table")),
+            _ if !owned => Some(format!(
+                "the loading role does not own partition {qualified} (replacing it needs \
+                 ownership)"
+            )),
+            _ if !can_create => Some(format!(
+                "the loading role may not create tables in {qualified}'s schema"
+            )),
             _ => {
                 let has_rows: bool = client
                     .query_one(
@@ -237,16 +256,43 @@ pub async fn describe_partitions(
     })
 }
 
+/// Why the staging area cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("{}", crate::connect::chain(.0))]
+    Db(#[from] tokio_postgres::Error),
+    #[error("the loading role may not create tables in schema {SCHEMA} (GRANT CREATE ON SCHEMA {SCHEMA})")]
+    NoPrivilege,
+}
+
 /// Readies the staging schema, marks this load as running (a session advisory lock on
 /// `load_id`, held by `client` until it closes) and drops the staging tables of loads that no
 /// longer run. Returns what it dropped, each with what it was for.
-pub async fn prepare(client: &Client, load_id: u32) -> Result<Vec<String>, tokio_postgres::Error> {
-    client
-        .batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {}",
-            quote_ident(SCHEMA)
-        ))
-        .await?;
+pub async fn prepare(client: &Client, load_id: u32) -> Result<Vec<String>, PrepareError> {
+    // A DBA may create the schema and grant CREATE on it to a role that may not create
+    // schemas: use it as it is when it exists.
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&SCHEMA],
+        )
+        .await?
+        .get(0);
+    if !exists {
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                quote_ident(SCHEMA)
+            ))
+            .await?;
+    }
+    let may_create: bool = client
+        .query_one("SELECT has_schema_privilege($1, 'CREATE')", &[&SCHEMA])
+        .await?
+        .get(0);
+    if !may_create {
+        return Err(PrepareError::NoPrivilege);
+    }
     client
         .execute(
             "SELECT pg_advisory_lock($1, $2)",

@@ -465,3 +465,32 @@ fn a_duplicate_key_found_by_the_index_build_names_both_rows() {
     assert_eq!(d.count("t"), 0);
     assert_eq!(leftovers(&d), 0);
 }
+
+/// A role that may insert into a partitioned table but does not own it loads as it always
+/// could: directly, with the reason in the summary (auto never turns a load that direct can do
+/// into a failure).
+#[test]
+fn a_role_that_may_only_insert_loads_directly() {
+    let d = db("stage_role");
+    three_partitions(&d, false);
+    d.psql(&format!(
+        "DROP ROLE IF EXISTS stage_loader; CREATE ROLE stage_loader LOGIN; \
+         GRANT CONNECT ON DATABASE {} TO stage_loader; \
+         GRANT USAGE ON SCHEMA public TO stage_loader; GRANT INSERT ON t TO stage_loader; \
+         REVOKE CREATE ON DATABASE {} FROM PUBLIC",
+        d.name, d.name
+    ));
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let url = d.url.replace("sluice@", "stage_loader@");
+    let mut c = sluice_cmd();
+    c.args(["load", "-q", "--target", &url, "--table", "t"])
+        .arg(&a);
+    let out = run_bounded(c, 60);
+    let summary = ok(&out);
+    assert_has(
+        &summary,
+        &["a.csv (table t): table \"public\".\"t\": the loading role does not own it"],
+    );
+    assert_eq!(d.count("t"), 899);
+    assert_eq!(leftovers(&d), 0);
+}
