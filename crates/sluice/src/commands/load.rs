@@ -432,11 +432,14 @@ fn load_into<D: Staging>(
         _ => Failure::Server(e.to_string()),
     })?;
     // Routing reads each partitioned input's first row, and may say what earlier loads left.
-    let stage = match (args.strategy, args.dry_run) {
+    let mut stage = match (args.strategy, args.dry_run) {
         (StrategyArg::Direct, _) | (_, true) => None,
         (StrategyArg::Auto, false) => Some(Stage::plan(&plan, &*dest, Mode::Auto, jobs)?),
         (StrategyArg::Stage, false) => Some(Stage::plan(&plan, &*dest, Mode::Required, jobs)?),
     };
+    if let Some(s) = stage.as_mut() {
+        s.verbose = !args.quiet;
+    }
     let display = progress::start(
         progress::Mode::choose(args.quiet),
         names,

@@ -87,6 +87,8 @@ pub struct Stage {
     input_names: Vec<(String, String)>,
     /// Streams of the load: the parents' statistics are gathered as many at a time.
     jobs: usize,
+    /// Say what the publish is doing (it can take a while, after the progress display).
+    pub verbose: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -289,6 +291,7 @@ impl Stage {
             staged_inputs: Mutex::new(vec![false; plan.inputs.len()]),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
+            verbose: false,
             input_names: plan
                 .inputs
                 .iter()
@@ -463,6 +466,15 @@ impl<D: Staging> Strategy<D> for Stage {
         if let Err(e) = commit_all::<D>(streams) {
             Strategy::<D>::abandon(self, dest);
             return Err(e);
+        }
+        if self.verbose {
+            let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
+            if staged > 0 {
+                eprintln!(
+                    "sluice: publishing the staging tables of {staged} input(s) in one \
+                     transaction, then gathering the tables' statistics (ANALYZE)"
+                );
+            }
         }
         let published = match dest.publish(self.jobs) {
             Ok(p) => p,
