@@ -202,10 +202,15 @@ pub trait Staging: Destination {
     /// Drops every staging table this load finished: the load failed before its publish.
     fn discard_staging(&self) -> Result<(), DestinationError>;
 
-    /// In one transaction, switches every finished staging table in for its partition (or
-    /// appends its rows, when the partition has rows by then); then gathers statistics on the
-    /// parents, `parallel` at a time.
-    fn publish(&self, parallel: usize) -> Result<PublishTimes, DestinationError>;
+    /// In `stream`'s transaction (opened for the publish; the caller commits it), switches
+    /// every finished staging table in for its partition (or appends its rows, when the
+    /// partition has rows by then). The caller may load more rows into the parents in the
+    /// same transaction afterwards: rows that could not be staged.
+    fn switch_in(&self, stream: &mut Self::Stream<'_>) -> Result<PublishTimes, DestinationError>;
+
+    /// After the publish committed: gathers the parents' statistics, `parallel` at a time. A
+    /// failure here is the destination's to report as a warning: the data is in.
+    fn gather_statistics(&self, parallel: usize) -> std::time::Duration;
 }
 
 /// Converts one table's records, with the destination's rules, into its load format.

@@ -521,11 +521,10 @@ impl Staging for PgDestination {
             .map_err(db_error)
     }
 
-    fn publish(&self, parallel: usize) -> Result<PublishTimes, DestinationError> {
+    fn switch_in(&self, stream: &mut PgStream<'_>) -> Result<PublishTimes, DestinationError> {
         let staged = lock(&self.staged).clone();
-        let mut times = self
-            .rt
-            .block_on(stage::publish(&self.client, &staged))
+        self.rt
+            .block_on(stage::switch_in(stream.stream.client(), &staged))
             .map_err(|e| match e {
                 PublishError::Db(e) => {
                     let mut err = db_error(e);
@@ -543,28 +542,29 @@ impl Staging for PgDestination {
                         stage::PUBLISH_ATTEMPTS
                     ),
                 ),
-            })?;
+            })
+    }
+
+    fn gather_statistics(&self, parallel: usize) -> std::time::Duration {
+        let staged = lock(&self.staged).clone();
         let mut parents: Vec<String> = staged.iter().map(|s| s.parent.clone()).collect();
         parents.sort_unstable();
         parents.dedup();
         let started = std::time::Instant::now();
-        self.rt
-            .block_on(stage::analyze_parents(
-                &self.info,
-                &parents,
-                parallel,
-                self.analyze_only(),
-            ))
-            .unwrap_or_else(|e| {
-                // The data is in and visible; only the statistics are missing.
-                (self.warn)(format!(
-                    "the load is published, but gathering statistics failed ({e}); run \
-                     ANALYZE on {} yourself",
-                    parents.join(", ")
-                ))
-            });
-        times.analyze = started.elapsed();
-        Ok(times)
+        if let Err(e) = self.rt.block_on(stage::analyze_parents(
+            &self.info,
+            &parents,
+            parallel,
+            self.analyze_only(),
+        )) {
+            // The data is in and visible; only the statistics are missing.
+            (self.warn)(format!(
+                "the load is published, but gathering statistics failed ({e}); run ANALYZE \
+                 on {} yourself",
+                parents.join(", ")
+            ));
+        }
+        started.elapsed()
     }
 }
 

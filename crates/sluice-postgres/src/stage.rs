@@ -9,11 +9,13 @@
 //! building another), runs ANALYZE and commits: the table waits, invisible to the parent's
 //! users, for the publish.
 //!
-//! The publish is one transaction on the load's first connection: for each staging table,
+//! The publish is one transaction, on a connection of its own: for each staging table,
 //! DETACH the empty partition, check that it is still empty under the lock, DROP it, move the
 //! staging table into the partition's schema under its name, ATTACH it with the same bounds
 //! (the CHECK proves the bound, so ATTACH does not scan) and drop the CHECK. Every lock wait
-//! is bounded by `lock_timeout`; a publish that times out is retried a few times with backoff.
+//! is bounded by `lock_timeout`; a switch that times out is retried a few times with backoff,
+//! under a savepoint. Rows of the staged tables that could not be staged are loaded in the same
+//! transaction after the switch, so that all of a staged table's rows appear at once.
 //!
 //! A load holds a session advisory lock on its id for its whole life; a staging table whose
 //! load no longer holds that lock was left by a load that died before its publish, and the
@@ -33,6 +35,7 @@ const LOCK_CLASS: i32 = 0x736c_7563;
 /// How long the publish waits for a lock before it gives way and tries again.
 const PUBLISH_LOCK_TIMEOUT: &str = "10s";
 pub const PUBLISH_ATTEMPTS: u32 = 5;
+const PUBLISH_SAVEPOINT: &str = "sluice_publish";
 
 /// One partition, with what the staging table and the publish need.
 #[derive(Clone, Debug)]
@@ -479,7 +482,7 @@ impl From<tokio_postgres::Error> for PublishError {
 async fn publish_once(client: &Client, staged: &[Staged]) -> Result<Vec<String>, PublishError> {
     client
         .batch_execute(&format!(
-            "BEGIN; SET LOCAL lock_timeout = '{PUBLISH_LOCK_TIMEOUT}'"
+            "SAVEPOINT {PUBLISH_SAVEPOINT}; SET LOCAL lock_timeout = '{PUBLISH_LOCK_TIMEOUT}'"
         ))
         .await?;
     let mut parents: Vec<&str> = staged.iter().map(|s| s.parent.as_str()).collect();
@@ -567,13 +570,18 @@ async fn publish_once(client: &Client, staged: &[Staged]) -> Result<Vec<String>,
             }
         }
     }
-    client.batch_execute("COMMIT").await?;
+    client
+        .batch_execute(&format!(
+            "RELEASE SAVEPOINT {PUBLISH_SAVEPOINT}; SET LOCAL lock_timeout = 0"
+        ))
+        .await?;
     Ok(appended)
 }
 
-/// Switches every staging table in, in one transaction (retried when a lock wait times
-/// out), then analyzes the parents.
-pub async fn publish(client: &Client, staged: &[Staged]) -> Result<PublishTimes, PublishError> {
+/// Switches every staging table in, inside the caller's transaction on `client` (under a
+/// savepoint, so that a lock wait that times out is retried without losing the rest of the
+/// transaction). The caller commits.
+pub async fn switch_in(client: &Client, staged: &[Staged]) -> Result<PublishTimes, PublishError> {
     let mut times = PublishTimes::default();
     if staged.is_empty() {
         return Ok(times);
@@ -587,7 +595,9 @@ pub async fn publish(client: &Client, staged: &[Staged]) -> Result<PublishTimes,
                 break;
             }
             Err(e) => {
-                let _ = client.batch_execute("ROLLBACK").await;
+                let _ = client
+                    .batch_execute(&format!("ROLLBACK TO SAVEPOINT {PUBLISH_SAVEPOINT}"))
+                    .await;
                 let lock_timeout = matches!(&e, PublishError::Db(d)
                     if d.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE));
                 if !lock_timeout {

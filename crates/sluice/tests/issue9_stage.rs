@@ -494,3 +494,36 @@ fn a_role_that_may_only_insert_loads_directly() {
     assert_eq!(d.count("t"), 899);
     assert_eq!(leftovers(&d), 0);
 }
+
+/// A file redone outside its staging table loads in the publish transaction: a key it shares
+/// with a staged file fails the whole load with both rows named, and no row of it is visible
+/// (the direct streams of other tables roll back too).
+#[test]
+fn a_redone_file_that_repeats_a_staged_key_leaves_nothing_visible() {
+    let d = db("stage_redo_dup");
+    three_partitions(&d, true);
+    d.psql("CREATE TABLE other (id int, v text)");
+    let a = d.file("t.a.csv", rows(1, 900).as_bytes());
+    // Starts in t_2, then a row of t_1 that a.csv also holds.
+    let mut span = rows(1000, 1100);
+    span.push_str("5,again\n");
+    let span = d.file("t.span.csv", span.as_bytes());
+    let other = d.file("other.csv", rows(1, 100).as_bytes());
+    let out = load(
+        &d,
+        &[
+            "--jobs",
+            "2",
+            a.to_str().unwrap(),
+            span.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_has(&err, &["span.csv", "(id)=(5)"]);
+    assert_eq!(d.count("t"), 0, "{err}");
+    assert_eq!(d.count("other"), 0, "{err}");
+    assert_eq!(leftovers(&d), 0);
+}

@@ -671,10 +671,52 @@ pub fn execute<D: Destination>(
             other => other,
         });
     }
-    let (streams, stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
+    let (streams, mut stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
         results.into_iter().unzip();
-    // Every stream finished cleanly: the strategy makes the load visible.
-    strategy.publish(dest, streams.into_iter().flatten().collect())?;
+    // Every stream finished cleanly: the strategy makes the load visible, loading on its
+    // publish stream whatever it kept for it (rows of staged tables that could not be staged).
+    let mut late: Vec<ChunkStat> = Vec::new();
+    let mut run = |s: &mut D::Stream<'_>, chunks: &[usize]| -> Result<(), Failure> {
+        let mut encoders: Vec<Option<D::Encoder<'_>>> =
+            (0..plan.tables.len()).map(|_| None).collect();
+        for &c in chunks {
+            let chunk = &plan.chunks[c];
+            let t = plan.inputs[chunk.input].table;
+            let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
+            let chunk_start = Instant::now();
+            match run_chunk(&ctx, chunk, Some(&mut *s), encoder, &counters[t]) {
+                Ok(o) => {
+                    late.push(ChunkStat {
+                        chunk: chunk.id,
+                        key: chunk.key(&plan.inputs),
+                        table: plan.tables[t].table.name.clone(),
+                        table_index: t,
+                        rows: o.records,
+                        bytes: o.bytes,
+                        start: (chunk_start - started).as_secs_f64(),
+                        end: started.elapsed().as_secs_f64(),
+                    });
+                    counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(ChunkError::Destination(e)) => return Err(ctx.copy_error(0, chunk, e)),
+                Err(ChunkError::Failed(f)) => return Err(f),
+            }
+        }
+        Ok(())
+    };
+    let published = strategy.publish(dest, streams.into_iter().flatten().collect(), &mut run);
+    if let Err(e) = published {
+        strategy.abandon(dest);
+        return Err(e);
+    }
+    // The publish stream's chunks are counted with the first stream's.
+    if let Some(first) = stats.first_mut() {
+        for c in late {
+            first.rows += c.rows;
+            first.bytes += c.bytes;
+            first.chunks.push(c);
+        }
+    }
     Ok(RunOutcome {
         streams: stats,
         elapsed: started.elapsed(),

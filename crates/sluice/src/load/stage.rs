@@ -1,26 +1,26 @@
 //! The `stage` strategy: the seed paper's design. Each partition's files are loaded by one
 //! stream into a staging table of its own (created in that stream's transaction, loaded with
-//! FREEZE, then indexed and analyzed by the same stream, so index builds run in parallel), and
-//! one publish transaction switches every staging table in at once.
+//! FREEZE, then indexed by the same stream, so index builds run in parallel), and one publish
+//! transaction switches every staging table in at once.
 //!
 //! Routing is by each file's first record: its partition key picks the partition. The
 //! staging table carries the partition's bound as a CHECK, so a later row outside it fails
-//! that staging table's COPY; the strategy then rolls the staging table back, sends that file
-//! through `direct`, and stages the partition's other files again. Whatever cannot be staged
-//! (a plain table, a partition that has rows, a key sluice cannot route, a parent with
-//! triggers or foreign keys, standard input) goes through `direct`, and the summary says which
-//! inputs did and why: fallbacks, not errors. A first row that belongs to no partition is a
-//! bad row.
+//! that staging table's COPY; the strategy then rolls the staging table back, keeps that file
+//! for the publish, and stages the partition's other files again. Whatever cannot be staged (a
+//! partition that has rows, a key sluice cannot route, a parent with triggers or foreign keys,
+//! standard input) is loaded directly, and the summary says which inputs were and why:
+//! fallbacks, not errors. A first row that belongs to no partition is a bad row.
 //!
-//! Order at the end: the direct streams commit first (their locks on a parent would hold off
-//! the publish's DETACH), then the publish. When every input is staged, the publish is the
-//! load's only visible step.
+//! Order at the end: one publish transaction switches the staging tables in and then loads
+//! the staged tables' inputs that could not be staged (so a staged table's rows appear at
+//! once, and a bad row among the late ones leaves nothing visible); then the direct streams,
+//! which only load tables with nothing staged, commit; then the parents are analyzed.
 
 use super::chunk::locate_record;
 use super::plan::{Chunk, Plan};
-use super::strategy::{commit_all, direct_units, Strategy, Unit};
+use super::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
 use crate::failure::Failure;
-use sluice_core::destination::{DestinationError, Partitioning, Staging};
+use sluice_core::destination::{DestinationError, DestinationStream, Partitioning, Staging};
 use sluice_core::error::InputError;
 use sluice_core::primitives::{parse_i64, trim_c_space};
 use std::sync::Mutex;
@@ -82,6 +82,8 @@ pub struct Stage {
     times: Mutex<StepTimes>,
     /// Whether each input was loaded through a staging table.
     staged_inputs: Mutex<Vec<bool>>,
+    /// Chunks of staged tables that could not be staged: loaded in the publish transaction.
+    deferred: Mutex<Vec<usize>>,
     /// Each chunk's input, and each input's file and table, for redoing a spanning file.
     chunk_inputs: Vec<usize>,
     input_names: Vec<(String, String)>,
@@ -273,9 +275,15 @@ impl Stage {
         for &i in &direct_inputs {
             is_direct[i] = true;
         }
-        let direct: Vec<usize> = (0..plan.chunks.len())
-            .filter(|&c| is_direct[plan.chunks[c].input])
+        // Direct inputs of a table that is also staged wait for the publish transaction: there
+        // they load after the switch, so that all of the table's rows appear at once, and no
+        // direct stream holds a lock on a parent the publish must lock.
+        let staged_table: Vec<bool> = (0..plan.tables.len())
+            .map(|t| targets.iter().any(|g| g.table == t))
             .collect();
+        let (deferred, direct): (Vec<usize>, Vec<usize>) = (0..plan.chunks.len())
+            .filter(|&c| is_direct[plan.chunks[c].input])
+            .partition(|&c| staged_table[plan.inputs[plan.chunks[c].input].table]);
         for u in direct_units(plan, direct) {
             units.push((weight(plan, &u), u));
         }
@@ -289,6 +297,7 @@ impl Stage {
             fallbacks: Mutex::new(fallbacks),
             times: Mutex::new(StepTimes::default()),
             staged_inputs: Mutex::new(vec![false; plan.inputs.len()]),
+            deferred: Mutex::new(deferred),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
             verbose: false,
@@ -341,7 +350,7 @@ fn secs(d: Duration) -> f64 {
 
 impl<D: Staging> Strategy<D> for Stage {
     fn name(&self) -> &'static str {
-        // What happened, once the load ran: a staged file can have been redone directly.
+        // What happened, once the load ran: a staged file can have been loaded directly after all.
         let inputs = lock(&self.staged_inputs);
         let staged = inputs.iter().any(|&s| s);
         let direct = inputs.iter().any(|&s| !s);
@@ -441,10 +450,8 @@ impl<D: Staging> Strategy<D> for Stage {
             });
             lock(&self.begun).push(None);
         }
-        units.extend(go.into_iter().map(|c| Unit {
-            chunks: vec![c],
-            staged: None,
-        }));
+        // The file loads in the publish transaction, after the switch.
+        lock(&self.deferred).extend(go);
         Some(units)
     }
 
@@ -457,58 +464,69 @@ impl<D: Staging> Strategy<D> for Stage {
         }
     }
 
-    fn publish(&self, dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
-        // A signal from here on waits for the publish: the direct commits and the publish
-        // are one phase, so that a Ctrl-C cannot land between them.
+    fn publish<'s>(
+        &self,
+        dest: &'s D,
+        streams: Vec<D::Stream<'s>>,
+        run: &mut ChunkRunner<'_, 's, D>,
+    ) -> Result<(), Failure> {
+        // A signal from here on waits for the publish and the commits: one phase.
         let phase = crate::signals::CommitPhase::begin();
-        // Direct work first: its locks on a parent would hold off the publish's DETACH.
-        let direct_committed = !streams.is_empty();
-        if let Err(e) = commit_all::<D>(streams) {
-            Strategy::<D>::abandon(self, dest);
-            return Err(e);
-        }
-        if self.verbose {
-            let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
-            if staged > 0 {
+        let deferred = lock(&self.deferred).clone();
+        let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
+        let mut times = StepTimes::default();
+        if staged > 0 || !deferred.is_empty() {
+            if self.verbose {
                 eprintln!(
-                    "sluice: publishing the staging tables of {staged} input(s) in one \
-                     transaction, then gathering the tables' statistics (ANALYZE)"
+                    "sluice: publishing the staging tables of {staged} input(s){} in one \
+                     transaction, then gathering the tables' statistics (ANALYZE)",
+                    if deferred.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and {} chunk(s) that could not be staged", deferred.len())
+                    }
                 );
             }
+            // The switch, then the rows that could not be staged, then COMMIT: all of the
+            // staged tables' rows appear at once, or none (the direct streams for other
+            // tables are still open, and roll back if this fails).
+            let mut publisher = dest
+                .open_stream(0)
+                .map_err(|e| Failure::Server(format!("opening the publish connection: {e}")))?;
+            let started = Instant::now();
+            let switched = dest
+                .switch_in(&mut publisher)
+                .map_err(|e| Failure::Server(format!("{e}. No row of this load is visible")))?;
+            run(&mut publisher, &deferred)?;
+            publisher
+                .fire_deferred_checks()
+                .and_then(|()| publisher.commit())
+                .map_err(|e| {
+                    Failure::Server(format!(
+                        "the publish failed, nothing of it is visible: {e}. No row of this \
+                         load is visible"
+                    ))
+                })?;
+            times.publish_seconds = secs(started.elapsed());
+            times.publish_attempts = switched.attempts;
+            times.appended = switched.appended;
         }
-        let published = match dest.publish(self.jobs) {
-            Ok(p) => p,
-            Err(e) => {
-                Strategy::<D>::abandon(self, dest);
-                // Say exactly what is visible: the direct inputs committed just before.
-                let direct: Vec<String> = if direct_committed {
-                    let staged = lock(&self.staged_inputs);
-                    self.input_names
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| !staged[*i])
-                        .map(|(_, (file, _))| file.clone())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                let visible = if direct.is_empty() {
-                    "No row of this load is visible.".to_string()
-                } else {
-                    format!(
-                        "The inputs loaded directly were committed just before and are visible \
-                         ({}); no staged row is.",
-                        direct.join(", ")
-                    )
-                };
-                return Err(Failure::Server(format!("{e}. {visible}")));
-            }
-        };
-        let mut times = lock(&self.times);
-        times.publish_seconds = secs(published.publish);
-        times.parent_analyze_seconds = secs(published.analyze);
-        times.publish_attempts = published.attempts;
-        times.appended = published.appended;
+        // Direct streams load only tables that nothing was staged into.
+        commit_all::<D>(streams).map_err(|e| match e {
+            Failure::Server(m) if staged > 0 => Failure::Server(format!(
+                "{m} (the staged tables were published just before this COMMIT)"
+            )),
+            other => other,
+        })?;
+        if staged > 0 {
+            times.parent_analyze_seconds = secs(dest.gather_statistics(self.jobs));
+        }
+        let mut all = lock(&self.times);
+        all.publish_seconds = times.publish_seconds;
+        all.parent_analyze_seconds = times.parent_analyze_seconds;
+        all.publish_attempts = times.publish_attempts;
+        all.appended = times.appended;
+        drop(all);
         if phase.deferred().is_some() {
             eprintln!("sluice: the interrupted load finished its publish: every row is committed");
         }

@@ -93,9 +93,20 @@ pub trait Strategy<D: Destination>: Sync {
     fn abandon(&self, _dest: &D) {}
 
     /// Once every stream has finished cleanly: makes the load visible. `streams` are the
-    /// long transactions that did direct work.
-    fn publish(&self, dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure>;
+    /// long transactions that did direct work; `run` loads chunks on a stream as the engine
+    /// does, for a strategy that loads some inside its publish transaction.
+    fn publish<'s>(
+        &self,
+        dest: &'s D,
+        streams: Vec<D::Stream<'s>>,
+        run: &mut ChunkRunner<'_, 's, D>,
+    ) -> Result<(), Failure>;
 }
+
+/// Loads chunks (indexes into `plan.chunks`) on a stream, as the engine loads them, naming the
+/// row behind any error.
+pub type ChunkRunner<'r, 's, D> =
+    dyn FnMut(&mut <D as Destination>::Stream<'s>, &[usize]) -> Result<(), Failure> + 'r;
 
 /// One direct unit per chunk, in the given order.
 pub fn direct_units(_plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec<Unit> {
@@ -118,7 +129,12 @@ impl<D: Destination> Strategy<D> for Direct {
         "direct"
     }
 
-    fn publish(&self, _dest: &D, streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
+    fn publish<'s>(
+        &self,
+        _dest: &'s D,
+        streams: Vec<D::Stream<'s>>,
+        _run: &mut ChunkRunner<'_, 's, D>,
+    ) -> Result<(), Failure> {
         commit_all::<D>(streams)
     }
 }
