@@ -69,6 +69,23 @@ pub struct ChunkStat {
     pub end: f64,
 }
 
+impl ChunkStat {
+    /// A chunk that loaded, its times measured from the start of the load.
+    fn of(plan: &Plan, chunk: &Chunk, o: ChunkOutcome, start: Duration, end: Duration) -> Self {
+        let t = plan.inputs[chunk.input].table;
+        ChunkStat {
+            chunk: chunk.id,
+            key: chunk.key(&plan.inputs),
+            table: plan.tables[t].table.name.clone(),
+            table_index: t,
+            rows: o.records,
+            bytes: o.bytes,
+            start: start.as_secs_f64(),
+            end: end.as_secs_f64(),
+        }
+    }
+}
+
 /// What one stream did.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
@@ -563,16 +580,13 @@ pub fn execute<D: Destination>(
                                 let stream = slot.as_mut();
                                 match run_chunk(ctx, chunk, stream, encoder, &counters[t]) {
                                     Ok(o) => {
-                                        stats.chunks.push(ChunkStat {
-                                            chunk: chunk.id,
-                                            key: chunk.key(&plan.inputs),
-                                            table: plan.tables[t].table.name.clone(),
-                                            table_index: t,
-                                            rows: o.records,
-                                            bytes: o.bytes,
-                                            start: (chunk_start - started).as_secs_f64(),
-                                            end: started.elapsed().as_secs_f64(),
-                                        });
+                                        stats.chunks.push(ChunkStat::of(
+                                            plan,
+                                            chunk,
+                                            o,
+                                            chunk_start - started,
+                                            started.elapsed(),
+                                        ));
                                         counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
                                         if let Some(s) = slot.as_mut() {
                                             if let Err(e) = strategy.after_chunk(s, chunk) {
@@ -686,16 +700,13 @@ pub fn execute<D: Destination>(
             let chunk_start = Instant::now();
             match run_chunk(&ctx, chunk, Some(&mut *s), encoder, &counters[t]) {
                 Ok(o) => {
-                    late.push(ChunkStat {
-                        chunk: chunk.id,
-                        key: chunk.key(&plan.inputs),
-                        table: plan.tables[t].table.name.clone(),
-                        table_index: t,
-                        rows: o.records,
-                        bytes: o.bytes,
-                        start: (chunk_start - started).as_secs_f64(),
-                        end: started.elapsed().as_secs_f64(),
-                    });
+                    late.push(ChunkStat::of(
+                        plan,
+                        chunk,
+                        o,
+                        chunk_start - started,
+                        started.elapsed(),
+                    ));
                     counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(ChunkError::Destination(e)) => return Err(ctx.copy_error(0, chunk, e)),
