@@ -135,14 +135,14 @@ impl PgDestination {
     }
 
     fn conflict_for(&self, stream: usize) -> Option<usize> {
-        let w = self.watchdog.lock().unwrap_or_else(|p| p.into_inner());
+        let w = lock(&self.watchdog);
         w.as_ref()?.conflict_for(stream).map(|c| c.blocker)
     }
 
     /// The sibling a deadlock report names as the other side, when it is one of ours.
     fn deadlock_partner(&self, e: &ServerError, stream: usize) -> Option<usize> {
         let detail = e.detail.as_deref()?;
-        let w = self.watchdog.lock().unwrap_or_else(|p| p.into_inner());
+        let w = lock(&self.watchdog);
         let w = w.as_ref()?;
         detail
             .split("process ")
@@ -294,12 +294,7 @@ impl Destination for PgDestination {
             StreamOpenError::Server(e) => self.error(n, e),
             other => DestinationError::new(ErrorKind::Connection, other.to_string()),
         })?;
-        if let Some(w) = self
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
+        if let Some(w) = lock(&self.watchdog).as_ref() {
             w.register(n, stream.pid);
         }
         Ok(PgStream {
@@ -328,16 +323,12 @@ impl Destination for PgDestination {
             .rt
             .block_on(Watchdog::start(&self.info, streams, self.warn.clone()))
             .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
-        *self.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = Some(w);
+        *lock(&self.watchdog) = Some(w);
         Ok(())
     }
 
     fn stop_watching(&self) {
-        let w = self
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let w = lock(&self.watchdog).take();
         if let Some(w) = w {
             self.rt.block_on(w.stop());
         }
@@ -528,10 +519,7 @@ impl Staging for PgDestination {
             .map_err(|e| match e {
                 PublishError::Db(e) => {
                     let mut err = db_error(e);
-                    err.message = format!(
-                        "the publish failed, nothing of it is visible: {}",
-                        err.message
-                    );
+                    err.message = format!("the publish failed: {}", err.message);
                     err
                 }
                 PublishError::Locked(who) => DestinationError::new(

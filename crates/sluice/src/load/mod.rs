@@ -40,6 +40,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use strategy::{Strategy, Unit};
 
+/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
+/// section here is a push, a pop or a plain assignment).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// How to run a plan.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -164,7 +170,7 @@ struct RunContext<'a, D: Destination> {
 
 impl<D: Destination> RunContext<'_, D> {
     fn chunks_of(&self, stream: usize) -> Vec<&Chunk> {
-        let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = lock(self.taken);
         taken
             .get(stream)
             .map(|ids| ids.iter().map(|&i| &self.plan.chunks[i]).collect())
@@ -491,7 +497,7 @@ pub fn execute<D: Destination>(
     let jobs = opts.jobs.max(1);
     let fail = |e: Failure| {
         abort.store(true, Ordering::SeqCst);
-        let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&first_error);
         if slot.is_none() && !matches!(e, Failure::Aborted) {
             *slot = Some(e);
         }
@@ -536,7 +542,7 @@ pub fn execute<D: Destination>(
                             if abort.load(Ordering::Relaxed) {
                                 break;
                             }
-                            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+                            let next = lock(queue).pop_front();
                             let Some(unit) = next else { break };
                             // Staged units run on a second connection, watched as stream
                             // `jobs + n`, since each commits on its own.
@@ -572,8 +578,7 @@ pub fn execute<D: Destination>(
                                     break 'units;
                                 }
                                 let chunk = &plan.chunks[c];
-                                ctx.taken.lock().unwrap_or_else(|p| p.into_inner())[id]
-                                    .push(chunk.id);
+                                lock(ctx.taken)[id].push(chunk.id);
                                 let t = plan.inputs[chunk.input].table;
                                 let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
                                 let chunk_start = Instant::now();
@@ -612,8 +617,7 @@ pub fn execute<D: Destination>(
                                                     .chunks_done
                                                     .fetch_sub(1, Ordering::Relaxed);
                                             }
-                                            let mut q =
-                                                queue.lock().unwrap_or_else(|p| p.into_inner());
+                                            let mut q = lock(queue);
                                             for u in units.into_iter().rev() {
                                                 q.push_front(u);
                                             }

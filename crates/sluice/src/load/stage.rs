@@ -17,6 +17,7 @@
 //! which only load tables with nothing staged, commit; then the parents are analyzed.
 
 use super::chunk::locate_record;
+use super::lock;
 use super::plan::{Chunk, Plan};
 use super::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
 use crate::failure::Failure;
@@ -91,10 +92,6 @@ pub struct Stage {
     jobs: usize,
     /// Say what the publish is doing (it can take a while, after the progress display).
     pub verbose: bool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Stage {
@@ -474,7 +471,6 @@ impl<D: Staging> Strategy<D> for Stage {
         let phase = crate::signals::CommitPhase::begin();
         let deferred = lock(&self.deferred).clone();
         let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
-        let mut times = StepTimes::default();
         if staged > 0 || !deferred.is_empty() {
             if self.verbose {
                 eprintln!(
@@ -490,23 +486,20 @@ impl<D: Staging> Strategy<D> for Stage {
             // The switch, then the rows that could not be staged, then COMMIT: all of the
             // staged tables' rows appear at once, or none (the direct streams for other
             // tables are still open, and roll back if this fails).
+            let invisible = |e: DestinationError| {
+                Failure::Server(format!("{e}; no row of this load is visible"))
+            };
             let mut publisher = dest
                 .open_stream(0)
                 .map_err(|e| Failure::Server(format!("opening the publish connection: {e}")))?;
             let started = Instant::now();
-            let switched = dest
-                .switch_in(&mut publisher)
-                .map_err(|e| Failure::Server(format!("{e}. No row of this load is visible")))?;
+            let switched = dest.switch_in(&mut publisher).map_err(invisible)?;
             run(&mut publisher, &deferred)?;
             publisher
                 .fire_deferred_checks()
                 .and_then(|()| publisher.commit())
-                .map_err(|e| {
-                    Failure::Server(format!(
-                        "the publish failed, nothing of it is visible: {e}. No row of this \
-                         load is visible"
-                    ))
-                })?;
+                .map_err(invisible)?;
+            let mut times = lock(&self.times);
             times.publish_seconds = secs(started.elapsed());
             times.publish_attempts = switched.attempts;
             times.appended = switched.appended;
@@ -519,14 +512,8 @@ impl<D: Staging> Strategy<D> for Stage {
             other => other,
         })?;
         if staged > 0 {
-            times.parent_analyze_seconds = secs(dest.gather_statistics(self.jobs));
+            lock(&self.times).parent_analyze_seconds = secs(dest.gather_statistics(self.jobs));
         }
-        let mut all = lock(&self.times);
-        all.publish_seconds = times.publish_seconds;
-        all.parent_analyze_seconds = times.parent_analyze_seconds;
-        all.publish_attempts = times.publish_attempts;
-        all.appended = times.appended;
-        drop(all);
         if phase.deferred().is_some() {
             eprintln!("sluice: the interrupted load finished its publish: every row is committed");
         }
