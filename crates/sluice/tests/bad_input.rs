@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{db, fixture, stderr, Db};
+use common::{assert_has, db, fixture, stderr, Db};
 
 const TABLE: &str = "CREATE TABLE bad (
     id int NOT NULL PRIMARY KEY,
@@ -61,12 +61,6 @@ fn reject(name: &str, extra: &[&str]) -> (Db, String) {
         "psql accepted {name}"
     );
     (d, err)
-}
-
-fn assert_has(err: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(err.contains(p), "expected {p:?} in:\n{err}");
-    }
 }
 
 #[test]

@@ -30,12 +30,11 @@ fn jobs_zero_and_a_malformed_port_are_usage_errors() {
     let d = db("faults_usage");
     d.psql("CREATE TABLE t (id int)");
     let f = d.file("a.csv", b"1\n");
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "0",
-    ])
-    .arg(&f);
-    let out = run_bounded(c, 60);
+    let out = d.load(
+        &["--table", "t", "--jobs", "0", f.to_str().unwrap()],
+        &[],
+        60,
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("--jobs must be at least 1"),
@@ -74,10 +73,7 @@ fn a_compressed_name_over_other_bytes_is_named_not_read_as_garbage() {
         d.file("really-gzip.csv.zst", &e.finish().unwrap())
     };
     for (f, is) in [(&plain, "not compressed"), (&gz, "gzip")] {
-        let mut c = sluice_cmd();
-        c.args(["load", "-q", "--target", &d.url, "--table", "t"])
-            .arg(f);
-        let out = run_bounded(c, 60);
+        let out = d.load(&["--table", "t", f.to_str().unwrap()], &[], 60);
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         let err = stderr(&out);
         assert!(
@@ -94,19 +90,14 @@ fn a_failed_load_still_writes_its_json_report() {
     d.psql("CREATE TABLE t (id int, v text)");
     let f = d.file("bad.csv", b"1,a\n2,b\nthree,c\n");
     let report = d.dir.join("report.json");
-    let mut c = sluice_cmd();
-    c.args([
-        "load",
-        "-q",
-        "--target",
-        &d.url,
+    let args = [
         "--table",
         "t",
         "--report-json",
-    ])
-    .arg(&report)
-    .arg(&f);
-    let out = run_bounded(c, 60);
+        report.to_str().unwrap(),
+        f.to_str().unwrap(),
+    ];
+    let out = d.load(&args, &[], 60);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{db, pg, run_bounded, sluice_cmd, stderr, Db};
+use common::{assert_has, db, pg, run_bounded, sluice_cmd, stderr, Db};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Output;
@@ -17,18 +17,7 @@ fn load(d: &Db, args: &[&str]) -> Output {
 }
 
 fn load_env(d: &Db, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = sluice_cmd();
-    c.args(["load", "-q", "--target", &d.url]).args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    run_bounded(c, 60)
-}
-
-fn assert_has(err: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(err.contains(p), "expected {p:?} in:\n{err}");
-    }
+    d.load(args, env, 60)
 }
 
 /// Ids `from..=to`, one per line.

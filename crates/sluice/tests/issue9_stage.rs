@@ -5,16 +5,11 @@
 
 mod common;
 
-use common::{db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, Db};
+use common::{assert_has, db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, Db};
 use std::process::Output;
 
 fn load(d: &Db, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = sluice_cmd();
-    c.args(["load", "-q", "--target", &d.url]).args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    run_bounded(c, 120)
+    d.load(args, env, 120)
 }
 
 fn ok(out: &Output) -> String {
@@ -26,12 +21,6 @@ fn ok(out: &Output) -> String {
         stderr(out)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn assert_has(text: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(text.contains(p), "expected {p:?} in:\n{text}");
-    }
 }
 
 /// Staging tables left in sluice's schema.

@@ -321,3 +321,23 @@ impl Db {
         }
     }
 }
+
+/// Asserts that `text` contains every one of `parts`, showing the whole text when not.
+pub fn assert_has(text: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(text.contains(p), "expected {p:?} in:\n{text}");
+    }
+}
+
+impl Db {
+    /// `sluice load -q --target <this db> ARGS` with `env` set, failing the test (a hang) if it
+    /// has not ended after `secs` seconds.
+    pub fn load(&self, args: &[&str], env: &[(&str, &str)], secs: u64) -> Output {
+        let mut c = sluice_cmd();
+        c.args(["load", "-q", "--target", &self.url]).args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run_bounded(c, secs)
+    }
+}
