@@ -12,6 +12,7 @@
 //! stream without `commit` rolls it back: the safe outcome is the default one.
 
 use crate::error::RecordError;
+use crate::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
 use crate::records::Fields;
 use std::fmt;
 
@@ -19,6 +20,9 @@ use std::fmt;
 /// engine needs to plan a load (columns in table order) and to name things in messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableInfo {
+    /// Identifies this very table while it exists: a table dropped and created again under
+    /// the same name has another id (PostgreSQL: its oid). The ledger keys loaded files on it.
+    pub id: String,
     pub schema: String,
     pub name: String,
     /// The name as the destination's SQL quotes it (`"s"."My T"`), for messages.
@@ -250,8 +254,56 @@ pub trait DestinationStream: Send {
     /// back and the watch still runs.
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError>;
 
+    /// Records, in the stream's open transaction, that job `job` committed these chunks: the
+    /// ledger rows commit with the rows they describe, or not at all.
+    fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError>;
+
     /// Commits the stream's transaction.
     fn commit(self) -> Result<(), DestinationError>;
+}
+
+/// A destination that keeps the resume ledger in its own database: jobs, their files, and the
+/// chunks each committed ([`crate::ledger`]). Each call is its own short transaction, on a
+/// connection of the destination's (a fresh one if the server restarted since).
+pub trait Ledger: Destination {
+    /// Creates the ledger's tables if need be. An error (the role may not create a schema,
+    /// say) means this load runs without one; its message says how to give it one.
+    fn open_ledger(&self) -> Result<(), DestinationError>;
+
+    /// Jobs, newest first: those with this key, or all of them.
+    fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError>;
+
+    /// A job's files, in its order (a [`ChunkRecord::file`] indexes them).
+    fn job_files(&self, job: i64) -> Result<Vec<FileRecord>, DestinationError>;
+
+    /// The chunks a job committed.
+    fn job_chunks(&self, job: i64) -> Result<Vec<ChunkRecord>, DestinationError>;
+
+    /// For each file: the finished job that loaded that very file (same path, table, size,
+    /// time and fingerprint) most recently, with when it finished.
+    fn loaded_by(
+        &self,
+        files: &[FileRecord],
+    ) -> Result<Vec<Option<(i64, String)>>, DestinationError>;
+
+    /// Records a new job and takes its lock (held until the destination is dropped).
+    fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError>;
+
+    /// Takes an interrupted or failed job's lock and marks it running. Fails with
+    /// [`ErrorKind::Usage`] when another process runs it now.
+    fn resume_job(&self, job: i64) -> Result<(), DestinationError>;
+
+    /// Marks a job finished, failed (with why) or abandoned.
+    fn end_job(
+        &self,
+        job: i64,
+        state: JobState,
+        message: Option<&str>,
+    ) -> Result<(), DestinationError>;
+
+    /// Removes a job that is not running, with its records; returns the staging tables of
+    /// dead loads it dropped with it.
+    fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError>;
 }
 
 /// What kind of failure a destination reports.

@@ -12,6 +12,7 @@
 //! - [`primitives`]: digits, integers, calendar dates and exact decimals, read fast and
 //!   exactly, for every destination's converter;
 //! - [`destination`]: the interface between the load engine and a destination database;
+//! - [`ledger`]: the resume ledger's records (jobs, files, committed chunks);
 //! - [`error`]: input errors that name file, line, byte offset, column, value and reason.
 //!
 //! Each destination's own rules (which spellings its server accepts, how it rounds, its wire
@@ -22,6 +23,7 @@ pub mod boundary;
 pub mod destination;
 pub mod dialect;
 pub mod error;
+pub mod ledger;
 pub mod primitives;
 pub mod records;
 pub mod tokens;

@@ -12,6 +12,8 @@ use tokio_postgres::Client;
 /// A resolved target table.
 #[derive(Clone, Debug)]
 pub struct Table {
+    /// The table's oid: a table dropped and created again under the same name has another.
+    pub oid: u32,
     pub schema: String,
     pub name: String,
     /// Every insertable column, in table order.
@@ -88,13 +90,16 @@ pub async fn free_slots(client: &Client) -> Option<i64> {
         .map(|r| r.get(0))
 }
 
-/// What identifies one server across connections: its system identifier (shared with its
-/// standbys) and its start time (which sets a standby apart, and a restarted server too).
+/// What identifies one server across connections: its system identifier, which survives a
+/// restart (so a load's retries may ride one out), with whether it is a standby (which shares
+/// its primary's identifier). Where `pg_control_system` is revoked (some managed services), the
+/// start time stands in for it, and a restart then looks like another server.
 pub async fn server_identity(client: &Client) -> Result<String, tokio_postgres::Error> {
     let row = client
         .query_one(
-            "SELECT (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
-                    pg_postmaster_start_time()::text",
+            "SELECT system_identifier::text || \
+                    CASE WHEN pg_is_in_recovery() THEN '/standby' ELSE '' END \
+             FROM pg_control_system()",
             &[],
         )
         .await;
@@ -205,6 +210,7 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
         })
         .collect();
     Ok(Table {
+        oid,
         schema: rel.get(1),
         name: rel.get(2),
         columns,

@@ -456,6 +456,19 @@ impl Cluster {
         self.run("pg_ctl stop", cmd).map(drop)
     }
 
+    /// Stops the server as a crash would (`pg_ctl stop -m immediate`): no checkpoint, every
+    /// connection cut; the next start recovers from the WAL. For tests of what survives it.
+    pub fn stop_immediately(&self) -> Result<(), ClusterError> {
+        let mut cmd = self.command("pg_ctl");
+        cmd.arg("stop")
+            .arg("-w")
+            .args(["-m", "immediate"])
+            .arg("-D")
+            .arg(&self.dir)
+            .stdout(Stdio::null());
+        self.run("pg_ctl stop -m immediate", cmd).map(drop)
+    }
+
     /// Stops the server and deletes the directory.
     /// Whether the directory holds a cluster sluice made (so that removing it is safe).
     pub fn is_sluice_cluster(&self) -> bool {

@@ -26,9 +26,10 @@ use crate::watchdog::Watchdog;
 use bytes::Bytes;
 use sluice_core::destination::{
     ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
-    LoadTable, Partitioning, PublishTimes, RecordEncoder, StageTimes, Staging, TableInfo,
+    Ledger, LoadTable, Partitioning, PublishTimes, RecordEncoder, StageTimes, Staging, TableInfo,
 };
 use sluice_core::error::RecordError;
+use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
 use sluice_core::records::Fields;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,7 +65,9 @@ pub struct PgDestination {
     /// The target pinned to the host the first connection reached.
     pub info: ConnInfo,
     identity: String,
-    client: Client,
+    /// The load's own connection (catalog, staging area, ledger); replaced by a new one when
+    /// the server dropped it (a restart the streams rode out).
+    client: Mutex<Arc<Client>>,
     /// The session's time zone, for `timestamptz` values without an offset.
     zone: SessionZone,
     /// The session the first connection found.
@@ -119,7 +122,7 @@ impl PgDestination {
             rt,
             info,
             identity,
-            client,
+            client: Mutex::new(Arc::new(client)),
             zone: SessionZone::from_setting(&session.timezone),
             session,
             free_slots: free,
@@ -131,6 +134,44 @@ impl PgDestination {
             partitions: Mutex::new(Vec::new()),
             stage_seq: AtomicU32::new(0),
             staged: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The load's own connection, connected anew (to the same server) if the old one closed.
+    async fn live(&self) -> Result<Arc<Client>, DestinationError> {
+        let current = lock(&self.client).clone();
+        if !current.is_closed() {
+            return Ok(current);
+        }
+        let s = Stream::open(&self.info, &self.identity)
+            .await
+            .map_err(|e| self.open_error(0, e))?;
+        let fresh = Arc::new(s.into_client());
+        *lock(&self.client) = fresh.clone();
+        Ok(fresh)
+    }
+
+    /// Why a connection could not be opened, in the engine's terms.
+    fn open_error(&self, stream: usize, e: StreamOpenError) -> DestinationError {
+        match e {
+            StreamOpenError::Server(e) => self.error(stream, e),
+            // Another server is not a lost connection: retrying cannot help.
+            e @ StreamOpenError::OtherServer { .. } => {
+                DestinationError::new(ErrorKind::Other, e.to_string())
+            }
+            other => DestinationError::new(ErrorKind::Connection, other.to_string()),
+        }
+    }
+
+    /// Runs `f` on the load's own connection.
+    fn on_client<T, F, Fut>(&self, f: F) -> Result<T, DestinationError>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, DestinationError>>,
+    {
+        self.rt.block_on(async {
+            let c = self.live().await?;
+            f(c).await
         })
     }
 
@@ -202,6 +243,7 @@ fn referenced_table(e: &ServerError) -> Option<String> {
 /// A catalog table in the engine's terms.
 fn table_info(t: &Table) -> TableInfo {
     TableInfo {
+        id: t.oid.to_string(),
         schema: t.schema.clone(),
         name: t.name.clone(),
         qualified: t.qualified(),
@@ -220,13 +262,12 @@ fn table_info(t: &Table) -> TableInfo {
 
 impl Destination for PgDestination {
     fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError> {
-        let table = self
-            .rt
-            .block_on(describe_table(&self.client, name))
-            .map_err(|e| match e {
-                CatalogError::Db(e) => DestinationError::new(ErrorKind::Other, e.to_string()),
+        let table = self.on_client(|c| async move {
+            describe_table(&c, name).await.map_err(|e| match e {
+                CatalogError::Db(e) => db_error(e),
                 other => DestinationError::new(ErrorKind::Usage, other.to_string()),
-            })?;
+            })
+        })?;
         let info = table_info(&table);
         if !self
             .described
@@ -290,10 +331,7 @@ impl Destination for PgDestination {
             s.begin().await.map_err(StreamOpenError::Server)?;
             Ok::<_, StreamOpenError>(s)
         });
-        let stream = opened.map_err(|e| match e {
-            StreamOpenError::Server(e) => self.error(n, e),
-            other => DestinationError::new(ErrorKind::Connection, other.to_string()),
-        })?;
+        let stream = opened.map_err(|e| self.open_error(n, e))?;
         if let Some(w) = lock(&self.watchdog).as_ref() {
             w.register(n, stream.pid);
         }
@@ -352,11 +390,11 @@ impl Destination for PgDestination {
 
     fn log_position(&self) -> Option<u64> {
         let lsn: String = self
-            .rt
-            .block_on(
-                self.client
-                    .query_one("SELECT pg_current_wal_lsn()::text", &[]),
-            )
+            .on_client(|c| async move {
+                c.query_one("SELECT pg_current_wal_lsn()::text", &[])
+                    .await
+                    .map_err(db_error)
+            })
             .ok()?
             .get(0);
         let (hi, lo) = lsn.split_once('/')?;
@@ -399,12 +437,13 @@ impl PgDestination {
 
 impl Staging for PgDestination {
     fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
-        self.rt
-            .block_on(stage::prepare(&self.client, self.load_id))
-            .map_err(|e| match e {
+        let id = self.load_id;
+        self.on_client(|c| async move {
+            stage::prepare(&c, id).await.map_err(|e| match e {
                 stage::PrepareError::Db(e) => db_error(e),
                 other => DestinationError::new(ErrorKind::Usage, other.to_string()),
             })
+        })
     }
 
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
@@ -412,10 +451,11 @@ impl Staging for PgDestination {
             return Ok(p.partitioning.clone());
         }
         let parent = self.tables[table].table.qualified();
-        let p = self
-            .rt
-            .block_on(stage::describe_partitions(&self.client, &parent))
-            .map_err(db_error)?;
+        let p = self.on_client(|c| async move {
+            stage::describe_partitions(&c, &parent)
+                .await
+                .map_err(db_error)
+        })?;
         let partitioning = p.partitioning.clone();
         lock(&self.partitions)[table] = Some(p);
         Ok(partitioning)
@@ -507,9 +547,7 @@ impl Staging for PgDestination {
 
     fn discard_staging(&self) -> Result<(), DestinationError> {
         let staged = std::mem::take(&mut *lock(&self.staged));
-        self.rt
-            .block_on(stage::discard(&self.client, &staged))
-            .map_err(db_error)
+        self.on_client(|c| async move { stage::discard(&c, &staged).await.map_err(db_error) })
     }
 
     fn switch_in(&self, stream: &mut PgStream<'_>) -> Result<PublishTimes, DestinationError> {
@@ -553,6 +591,92 @@ impl Staging for PgDestination {
             ));
         }
         started.elapsed()
+    }
+}
+
+/// A ledger failure in the engine's terms: a refusal is the user's to act on.
+fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
+    match e {
+        crate::ledger::LedgerError::Db(e) => db_error(e),
+        crate::ledger::LedgerError::Refused(m) => DestinationError::new(ErrorKind::Usage, m),
+    }
+}
+
+impl Ledger for PgDestination {
+    fn open_ledger(&self) -> Result<(), DestinationError> {
+        self.on_client(|c| async move { crate::ledger::open(&c).await.map_err(ledger_error) })
+    }
+
+    fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {
+        self.on_client(|c| async move { crate::ledger::jobs(&c, key).await.map_err(db_error) })
+    }
+
+    fn job_files(&self, job: i64) -> Result<Vec<FileRecord>, DestinationError> {
+        self.on_client(|c| async move { crate::ledger::job_files(&c, job).await.map_err(db_error) })
+    }
+
+    fn job_chunks(&self, job: i64) -> Result<Vec<ChunkRecord>, DestinationError> {
+        self.on_client(
+            |c| async move { crate::ledger::job_chunks(&c, job).await.map_err(db_error) },
+        )
+    }
+
+    fn loaded_by(
+        &self,
+        files: &[FileRecord],
+    ) -> Result<Vec<Option<(i64, String)>>, DestinationError> {
+        self.on_client(
+            |c| async move { crate::ledger::loaded_by(&c, files).await.map_err(db_error) },
+        )
+    }
+
+    fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
+        let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        self.on_client(|c| async move {
+            crate::ledger::begin(&c, spec, &tables)
+                .await
+                .map_err(ledger_error)
+        })
+    }
+
+    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+        self.on_client(
+            |c| async move { crate::ledger::resume(&c, job).await.map_err(ledger_error) },
+        )
+    }
+
+    fn end_job(
+        &self,
+        job: i64,
+        state: JobState,
+        message: Option<&str>,
+    ) -> Result<(), DestinationError> {
+        self.on_client(|c| async move {
+            crate::ledger::end(&c, job, state, message)
+                .await
+                .map_err(db_error)
+        })
+    }
+
+    fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {
+        let id = self.load_id;
+        self.on_client(|c| async move {
+            crate::ledger::forget(&c, job).await.map_err(ledger_error)?;
+            // The staging tables of loads that no longer run go with it (they may be this
+            // job's, or another dead load's: none can be published any more).
+            let staging: bool = c
+                .query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&stage::SCHEMA])
+                .await
+                .map_err(db_error)?
+                .get(0);
+            if !staging {
+                return Ok(Vec::new());
+            }
+            stage::prepare(&c, id).await.map_err(|e| match e {
+                stage::PrepareError::Db(e) => db_error(e),
+                other => DestinationError::new(ErrorKind::Usage, other.to_string()),
+            })
+        })
     }
 }
 
@@ -672,6 +796,13 @@ impl DestinationStream for PgStream<'_> {
             }
         }
         Err(err)
+    }
+
+    fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
+        self.dest
+            .rt
+            .block_on(crate::ledger::record(self.stream.client(), job, chunks))
+            .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))
     }
 
     fn commit(self) -> Result<(), DestinationError> {

@@ -8,6 +8,7 @@
 //! - [`connect`]: opening connections with `sslmode` semantics;
 //! - [`catalog`]: the target table's columns and the session settings conversion depends on;
 //! - [`destination`]: PostgreSQL behind the engine's one interface (streams, watch, framing);
+//! - [`ledger`]: the resume ledger's tables in the target database (`sluice jobs`);
 //! - [`types`]: PostgreSQL's type rules and binary COPY encoding, on the client;
 //! - [`stage`]: staging tables switched into partitions, and the one publish;
 //! - [`stream`]: one connection's transaction of COPYs, committed only when the caller says so;
@@ -21,6 +22,7 @@ pub mod cluster;
 pub mod connect;
 pub mod conninfo;
 pub mod destination;
+pub mod ledger;
 pub mod oracle;
 pub mod stage;
 pub mod stream;

@@ -249,6 +249,11 @@ impl Stream {
         &self.client
     }
 
+    /// The connection, for uses other than a load's stream.
+    pub fn into_client(self) -> Client {
+        self.client
+    }
+
     /// Starts `COPY relation (columns) FROM STDIN` in binary or text format; with `freeze`,
     /// rows are written frozen (the relation must be new in this transaction).
     pub async fn copy_in(

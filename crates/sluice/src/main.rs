@@ -14,6 +14,7 @@
 
 mod commands;
 mod failure;
+mod faults;
 mod load;
 mod progress;
 mod report;
@@ -61,6 +62,8 @@ enum Command {
     Demo(commands::demo::DemoArgs),
     /// Benchmark TPC-H loads over a sweep of --jobs, every run on a fresh server, verified.
     Bench(commands::bench::BenchArgs),
+    /// The loads a target's resume ledger knows (state, chunks and rows done); forget one.
+    Jobs(commands::jobs::JobsArgs),
 }
 
 /// The exit code of a failure: the README's table, for every command, decided here alone.
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Pg(args) => commands::pg::run(args),
         Command::Demo(args) => commands::demo::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Jobs(args) => commands::jobs::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

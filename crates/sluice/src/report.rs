@@ -41,6 +41,11 @@ pub struct Report {
     pub elapsed_seconds: f64,
     pub server_conversions: u64,
     pub streams: Vec<crate::load::StreamStats>,
+    /// The ledger's job this load ran as (`sluice jobs` lists it); `None` without a ledger
+    /// (a dry run, standard input, or a role that cannot keep one).
+    pub job: Option<i64>,
+    /// What the ledger decided before the load: resumed, files skipped, nothing to do.
+    pub ledger: Option<String>,
 }
 
 fn mbps(bytes: u64, secs: f64) -> f64 {
@@ -62,6 +67,8 @@ pub struct Facts {
     pub fallbacks: Vec<Fallback>,
     pub steps: Option<StepTimes>,
     pub wal_bytes: Option<u64>,
+    pub job: Option<i64>,
+    pub ledger: Option<String>,
 }
 
 pub fn build(
@@ -140,11 +147,17 @@ pub fn build(
         elapsed_seconds: elapsed,
         server_conversions: outcome.server_conversions,
         streams: outcome.streams.clone(),
+        job: facts.job,
+        ledger: facts.ledger,
     }
 }
 
 /// The summary as an aligned text table.
 pub fn render(report: &Report) -> String {
+    if let (Some(note), true) = (&report.ledger, report.tables.is_empty()) {
+        // The ledger found nothing to load: that is the whole summary.
+        return format!("ledger: {note}\n");
+    }
     let mut rows: Vec<[String; 6]> = vec![[
         "table".into(),
         "files".into(),
@@ -249,6 +262,9 @@ pub fn render(report: &Report) -> String {
             "WAL written during the load: {}\n",
             crate::progress::human_bytes(w)
         ));
+    }
+    if let Some(note) = &report.ledger {
+        out.push_str(&format!("ledger: {note}\n"));
     }
     if report.dry_run {
         out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");

@@ -33,7 +33,15 @@ extern "C" fn on_signal(sig: libc::c_int) {
         return;
     }
     if COMMITTING.load(Ordering::SeqCst) == 0 {
-        say(b"\nsluice: interrupted: nothing was committed to the tables (every open transaction rolls back; staging tables are dropped by the next load)\n");
+        say(b"\nsluice: interrupted: nothing was committed by this run (every open transaction rolls back; staging tables are dropped by the next load)");
+        match RESUME_HINT.get() {
+            Some(hint) => {
+                say(b"; ");
+                say(hint);
+                say(b"\n");
+            }
+            None => say(b"\n"),
+        }
     }
     // SAFETY: restoring the default action and raising the signal again ends the process as
     // the signal would have; both calls are async-signal-safe.
@@ -50,6 +58,15 @@ extern "C" fn on_bus_error(_sig: libc::c_int) {
     say(b"\nerror: an input file was truncated while sluice read it (SIGBUS on its memory map): an input must not shrink during a load; nothing was committed to the tables\n");
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(1) }
+}
+
+/// What to tell the user to do after an interruption (resume the job), set once the job is
+/// known; read by the handler (a `OnceLock` read is an atomic load).
+static RESUME_HINT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+/// Sets what an interrupted load tells the user to do next.
+pub fn set_resume_hint(hint: &str) {
+    let _ = RESUME_HINT.set(hint.as_bytes().to_vec());
 }
 
 /// Installs the handler for SIGINT and SIGTERM (once per process is enough; again is harmless).

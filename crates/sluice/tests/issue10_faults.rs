@@ -144,8 +144,8 @@ fn truncating_an_input_while_it_loads_fails_with_a_message() {
     assert_eq!(d.count("t"), 0);
 }
 
-/// A stream's backend terminated mid-COPY: exit 5, the stream named, and the message says that
-/// nothing was committed (and nothing is).
+/// A stream's backend terminated mid-COPY with `--retries 0`: exit 5, the stream named, and
+/// the message says that nothing was committed (and nothing is).
 #[test]
 fn a_terminated_stream_says_which_and_that_nothing_was_committed() {
     let d = db("faults_terminate");
@@ -154,7 +154,16 @@ fn a_terminated_stream_says_which_and_that_nothing_was_committed() {
     let f = d.file("big.csv", line.repeat(3_000_000).as_bytes());
     let mut c = sluice_cmd();
     c.args([
-        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+        "load",
+        "-q",
+        "--target",
+        &d.url,
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+        "--retries",
+        "0",
     ])
     .arg(&f)
     .stdout(std::process::Stdio::piped())

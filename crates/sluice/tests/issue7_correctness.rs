@@ -394,7 +394,15 @@ fn multiple_hosts_are_tried_in_turn() {
     ] {
         let mut c = sluice_cmd();
         c.args([
-            "load", "-q", "--table", "t", "--jobs", "2", "--target", &target,
+            "load",
+            "-q",
+            "--restart",
+            "--table",
+            "t",
+            "--jobs",
+            "2",
+            "--target",
+            &target,
         ])
         .arg(f.to_str().unwrap());
         let out = run_bounded(c, 60);

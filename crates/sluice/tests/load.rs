@@ -299,14 +299,21 @@ fn libpq_environment_variables_name_the_server() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 2);
-    // The key=value form works too.
+    // The key=value form works too (--restart: the ledger knows the file is loaded).
     let kv = format!(
         "host=127.0.0.1 port={} user=sluice dbname={} sslmode=disable",
         pg().port,
         d.name
     );
     let out = sluice_cmd()
-        .args(["load", "-q", f.to_str().unwrap(), "--target", &kv])
+        .args([
+            "load",
+            "-q",
+            "--restart",
+            f.to_str().unwrap(),
+            "--target",
+            &kv,
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -684,6 +684,8 @@ mod tests {
                 },
                 stream(1, 1.0),
             ],
+            job: None,
+            ledger: None,
         };
         let counts: Vec<(String, u64)> = tpch::TABLES
             .iter()

@@ -2,14 +2,16 @@
 
 use crate::failure::Failure;
 use crate::load::chunk::Counters;
+use crate::load::ledger;
 use crate::load::plan::{self, table_from_file_name};
 use crate::load::stage::{Mode, Stage};
 use crate::load::strategy::{Direct, Strategy};
 use crate::load::{execute, RunOptions};
 use crate::{progress, report, target};
 use clap::Args;
-use sluice_core::destination::{ErrorKind, LoadTable, Staging, TableInfo};
+use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
 use sluice_core::dialect::Format;
+use sluice_core::ledger::JobState;
 use sluice_postgres::destination::{OpenError, PgDestination};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +30,12 @@ name up to its first dot (lineitem.3.tbl and lineitem.tbl.gz both go
 to lineitem). The table must exist; its columns and types come from
 the catalog. By default the first bad row fails the whole command and
 no row of it is visible afterwards.
+
+Each load is a job in the target's ledger (schema sluice; see `sluice
+jobs`). Running the same command again after any failure resumes it:
+chunks already committed are skipped, the rest load, exactly once.
+Files a finished job loaded, unchanged since, are not loaded again
+(--restart loads everything).
 
 Exit codes: 0 loaded, 1 local failure (an input that cannot be read),
 2 usage, 3 bad row (nothing committed), 4 cannot connect, 5 server
@@ -117,6 +125,17 @@ pub struct LoadArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// How many times each stream reconnects after losing its connection (a backend
+    /// terminated, a network reset, a server restart), redoing its uncommitted chunks on the
+    /// new connection, with pauses of 1, 2, 4, 8, 16, 16... seconds. 0 fails at the first loss.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub retries: u32,
+
+    /// Load every file again as a new job, even files a finished job loaded unchanged, and
+    /// instead of resuming an unfinished job (whose committed rows stay in the tables).
+    #[arg(long)]
+    pub restart: bool,
+
     /// No progress display.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -159,6 +178,8 @@ impl LoadArgs {
             copy_buffer: 256 << 10,
             chunk_size: None,
             dry_run: false,
+            retries: 5,
+            restart: false,
             quiet: true,
             report_json: None,
             pg_dir: None,
@@ -344,27 +365,35 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
     for f in args.files.iter().filter(|f| f.as_str() != "-") {
         plan::check_input(f)?;
     }
-    let target =
-        target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.quiet).map_err(|e| {
-            match e.downcast_ref::<target::BadTarget>() {
-                Some(_) => Failure::Usage(format!("{e:#}")),
-                None => Failure::Connect(format!("{e:#}")),
-            }
-        })?;
+    let mut dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
+    load_into(args, &mut dest, &file_tables, columns)
+}
+
+/// Opens the destination a command names (`--target`, else libpq's variables, else the
+/// private cluster). Every later connection goes to the host the first one reached.
+pub fn open_destination(
+    target: Option<&str>,
+    pg_dir: Option<PathBuf>,
+    quiet: bool,
+) -> Result<PgDestination, Failure> {
+    let target = target::resolve(target, pg_dir, quiet).map_err(|e| {
+        match e.downcast_ref::<target::BadTarget>() {
+            Some(_) => Failure::Usage(format!("{e:#}")),
+            None => Failure::Connect(format!("{e:#}")),
+        }
+    })?;
     let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
-    // Every later connection of this load goes to the host the first one reached.
-    let mut dest = PgDestination::open(&target.info, warn).map_err(|e| match e {
+    PgDestination::open(&target.info, warn).map_err(|e| match e {
         OpenError::Server(m) => Failure::Server(m),
         OpenError::Unsupported(m) => Failure::Usage(m),
         OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
         other => Failure::Connect(other.to_string()),
-    })?;
-    load_into(args, &mut dest, &file_tables, columns)
+    })
 }
 
 /// The load once a destination is open: describe, plan, run, report. Nothing here knows
 /// which database it is.
-fn load_into<D: Staging>(
+fn load_into<D: Staging + Ledger>(
     args: &LoadArgs,
     dest: &mut D,
     file_tables: &[String],
@@ -388,7 +417,144 @@ fn load_into<D: Staging>(
         })?;
         described.push((name.clone(), table));
     }
-    let plan = plan::build(args, file_tables, &described, columns)?;
+    let plan = plan::build(args, file_tables, &described, columns.clone())?;
+    let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
+    dest.set_tables(&load_tables).map_err(|e| match e.kind {
+        ErrorKind::Usage => Failure::Usage(e.to_string()),
+        _ => Failure::Server(e.to_string()),
+    })?;
+    // The ledger: resume an unfinished job, leave out what a finished one loaded.
+    let replan = |size: u64| {
+        let mut again = args.clone();
+        again.chunk_size = Some(size as usize);
+        plan::build(&again, file_tables, &described, columns.clone())
+    };
+    let (plan, job) = match open_ledger(args, &plan, &*dest) {
+        false => (plan, None),
+        true => match ledger::start(&*dest, plan, args.restart, &replan)? {
+            ledger::Start::Run(plan, job) => (plan, Some(job)),
+            ledger::Start::Nothing(why) => return Ok(nothing_to_load(args, &*dest, why)),
+        },
+    };
+    if let (Some(note), false) = (job.as_ref().and_then(|j| j.note.as_ref()), args.quiet) {
+        eprintln!("sluice: {note}");
+    }
+    let job_id = job.as_ref().map(|j| j.job);
+    if let Some(id) = job_id {
+        crate::signals::set_resume_hint(&format!(
+            "run the same command again to resume job {id} (`sluice jobs` lists it)"
+        ));
+    }
+    crate::faults::point("planned");
+    let resumed = job.as_ref().is_some_and(|j| j.resumed);
+    let result = match (job_id, resumed && plan.chunks.is_empty()) {
+        (Some(id), true) => Ok(nothing_to_load(
+            args,
+            &*dest,
+            format!("job {id}: every chunk was committed by an earlier run; it is finished now"),
+        )),
+        _ => run_plan(args, dest, plan, job.clone()),
+    };
+    let Some(id) = job_id else {
+        return result.map_err(|f| match f {
+            Failure::Server(m) if m.contains("COMMIT failed") => Failure::Server(format!(
+                "{m}. This load kept no ledger: reload into empty tables"
+            )),
+            other => other,
+        });
+    };
+    crate::faults::point("finished");
+    end_job(&*dest, id, &result);
+    // What a rerun does, now that the ledger knows what is in.
+    result.map_err(|f| match f {
+        Failure::Server(m) if m.contains("COMMIT failed") => Failure::Server(format!(
+            "{m}. The ledger records exactly which chunks committed: run the same command \
+             again to load the rest (job {id})"
+        )),
+        Failure::Server(m) => Failure::Server(format!(
+            "{m}. Run the same command again to resume job {id}"
+        )),
+        Failure::Connect(m) => Failure::Connect(format!(
+            "{m}. Run the same command again to resume job {id}"
+        )),
+        other => other,
+    })
+}
+
+/// Whether this load keeps a ledger: not a dry run, not standard input (read once, it cannot
+/// be resumed), and a role that may keep one (else a warning says why not).
+fn open_ledger<D: Ledger>(args: &LoadArgs, plan: &plan::Plan, dest: &D) -> bool {
+    if args.dry_run || plan.inputs.iter().any(|i| i.identity.is_none()) {
+        return false;
+    }
+    match dest.open_ledger() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!(
+                "warning: this load keeps no resume ledger, so a rerun cannot resume it: {e}"
+            );
+            false
+        }
+    }
+}
+
+/// Records how the job ended: finished, failed (resumable), or for a bad row or a usage error,
+/// which the user fixes in the input or the command, abandoned (nothing of it is committed, and
+/// the fixed command is a new job).
+fn end_job<D: Ledger>(dest: &D, id: i64, result: &Result<report::Report, Failure>) {
+    let (state, message) = match result {
+        Ok(_) => (JobState::Finished, None),
+        Err(f @ (Failure::Input(_) | Failure::Usage(_))) => {
+            (JobState::Abandoned, Some(f.to_string()))
+        }
+        Err(f) => (JobState::Failed, Some(f.to_string())),
+    };
+    if let Err(e) = dest.end_job(id, state, message.as_deref()) {
+        eprintln!(
+            "warning: could not record in the ledger that job {id} is {} ({e}); the next run \
+             of the same command finds it interrupted and completes it",
+            state.as_str()
+        );
+    }
+}
+
+/// The report of a load the ledger found nothing to do for.
+fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> report::Report {
+    if !args.quiet {
+        eprintln!("sluice: {why}");
+    }
+    let plan = plan::Plan {
+        tables: Vec::new(),
+        inputs: Vec::new(),
+        chunks: Vec::new(),
+        chunk_size: 0,
+    };
+    let outcome = crate::load::RunOutcome {
+        streams: Vec::new(),
+        elapsed: std::time::Duration::ZERO,
+        server_conversions: 0,
+        strategy: "direct",
+    };
+    let facts = report::Facts {
+        target: dest.target(),
+        formats: Vec::new(),
+        staged: Vec::new(),
+        fallbacks: Vec::new(),
+        steps: None,
+        wal_bytes: None,
+        job: None,
+        ledger: Some(why),
+    };
+    report::build(&plan, &outcome, facts, false, 0, args.copy_buffer)
+}
+
+/// Runs a checked plan (as the ledger left it) and reports.
+fn run_plan<D: Staging + Ledger>(
+    args: &LoadArgs,
+    dest: &mut D,
+    plan: plan::Plan,
+    job: Option<ledger::JobRun>,
+) -> Result<report::Report, Failure> {
     let (jobs, warning) = plan::choose_jobs(
         args.jobs,
         plan.chunks.len(),
@@ -398,10 +564,14 @@ fn load_into<D: Staging>(
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
+    let ledger_note = job.as_ref().and_then(|j| j.note.clone());
+    let job_id = job.as_ref().map(|j| j.job);
     let opts = RunOptions {
         jobs,
         copy_buffer: args.copy_buffer,
         dry_run: args.dry_run,
+        job,
+        retries: args.retries,
     };
     let counters: Arc<Vec<Counters>> = Arc::new(
         (0..plan.tables.len())
@@ -411,10 +581,10 @@ fn load_into<D: Staging>(
     let names = plan.tables.iter().map(|t| t.table.name.clone()).collect();
     let totals = (0..plan.tables.len())
         .map(|t| {
-            plan.inputs
+            plan.chunks
                 .iter()
-                .filter(|i| i.table == t)
-                .map(|i| i.size)
+                .filter(|c| plan.inputs[c.input].table == t)
+                .map(|c| c.weight(&plan.inputs))
                 .sum()
         })
         .collect();
@@ -426,11 +596,6 @@ fn load_into<D: Staging>(
                 .count() as u64
         })
         .collect();
-    let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
-    dest.set_tables(&load_tables).map_err(|e| match e.kind {
-        ErrorKind::Usage => Failure::Usage(e.to_string()),
-        _ => Failure::Server(e.to_string()),
-    })?;
     // Routing reads each partitioned input's first row, and may say what earlier loads left.
     let mut stage = match (args.strategy, args.dry_run) {
         (StrategyArg::Direct, _) | (_, true) => None,
@@ -477,6 +642,8 @@ fn load_into<D: Staging>(
         fallbacks: stage.as_ref().map(Stage::fallbacks).unwrap_or_default(),
         steps: stage.as_ref().map(Stage::times),
         wal_bytes,
+        job: job_id,
+        ledger: ledger_note,
     };
     Ok(report::build(
         &plan,

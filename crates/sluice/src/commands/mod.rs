@@ -5,5 +5,6 @@ pub mod bench_charts;
 pub mod ddl;
 pub mod demo;
 pub mod gen;
+pub mod jobs;
 pub mod load;
 pub mod pg;

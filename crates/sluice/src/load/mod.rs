@@ -20,6 +20,7 @@
 
 pub mod chunk;
 pub mod conflict;
+pub mod ledger;
 pub mod plan;
 pub mod source;
 pub mod stage;
@@ -28,11 +29,13 @@ pub mod strategy;
 use crate::failure::Failure;
 use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
 use conflict::{sibling_conflict, KeySearch, NamedKey};
+use ledger::JobRun;
 use plan::{Chunk, Plan};
 use sluice_core::destination::{
     Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, RecordEncoder,
 };
 use sluice_core::error::InputError;
+use sluice_core::ledger::ChunkRecord;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +57,106 @@ pub struct RunOptions {
     pub copy_buffer: usize,
     /// Convert and encode everything, send nothing.
     pub dry_run: bool,
+    /// The ledger's job, when the load keeps one: each chunk's ledger row commits with it.
+    pub job: Option<JobRun>,
+    /// How many lost connections each stream survives (its uncommitted work is redone on a
+    /// new connection).
+    pub retries: u32,
+}
+
+/// A stream's lost connections: what each takes with it, and how many more it may survive.
+struct LostConnections {
+    stream: usize,
+    retries: u32,
+    retries_left: u32,
+    /// Chunks loaded on the current direct connection: its transaction holds them.
+    on_direct: Vec<usize>,
+}
+
+impl LostConnections {
+    /// Whether the stream has lost a connection already (a server restart: connecting may
+    /// fail for a while, and is retried too).
+    fn tried(&self) -> bool {
+        self.retries_left < self.retries
+    }
+
+    /// Connection `id` was lost while running `unit`: puts back on the queue what its
+    /// transaction held (the unit, and for the direct connection every chunk it loaded), and
+    /// waits before the stream connects anew. `false` when no retry is left or the load
+    /// is stopping.
+    #[allow(clippy::too_many_arguments)]
+    fn retry<D: Destination>(
+        &mut self,
+        ctx: &RunContext<'_, D>,
+        queue: &Mutex<VecDeque<Unit>>,
+        stats: &mut StreamStats,
+        counters: &[Counters],
+        unit: &Unit,
+        id: usize,
+        e: &DestinationError,
+    ) -> bool {
+        if self.retries_left == 0 || ctx.abort.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.retries_left -= 1;
+        let attempt = self.retries - self.retries_left;
+        let mut back: Vec<Unit> = Vec::new();
+        let mut chunks: Vec<usize> = Vec::new();
+        if id == self.stream {
+            chunks.append(&mut self.on_direct);
+            back.extend(strategy::direct_units(ctx.plan, chunks.iter().copied()));
+        }
+        if !unit.chunks.is_empty() {
+            chunks.extend(&unit.chunks);
+            back.push(unit.clone());
+        }
+        stats.chunks.retain(|c| {
+            if !chunks.contains(&c.chunk) {
+                return true;
+            }
+            let k = &counters[c.table_index];
+            k.chunks_done.fetch_sub(1, Ordering::Relaxed);
+            k.rows.fetch_sub(c.rows, Ordering::Relaxed);
+            k.bytes.fetch_sub(c.bytes, Ordering::Relaxed);
+            false
+        });
+        lock(ctx.taken)[id].retain(|c| !chunks.contains(c));
+        {
+            let mut q = lock(queue);
+            for u in back.into_iter().rev() {
+                q.push_front(u);
+            }
+        }
+        let wait = Duration::from_secs(1 << (attempt - 1).min(4));
+        eprintln!(
+            "\nwarning: stream {} lost its connection ({e}); its {} uncommitted chunk(s) go \
+             back on the queue, and it reconnects in {} s (retry {attempt} of {})",
+            self.stream + 1,
+            chunks.len(),
+            wait.as_secs(),
+            self.retries
+        );
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if ctx.abort.load(Ordering::Relaxed) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
+    /// The failure once no retry is left.
+    fn exhausted(&self, e: &DestinationError) -> Failure {
+        let tries = match self.retries {
+            0 => " (--retries 0)".to_string(),
+            n => format!(", and {n} reconnection(s) did not get it through"),
+        };
+        Failure::Server(format!(
+            "stream {} lost its connection{tries}: {e}",
+            self.stream + 1
+        ))
+    }
 }
 
 /// One chunk as a stream ran it, for verification and the timeline.
@@ -425,6 +528,7 @@ fn run_chunk<D: Destination>(
     mut stream: Option<&mut D::Stream<'_>>,
     encoder: &mut D::Encoder<'_>,
     counters: &Counters,
+    record: Option<&JobRun>,
 ) -> Result<ChunkOutcome, ChunkError> {
     let (plan, opts, abort) = (ctx.plan, ctx.opts, ctx.abort);
     let t = plan.inputs[chunk.input].table;
@@ -466,6 +570,11 @@ fn run_chunk<D: Destination>(
                 "the server stored {rows} rows from {} where sluice sent {}",
                 plan.inputs[chunk.input].display, outcome.records
             ))));
+        }
+        if let Some(r) = record.and_then(|j| j.record(chunk, rows)) {
+            s.record_chunks(record.map_or(0, |j| j.job), &[r])
+                .map_err(ChunkError::Destination)?;
+            crate::faults::point("copied");
         }
     }
     Ok(outcome)
@@ -518,11 +627,12 @@ pub fn execute<D: Destination>(
         dest,
         taken: &taken,
     };
+    let staged_records: Mutex<Vec<ChunkRecord>> = Mutex::new(Vec::new());
     let results: Vec<(Option<D::Stream<'_>>, StreamStats)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|n| {
-                let (ctx, queue, abort, fail, conversions) =
-                    (&ctx, &queue, &abort, &fail, &conversions);
+                let (ctx, queue, abort, fail, conversions, staged_records) =
+                    (&ctx, &queue, &abort, &fail, &conversions, &staged_records);
                 std::thread::Builder::new()
                     .name(format!("sluice-stream-{n}"))
                     .spawn_scoped(scope, move || {
@@ -538,106 +648,194 @@ pub fn execute<D: Destination>(
                         let mut encoders: Vec<Option<D::Encoder<'_>>> =
                             (0..plan.tables.len()).map(|_| None).collect();
                         let mut failed = false;
-                        'units: loop {
-                            if abort.load(Ordering::Relaxed) {
-                                break;
-                            }
-                            let next = lock(queue).pop_front();
-                            let Some(unit) = next else { break };
-                            // Staged units run on a second connection, watched as stream
-                            // `jobs + n`, since each commits on its own.
-                            let (slot, id) = match unit.staged {
-                                Some(_) => (&mut streams.staged, jobs + n),
-                                None => (&mut streams.direct, n),
-                            };
-                            if slot.is_none() && !opts.dry_run {
-                                match dest.open_stream(id) {
-                                    Ok(s) => *slot = Some(s),
-                                    Err(e) => {
-                                        fail(match e.kind {
-                                            ErrorKind::Connection => {
-                                                Failure::Connect(e.to_string())
-                                            }
-                                            _ => server_failure(&e, n),
-                                        });
+                        let mut lost = LostConnections {
+                            stream: n,
+                            retries_left: opts.retries,
+                            retries: opts.retries,
+                            on_direct: Vec::new(),
+                        };
+                        'run: loop {
+                            'units: loop {
+                                if abort.load(Ordering::Relaxed) {
+                                    break;
+                                }
+                                let next = lock(queue).pop_front();
+                                let Some(unit) = next else { break };
+                                // Staged units run on a second connection, watched as stream
+                                // `jobs + n`, since each commits on its own.
+                                let (slot, id) = match unit.staged {
+                                    Some(_) => (&mut streams.staged, jobs + n),
+                                    None => (&mut streams.direct, n),
+                                };
+                                // A lost connection: its uncommitted work goes back on the
+                                // queue, and the stream connects anew after a pause.
+                                macro_rules! lose {
+                                    ($e:expr) => {{
+                                        let e = $e;
+                                        *slot = None;
+                                        if lost
+                                            .retry(ctx, queue, &mut stats, counters, &unit, id, &e)
+                                        {
+                                            continue 'units;
+                                        }
+                                        fail(lost.exhausted(&e));
+                                        failed = true;
+                                        break 'units;
+                                    }};
+                                }
+                                if slot.is_none() && !opts.dry_run {
+                                    match dest.open_stream(id) {
+                                        Ok(s) => *slot = Some(s),
+                                        Err(e)
+                                            if e.kind == ErrorKind::Connection && lost.tried() =>
+                                        {
+                                            lose!(e)
+                                        }
+                                        Err(e) => {
+                                            fail(match e.kind {
+                                                ErrorKind::Connection => {
+                                                    Failure::Connect(e.to_string())
+                                                }
+                                                _ => server_failure(&e, n),
+                                            });
+                                            failed = true;
+                                            break;
+                                        }
+                                    }
+                                }
+                                if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
+                                    if let Err(e) = strategy.begin_unit(dest, s, &unit) {
+                                        if e.kind == ErrorKind::Connection {
+                                            lose!(e)
+                                        }
+                                        fail(server_failure(&e, n));
                                         failed = true;
                                         break;
                                     }
                                 }
+                                let mark = stats.chunks.len();
+                                let mut unit_records: Vec<ChunkRecord> = Vec::new();
+                                for &c in &unit.chunks {
+                                    if abort.load(Ordering::Relaxed) {
+                                        break 'units;
+                                    }
+                                    let chunk = &plan.chunks[c];
+                                    lock(ctx.taken)[id].push(chunk.id);
+                                    let t = plan.inputs[chunk.input].table;
+                                    let encoder =
+                                        encoders[t].get_or_insert_with(|| dest.encoder(t));
+                                    let chunk_start = Instant::now();
+                                    let stream = slot.as_mut();
+                                    // A direct chunk's ledger row goes in with its rows; a
+                                    // staged one's, with the publish.
+                                    let record = match unit.staged {
+                                        None => opts.job.as_ref(),
+                                        Some(_) => None,
+                                    };
+                                    match run_chunk(
+                                        ctx,
+                                        chunk,
+                                        stream,
+                                        encoder,
+                                        &counters[t],
+                                        record,
+                                    ) {
+                                        Ok(o) => {
+                                            if unit.staged.is_some() {
+                                                if let Some(r) = opts
+                                                    .job
+                                                    .as_ref()
+                                                    .and_then(|j| j.record(chunk, o.records))
+                                                {
+                                                    unit_records.push(r);
+                                                }
+                                            } else {
+                                                lost.on_direct.push(c);
+                                            }
+                                            stats.chunks.push(ChunkStat::of(
+                                                plan,
+                                                chunk,
+                                                o,
+                                                chunk_start - started,
+                                                started.elapsed(),
+                                            ));
+                                            counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        Err(ChunkError::Destination(e))
+                                            if e.kind == ErrorKind::Connection && !opts.dry_run =>
+                                        {
+                                            lose!(e)
+                                        }
+                                        Err(ChunkError::Destination(e)) => {
+                                            // A staged unit the strategy can redo another way
+                                            // (a file whose rows span partitions) goes back on
+                                            // the queue; its chunks' rows were rolled back.
+                                            let redo = match slot.as_mut() {
+                                                Some(s) if unit.staged.is_some() => {
+                                                    strategy.redo(dest, s, &unit, chunk, &e)
+                                                }
+                                                _ => None,
+                                            };
+                                            if let Some(units) = redo {
+                                                for done in stats.chunks.drain(mark..) {
+                                                    counters[done.table_index]
+                                                        .chunks_done
+                                                        .fetch_sub(1, Ordering::Relaxed);
+                                                }
+                                                let mut q = lock(queue);
+                                                for u in units.into_iter().rev() {
+                                                    q.push_front(u);
+                                                }
+                                                continue 'units;
+                                            }
+                                            fail(ctx.copy_error(id, chunk, e));
+                                            failed = true;
+                                            break 'units;
+                                        }
+                                        Err(ChunkError::Failed(e)) => {
+                                            fail(e);
+                                            failed = true;
+                                            break 'units;
+                                        }
+                                    }
+                                }
+                                if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
+                                    if let Err(e) = strategy.end_unit(dest, s, &unit) {
+                                        if e.kind == ErrorKind::Connection {
+                                            lose!(e)
+                                        }
+                                        fail(ctx.unit_error(n, &unit, e));
+                                        failed = true;
+                                        break;
+                                    }
+                                    lock(staged_records).append(&mut unit_records);
+                                }
                             }
-                            if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
-                                if let Err(e) = strategy.begin_unit(dest, s, &unit) {
-                                    fail(server_failure(&e, n));
-                                    failed = true;
+                            // The strategy's build step (deferred checks, for direct) runs
+                            // here, before the barrier, where a wait on a sibling is still
+                            // watched and everything can roll back.
+                            let Some(s) = streams.direct.as_mut() else {
+                                break;
+                            };
+                            if failed || abort.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            match strategy.build(s) {
+                                Ok(()) => break,
+                                Err(e) if e.kind == ErrorKind::Connection => {
+                                    streams.direct = None;
+                                    let none = Unit {
+                                        chunks: Vec::new(),
+                                        staged: None,
+                                    };
+                                    if lost.retry(ctx, queue, &mut stats, counters, &none, n, &e) {
+                                        continue 'run;
+                                    }
+                                    fail(lost.exhausted(&e));
                                     break;
                                 }
-                            }
-                            let mark = stats.chunks.len();
-                            for &c in &unit.chunks {
-                                if abort.load(Ordering::Relaxed) {
-                                    break 'units;
-                                }
-                                let chunk = &plan.chunks[c];
-                                lock(ctx.taken)[id].push(chunk.id);
-                                let t = plan.inputs[chunk.input].table;
-                                let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
-                                let chunk_start = Instant::now();
-                                let stream = slot.as_mut();
-                                match run_chunk(ctx, chunk, stream, encoder, &counters[t]) {
-                                    Ok(o) => {
-                                        stats.chunks.push(ChunkStat::of(
-                                            plan,
-                                            chunk,
-                                            o,
-                                            chunk_start - started,
-                                            started.elapsed(),
-                                        ));
-                                        counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
-                                        if let Some(s) = slot.as_mut() {
-                                            if let Err(e) = strategy.after_chunk(s, chunk) {
-                                                fail(e);
-                                                failed = true;
-                                                break 'units;
-                                            }
-                                        }
-                                    }
-                                    Err(ChunkError::Destination(e)) => {
-                                        // A staged unit the strategy can redo another way
-                                        // (a file whose rows span partitions) goes back on
-                                        // the queue; its chunks' rows were rolled back.
-                                        let redo = match slot.as_mut() {
-                                            Some(s) if unit.staged.is_some() => {
-                                                strategy.redo(dest, s, &unit, chunk, &e)
-                                            }
-                                            _ => None,
-                                        };
-                                        if let Some(units) = redo {
-                                            for done in stats.chunks.drain(mark..) {
-                                                counters[done.table_index]
-                                                    .chunks_done
-                                                    .fetch_sub(1, Ordering::Relaxed);
-                                            }
-                                            let mut q = lock(queue);
-                                            for u in units.into_iter().rev() {
-                                                q.push_front(u);
-                                            }
-                                            continue 'units;
-                                        }
-                                        fail(ctx.copy_error(id, chunk, e));
-                                        failed = true;
-                                        break 'units;
-                                    }
-                                    Err(ChunkError::Failed(e)) => {
-                                        fail(e);
-                                        failed = true;
-                                        break 'units;
-                                    }
-                                }
-                            }
-                            if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
-                                if let Err(e) = strategy.end_unit(dest, s, &unit) {
-                                    fail(ctx.unit_error(n, &unit, e));
-                                    failed = true;
+                                Err(e) => {
+                                    fail(ctx.deferred_error(n, e));
                                     break;
                                 }
                             }
@@ -646,17 +844,6 @@ pub fn execute<D: Destination>(
                             stats.rows += c.rows;
                             stats.bytes += c.bytes;
                         }
-                        let mut stream = streams.direct;
-                        // The strategy's build step (deferred checks, for direct) runs here,
-                        // before the barrier, where a wait on a sibling is still watched and
-                        // everything can roll back.
-                        if let (Some(s), false) = (stream.as_mut(), failed) {
-                            if !abort.load(Ordering::Relaxed) {
-                                if let Err(e) = strategy.build(s) {
-                                    fail(ctx.deferred_error(n, e));
-                                }
-                            }
-                        }
                         let converted: u64 = encoders
                             .iter()
                             .flatten()
@@ -664,7 +851,7 @@ pub fn execute<D: Destination>(
                             .sum();
                         conversions.fetch_add(converted, Ordering::Relaxed);
                         stats.seconds = t0.elapsed().as_secs_f64();
-                        (stream, stats)
+                        (streams.direct, stats)
                     })
                     .expect("spawning a stream thread")
             })
@@ -702,8 +889,11 @@ pub fn execute<D: Destination>(
             let t = plan.inputs[chunk.input].table;
             let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
             let chunk_start = Instant::now();
-            match run_chunk(&ctx, chunk, Some(&mut *s), encoder, &counters[t]) {
+            match run_chunk(&ctx, chunk, Some(&mut *s), encoder, &counters[t], None) {
                 Ok(o) => {
+                    if let Some(r) = opts.job.as_ref().and_then(|j| j.record(chunk, o.records)) {
+                        lock(&staged_records).push(r);
+                    }
                     late.push(ChunkStat::of(
                         plan,
                         chunk,
@@ -716,6 +906,13 @@ pub fn execute<D: Destination>(
                 Err(ChunkError::Destination(e)) => return Err(ctx.copy_error(0, chunk, e)),
                 Err(ChunkError::Failed(f)) => return Err(f),
             }
+        }
+        // Every staged chunk's ledger row, and these chunks', commit with the publish.
+        if let Some(job) = &opts.job {
+            let records = std::mem::take(&mut *lock(&staged_records));
+            s.record_chunks(job.job, &records).map_err(|e| {
+                Failure::Server(format!("recording the publish in the ledger: {e}"))
+            })?;
         }
         Ok(())
     };

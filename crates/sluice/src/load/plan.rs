@@ -209,6 +209,8 @@ pub struct Plan {
     pub inputs: Vec<Input>,
     /// Biggest first.
     pub chunks: Vec<Chunk>,
+    /// The size big files were cut at (a resume cuts them the same way).
+    pub chunk_size: u64,
 }
 
 /// The default chunk size: an eighth of the input, between 16 MiB and 1 GiB. It depends on the
@@ -323,6 +325,7 @@ pub fn build(
         tables,
         inputs,
         chunks,
+        chunk_size: chunk_target,
     })
 }
 
@@ -684,6 +687,7 @@ mod tests {
         (
             name.to_string(),
             TableInfo {
+                id: "1".into(),
                 schema: "public".into(),
                 name: name.to_string(),
                 qualified: format!("public.{name}"),

@@ -495,6 +495,7 @@ impl<D: Staging> Strategy<D> for Stage {
             let started = Instant::now();
             let switched = dest.switch_in(&mut publisher).map_err(invisible)?;
             run(&mut publisher, &deferred)?;
+            crate::faults::point("publish");
             publisher
                 .fire_deferred_checks()
                 .and_then(|()| publisher.commit())
@@ -504,6 +505,7 @@ impl<D: Staging> Strategy<D> for Stage {
             times.publish_attempts = switched.attempts;
             times.appended = switched.appended;
         }
+        crate::faults::point("published");
         // Direct streams load only tables that nothing was staged into.
         commit_all::<D>(streams).map_err(|e| match e {
             Failure::Server(m) if staged > 0 => Failure::Server(format!(

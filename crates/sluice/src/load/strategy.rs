@@ -1,16 +1,17 @@
 //! How a load's rows reach their tables and become visible: the load-strategy seam.
 //!
 //! The engine runs the same loop for every strategy (streams take chunks from one queue,
-//! convert and send them); a [`Strategy`] decides the rest, at five points:
+//! convert and send them, and write each chunk's ledger row where its rows commit: beside
+//! them for direct work, in the publish for staged work); a [`Strategy`] decides the rest, at
+//! four points:
 //!
 //! 1. `prepare`: before any stream opens (create staging tables, check partitions);
 //! 2. `route`: the units of work streams take from the queue, in order: one chunk each
 //!    (direct, biggest first), or all of one partition's chunks (stage), which a stream loads in
 //!    a transaction of their own between `begin_unit` and `end_unit`;
-//! 3. `after_chunk`: on the stream, after each chunk's COPY (a ledger row, committed with it);
-//! 4. `build`: on each stream after its last chunk, before the barrier (deferred checks;
+//! 3. `build`: on each stream after its last chunk, before the barrier (deferred checks;
 //!    indexes and ANALYZE on a staging table);
-//! 5. `publish`: once every stream has finished cleanly, make the load visible (commit every
+//! 4. `publish`: once every stream has finished cleanly, make the load visible (commit every
 //!    stream; or swap the staging tables in, in one transaction).
 //!
 //! [`Direct`] loads straight into the target tables, committed back to back. The seed paper's
@@ -55,11 +56,6 @@ pub trait Strategy<D: Destination>: Sync {
         Ok(())
     }
 
-    /// After a chunk's COPY, on the stream that ran it.
-    fn after_chunk(&self, _stream: &mut D::Stream<'_>, _chunk: &Chunk) -> Result<(), Failure> {
-        Ok(())
-    }
-
     /// After a staged unit's last chunk, on its stream.
     fn end_unit(
         &self,
@@ -94,7 +90,9 @@ pub trait Strategy<D: Destination>: Sync {
 
     /// Once every stream has finished cleanly: makes the load visible. `streams` are the
     /// long transactions that did direct work; `run` loads chunks on a stream as the engine
-    /// does, for a strategy that loads some inside its publish transaction.
+    /// does, for a strategy that loads some inside its publish transaction, and writes there
+    /// the ledger rows of every staged chunk: a strategy that staged anything calls it on its
+    /// publish transaction, with or without chunks.
     fn publish<'s>(
         &self,
         dest: &'s D,
@@ -145,10 +143,13 @@ pub fn commit_all<D: Destination>(streams: Vec<D::Stream<'_>>) -> Result<(), Fai
     let phase = crate::signals::CommitPhase::begin();
     let total = streams.len();
     for (committed, s) in streams.into_iter().enumerate() {
+        if committed == 1 {
+            crate::faults::point("commit");
+        }
         if let Err(e) = s.commit() {
             return Err(Failure::Server(format!(
                 "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
-                 The committed streams' rows are visible; reload into empty tables.",
+                 The committed streams' rows are visible",
                 committed + 1
             )));
         }

@@ -1,0 +1,142 @@
+//! The resume ledger's records: what a destination stores about each load (a *job*), in the
+//! target database itself, so that the same command run again loads exactly what is missing.
+//!
+//! The ledger lives beside the data because only there can it never disagree with it: a
+//! chunk's record commits in the same transaction as the chunk's rows (or, for staged rows,
+//! as the publish that makes them visible). These are the records both sides share; the
+//! engine decides what a rerun does with them (`sluice::load::ledger`), and a destination
+//! ([`Ledger`](crate::destination::Ledger)) stores and reads them.
+
+/// One input file of a job, as it was when the job began: enough to tell that a file changed
+/// between two runs without reading all of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileRecord {
+    /// The absolute path, links resolved.
+    pub path: String,
+    /// The table the file loads into, as the destination's SQL names it.
+    pub table: String,
+    /// That table's [`id`](crate::destination::TableInfo::id): a file loaded into a table
+    /// since dropped and created again is not loaded in the new one.
+    pub table_id: String,
+    pub size: u64,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub modified_ns: i64,
+    /// How the file's bytes become rows (its format options and the table's columns), in
+    /// words: the same file loaded with other options is other data.
+    pub settings: String,
+    /// A digest of the size and of sampled blocks (beginning, end, and evenly spaced ones),
+    /// hex: cheap for terabytes, and it catches a file rewritten within the same second.
+    pub fingerprint: String,
+}
+
+impl FileRecord {
+    /// What differs between the file as recorded (`self`) and as it is now, in words, or
+    /// `None` when it is the same file.
+    pub fn changes(&self, now: &FileRecord) -> Option<String> {
+        let mut what = Vec::new();
+        if self.size != now.size {
+            what.push(format!(
+                "its size went from {} to {} bytes",
+                self.size, now.size
+            ));
+        }
+        if self.modified_ns != now.modified_ns {
+            what.push("its modification time changed".to_string());
+        }
+        if self.fingerprint != now.fingerprint && self.size == now.size {
+            what.push("its content changed".to_string());
+        }
+        (!what.is_empty()).then(|| what.join(", "))
+    }
+}
+
+/// One chunk a job committed: its file (an index into the job's files), its byte range and
+/// the rows the server stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkRecord {
+    pub file: u32,
+    pub start: u64,
+    /// Exclusive end; `None` to the end of the file (a compressed file is one chunk).
+    pub end: Option<u64>,
+    pub rows: u64,
+}
+
+/// Where a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// A sluice process is running it now (it holds the job's lock).
+    Running,
+    /// Its process ended without finishing it (killed, or the machine died); the same command
+    /// resumes it.
+    Interrupted,
+    /// It failed and said why; the same command resumes it.
+    Failed,
+    /// Every chunk is committed.
+    Finished,
+    /// Replaced by a `--restart` of the same command.
+    Abandoned,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Interrupted => "interrupted",
+            JobState::Failed => "failed",
+            JobState::Finished => "finished",
+            JobState::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        [
+            JobState::Running,
+            JobState::Interrupted,
+            JobState::Failed,
+            JobState::Finished,
+            JobState::Abandoned,
+        ]
+        .into_iter()
+        .find(|j| j.as_str() == s)
+    }
+
+    /// Whether the same command would pick it up again.
+    pub fn resumable(self) -> bool {
+        matches!(self, JobState::Interrupted | JobState::Failed)
+    }
+}
+
+/// What a job is, before it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSpec {
+    /// Names the job across runs: a digest of its tables and input paths (hex).
+    pub key: String,
+    pub files: Vec<FileRecord>,
+    /// The chunk size the files were cut with, so that a resume cuts them the same way.
+    pub chunk_size: u64,
+    /// The options that decide how bytes become rows (format, delimiters, columns...), in
+    /// words; a resume with other options is refused.
+    pub settings: String,
+    pub chunks_total: u64,
+    pub bytes_total: u64,
+}
+
+/// A job as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub id: i64,
+    pub key: String,
+    pub state: JobState,
+    /// Why it failed, for a failed job.
+    pub message: Option<String>,
+    pub tables: Vec<String>,
+    pub chunk_size: u64,
+    pub settings: String,
+    pub chunks_total: u64,
+    pub chunks_done: u64,
+    pub rows_done: u64,
+    pub bytes_total: u64,
+    /// When it began and (if it did) finished, as the destination prints times.
+    pub started: String,
+    pub finished: Option<String>,
+}

@@ -1,0 +1,437 @@
+//! The resume ledger in the target database: schema `sluice`, three tables.
+//!
+//! - `sluice.jobs`: one row per job (a load as one command names it), with its state;
+//! - `sluice.job_files`: the files a job loads, with their identity (size, time, fingerprint);
+//! - `sluice.job_chunks`: one row per committed chunk, inserted by the stream that loaded it,
+//!   in the same transaction as its rows (or by the publish transaction, for staged rows).
+//!
+//! The primary key of `job_chunks` is the chunk's name (job, file, first byte), so that the
+//! ledger itself refuses to commit one chunk twice: a transaction that tried would fail and
+//! take its rows with it. A running job holds a session advisory lock on its id (class
+//! [`LOCK_CLASS`]); a job marked running whose lock nobody holds was interrupted.
+
+use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
+use tokio_postgres::Client;
+
+/// The ledger's schema.
+pub const SCHEMA: &str = "sluice";
+/// The advisory lock class of running jobs ('sljb').
+pub const LOCK_CLASS: i32 = 0x736c_6a62;
+
+const CREATE: &str = "
+CREATE SCHEMA IF NOT EXISTS sluice;
+CREATE TABLE IF NOT EXISTS sluice.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key text NOT NULL,
+    state text NOT NULL CHECK (state IN ('running', 'failed', 'finished', 'abandoned')),
+    message text,
+    tables text[] NOT NULL,
+    chunk_size bigint NOT NULL,
+    settings text NOT NULL,
+    chunks_total bigint NOT NULL,
+    bytes_total bigint NOT NULL,
+    started timestamptz NOT NULL DEFAULT now(),
+    updated timestamptz NOT NULL DEFAULT now(),
+    finished timestamptz);
+CREATE INDEX IF NOT EXISTS jobs_key ON sluice.jobs (key);
+CREATE TABLE IF NOT EXISTS sluice.job_files (
+    job bigint NOT NULL,
+    n int NOT NULL,
+    path text NOT NULL,
+    tbl text NOT NULL,
+    tbl_id text NOT NULL,
+    size bigint NOT NULL,
+    modified_ns bigint NOT NULL,
+    settings text NOT NULL,
+    fingerprint text NOT NULL,
+    PRIMARY KEY (job, n));
+CREATE INDEX IF NOT EXISTS job_files_path ON sluice.job_files (path);
+CREATE TABLE IF NOT EXISTS sluice.job_chunks (
+    job bigint NOT NULL,
+    file int NOT NULL,
+    start_byte bigint NOT NULL,
+    end_byte bigint,
+    rows bigint NOT NULL,
+    committed timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job, file, start_byte));
+COMMENT ON SCHEMA sluice IS 'sluice''s resume ledger: which chunks of which files each load committed (sluice jobs)';
+";
+
+/// Why the ledger cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Db(#[from] tokio_postgres::Error),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Creates the ledger unless it is there (one session at a time: the creation is serialized
+/// by an advisory lock, since `IF NOT EXISTS` races with itself).
+pub async fn open(client: &Client) -> Result<(), LedgerError> {
+    let present: bool = client
+        .query_one(
+            "SELECT to_regclass('sluice.job_chunks') IS NOT NULL \
+                AND to_regclass('sluice.job_files') IS NOT NULL \
+                AND to_regclass('sluice.jobs') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !present {
+        let created = client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); {CREATE} COMMIT"
+            ))
+            .await;
+        if let Err(e) = created {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(match e.as_db_error() {
+                Some(d) if d.code().code() == "42501" => LedgerError::Refused(format!(
+                    "{}: the role may not create the ledger's schema `sluice`. Have an owner \
+                     run `sluice jobs` once, or GRANT CREATE ON DATABASE to the role",
+                    d.message()
+                )),
+                _ => LedgerError::Db(e),
+            });
+        }
+    }
+    let may: bool = client
+        .query_one(
+            "SELECT has_table_privilege('sluice.jobs', 'INSERT, UPDATE, SELECT') \
+                AND has_table_privilege('sluice.job_files', 'INSERT, SELECT') \
+                AND has_table_privilege('sluice.job_chunks', 'INSERT, SELECT')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !may {
+        return Err(LedgerError::Refused(
+            "the role may not write the ledger's tables in schema `sluice`: GRANT INSERT, \
+             UPDATE, SELECT, DELETE ON ALL TABLES IN SCHEMA sluice to it"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+const JOB_COLUMNS: &str = "j.id, j.key, j.state, j.message, j.tables, j.chunk_size, j.settings, \
+     j.chunks_total, j.bytes_total, \
+     to_char(j.started, 'YYYY-MM-DD HH24:MI:SS TZ'), \
+     to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), \
+     (SELECT count(*) FROM sluice.job_chunks c WHERE c.job = j.id), \
+     (SELECT coalesce(sum(rows), 0)::bigint FROM sluice.job_chunks c WHERE c.job = j.id), \
+     EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+             AND l.classid = 1936484962::oid AND l.objid = j.id::oid AND l.objsubid = 2)";
+
+fn job_of(r: &tokio_postgres::Row) -> Job {
+    let state: String = r.get(2);
+    let locked: bool = r.get(13);
+    let state = match JobState::parse(&state) {
+        Some(JobState::Running) if !locked => JobState::Interrupted,
+        Some(s) => s,
+        None => JobState::Failed,
+    };
+    Job {
+        id: r.get(0),
+        key: r.get(1),
+        state,
+        message: r.get(3),
+        tables: r.get(4),
+        chunk_size: r.get::<_, i64>(5) as u64,
+        settings: r.get(6),
+        chunks_total: r.get::<_, i64>(7) as u64,
+        bytes_total: r.get::<_, i64>(8) as u64,
+        started: r.get(9),
+        finished: r.get(10),
+        chunks_done: r.get::<_, i64>(11) as u64,
+        rows_done: r.get::<_, i64>(12) as u64,
+    }
+}
+
+/// Jobs, newest first: with this key, or all.
+pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM sluice.jobs j \
+                 WHERE $1::text IS NULL OR j.key = $1 ORDER BY j.id DESC"
+            ),
+            &[&key],
+        )
+        .await?;
+    Ok(rows.iter().map(job_of).collect())
+}
+
+pub async fn job_files(
+    client: &Client,
+    job: i64,
+) -> Result<Vec<FileRecord>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT path, tbl, tbl_id, size, modified_ns, fingerprint, settings \
+             FROM sluice.job_files \
+             WHERE job = $1 ORDER BY n",
+            &[&job],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| FileRecord {
+            path: r.get(0),
+            table: r.get(1),
+            table_id: r.get(2),
+            size: r.get::<_, i64>(3) as u64,
+            modified_ns: r.get(4),
+            fingerprint: r.get(5),
+            settings: r.get(6),
+        })
+        .collect())
+}
+
+pub async fn job_chunks(
+    client: &Client,
+    job: i64,
+) -> Result<Vec<ChunkRecord>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT file, start_byte, end_byte, rows FROM sluice.job_chunks WHERE job = $1 \
+             ORDER BY file, start_byte",
+            &[&job],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ChunkRecord {
+            file: r.get::<_, i32>(0) as u32,
+            start: r.get::<_, i64>(1) as u64,
+            end: r.get::<_, Option<i64>>(2).map(|e| e as u64),
+            rows: r.get::<_, i64>(3) as u64,
+        })
+        .collect())
+}
+
+/// For each file, the finished job that loaded it as it is now, most recent first.
+pub async fn loaded_by(
+    client: &Client,
+    files: &[FileRecord],
+) -> Result<Vec<Option<(i64, String)>>, tokio_postgres::Error> {
+    let stmt = client
+        .prepare(
+            "SELECT j.id, to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ') \
+             FROM sluice.jobs j JOIN sluice.job_files f ON f.job = j.id \
+             WHERE j.state = 'finished' AND f.path = $1 AND f.tbl = $2 AND f.size = $3 \
+               AND f.modified_ns = $4 AND f.fingerprint = $5 AND f.tbl_id = $6 AND f.settings = $7 \
+             ORDER BY j.finished DESC LIMIT 1",
+        )
+        .await?;
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let row = client
+            .query_opt(
+                &stmt,
+                &[
+                    &f.path,
+                    &f.table,
+                    &(f.size as i64),
+                    &f.modified_ns,
+                    &f.fingerprint,
+                    &f.table_id,
+                    &f.settings,
+                ],
+            )
+            .await?;
+        out.push(row.map(|r| (r.get(0), r.get(1))));
+    }
+    Ok(out)
+}
+
+/// Takes job `job`'s lock for this session, or says who holds it.
+async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
+    let got: bool = client
+        .query_one(
+            "SELECT pg_try_advisory_lock($1, $2)",
+            &[&LOCK_CLASS, &(job as i32)],
+        )
+        .await?
+        .get(0);
+    if got {
+        return Ok(());
+    }
+    let who: Option<String> = client
+        .query_opt(
+            "SELECT format('process %s of %s (%s), connected since %s', a.pid, \
+                    coalesce(a.client_addr::text, 'a local socket'), a.application_name, \
+                    to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS')) \
+             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ($1::bigint)::oid \
+               AND l.objid = ($2::bigint)::oid AND l.objsubid = 2",
+            &[&(LOCK_CLASS as i64), &job],
+        )
+        .await?
+        .and_then(|r| r.get(0));
+    Err(LedgerError::Refused(format!(
+        "job {job} is being run by another sluice now (server {}); wait for it, or stop it",
+        who.unwrap_or_else(|| "process unknown".into())
+    )))
+}
+
+/// Records a new job and its files, and takes its lock.
+pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result<i64, LedgerError> {
+    client.batch_execute("BEGIN").await?;
+    let done = async {
+        let id: i64 = client
+            .query_one(
+                "INSERT INTO sluice.jobs (key, state, tables, chunk_size, settings, \
+                    chunks_total, bytes_total) \
+                 VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
+                &[
+                    &spec.key,
+                    &tables,
+                    &(spec.chunk_size as i64),
+                    &spec.settings,
+                    &(spec.chunks_total as i64),
+                    &(spec.bytes_total as i64),
+                ],
+            )
+            .await?
+            .get(0);
+        let stmt = client
+            .prepare(
+                "INSERT INTO sluice.job_files (job, n, path, tbl, tbl_id, size, modified_ns, \
+                    fingerprint, settings) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .await?;
+        for (n, f) in spec.files.iter().enumerate() {
+            client
+                .execute(
+                    &stmt,
+                    &[
+                        &id,
+                        &(n as i32),
+                        &f.path,
+                        &f.table,
+                        &f.table_id,
+                        &(f.size as i64),
+                        &f.modified_ns,
+                        &f.fingerprint,
+                        &f.settings,
+                    ],
+                )
+                .await?;
+        }
+        Ok::<_, tokio_postgres::Error>(id)
+    }
+    .await;
+    let id = match done {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(e.into());
+        }
+    };
+    client.batch_execute("COMMIT").await?;
+    take_lock(client, id).await?;
+    Ok(id)
+}
+
+/// Takes an unfinished job's lock and marks it running again.
+pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
+    take_lock(client, job).await?;
+    client
+        .execute(
+            "UPDATE sluice.jobs SET state = 'running', message = NULL, updated = now() \
+             WHERE id = $1",
+            &[&job],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Ends a job in `state`.
+pub async fn end(
+    client: &Client,
+    job: i64,
+    state: JobState,
+    message: Option<&str>,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "UPDATE sluice.jobs SET state = $2, message = $3, updated = now(), \
+                finished = CASE WHEN $2 = 'finished' THEN now() END \
+             WHERE id = $1",
+            &[&job, &state.as_str(), &message],
+        )
+        .await?;
+    client
+        .execute(
+            "SELECT pg_advisory_unlock($1, $2)",
+            &[&LOCK_CLASS, &(job as i32)],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Removes a job that no process runs, with its files and chunk records.
+pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM sluice.jobs WHERE id = $1)",
+            &[&job],
+        )
+        .await?
+        .get(0);
+    if !exists {
+        return Err(LedgerError::Refused(format!(
+            "there is no job {job} in this database (`sluice jobs` lists them)"
+        )));
+    }
+    take_lock(client, job).await?;
+    let removed = client
+        .batch_execute(&format!(
+            "BEGIN; DELETE FROM sluice.job_chunks WHERE job = {job}; \
+             DELETE FROM sluice.job_files WHERE job = {job}; \
+             DELETE FROM sluice.jobs WHERE id = {job}; COMMIT"
+        ))
+        .await;
+    if let Err(e) = removed {
+        let _ = client.batch_execute("ROLLBACK").await;
+        let _ = client
+            .execute(
+                "SELECT pg_advisory_unlock($1, $2)",
+                &[&LOCK_CLASS, &(job as i32)],
+            )
+            .await;
+        return Err(e.into());
+    }
+    client
+        .execute(
+            "SELECT pg_advisory_unlock($1, $2)",
+            &[&LOCK_CLASS, &(job as i32)],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Inserts chunk records in the open transaction of `client`.
+pub async fn record(
+    client: &Client,
+    job: i64,
+    chunks: &[ChunkRecord],
+) -> Result<(), tokio_postgres::Error> {
+    if chunks.is_empty() {
+        return Ok(());
+    }
+    let files: Vec<i32> = chunks.iter().map(|c| c.file as i32).collect();
+    let starts: Vec<i64> = chunks.iter().map(|c| c.start as i64).collect();
+    let ends: Vec<Option<i64>> = chunks.iter().map(|c| c.end.map(|e| e as i64)).collect();
+    let rows: Vec<i64> = chunks.iter().map(|c| c.rows as i64).collect();
+    client
+        .execute(
+            "INSERT INTO sluice.job_chunks (job, file, start_byte, end_byte, rows) \
+             SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bigint[])",
+            &[&job, &files, &starts, &ends, &rows],
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! `sluice jobs`: the loads a target's ledger knows, and `sluice jobs forget ID`.
+//!
+//! The ledger is the target's own (schema `sluice`), so this command reads it where the loads
+//! wrote it, with the same connection conventions as `sluice load`.
+
+use super::load::open_destination;
+use crate::failure::Failure;
+use clap::{Args, Subcommand};
+use sluice_core::destination::{DestinationError, ErrorKind, Ledger};
+use sluice_core::ledger::{Job, JobState};
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  sluice jobs -t \"$URL\"              # every load the target's ledger knows
+  sluice jobs -t \"$URL\" --json
+  sluice jobs -t \"$URL\" forget 12    # drop job 12's records
+
+States: running (a sluice process runs it now), interrupted (its process
+died: the same command resumes it), failed (it said why: the same command
+resumes it), finished, abandoned (a bad row or a usage error, fixed by a
+new command; or replaced by --restart).
+
+Exit codes: 0 done, 2 usage (no such job, a job still running), 4 cannot
+connect, 5 server failure.")]
+pub struct JobsArgs {
+    #[command(subcommand)]
+    pub command: Option<JobsCommand>,
+
+    /// Connection, as for `sluice load` (without it, the private cluster).
+    #[arg(long, short = 't', value_name = "URL", global = true)]
+    pub target: Option<String>,
+
+    /// The private cluster's directory, when no target is given.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub pg_dir: Option<PathBuf>,
+
+    /// Print the jobs as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobsCommand {
+    /// Remove a job that is not running from the ledger, with the staging tables that loads
+    /// no longer running left behind. Its rows stay in the tables; a later run of the same
+    /// command no longer knows them (it resumes nothing and skips nothing of this job's).
+    Forget {
+        /// The job's id, as `sluice jobs` lists it.
+        id: i64,
+    },
+}
+
+fn failure(e: DestinationError) -> Failure {
+    match e.kind {
+        ErrorKind::Usage => Failure::Usage(e.to_string()),
+        ErrorKind::Connection => Failure::Connect(e.to_string()),
+        _ => Failure::Server(e.to_string()),
+    }
+}
+
+pub fn run(args: JobsArgs) -> Result<(), Failure> {
+    let dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), true)?;
+    dest.open_ledger().map_err(failure)?;
+    match args.command {
+        Some(JobsCommand::Forget { id }) => {
+            let job = dest
+                .jobs(None)
+                .map_err(failure)?
+                .into_iter()
+                .find(|j| j.id == id);
+            match job {
+                None => {
+                    return Err(Failure::Usage(format!(
+                        "there is no job {id} in this database (`sluice jobs` lists them)"
+                    )))
+                }
+                Some(j) if j.state == JobState::Running => {
+                    return Err(Failure::Usage(format!(
+                        "job {id} is running now; stop its sluice first"
+                    )))
+                }
+                Some(_) => {}
+            }
+            let dropped = dest.forget_job(id).map_err(failure)?;
+            println!("forgot job {id}");
+            if !dropped.is_empty() {
+                println!(
+                    "dropped {} staging table(s) that stopped loads left: {}",
+                    dropped.len(),
+                    dropped.join(", ")
+                );
+            }
+            Ok(())
+        }
+        None => {
+            let jobs = dest.jobs(None).map_err(failure)?;
+            if args.json {
+                let list: Vec<serde_json::Value> = jobs.iter().map(json).collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).expect("jobs serialize")
+                );
+            } else {
+                print!("{}", render(&jobs));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn json(j: &Job) -> serde_json::Value {
+    serde_json::json!({
+        "id": j.id,
+        "state": j.state.as_str(),
+        "tables": j.tables,
+        "chunks_done": j.chunks_done,
+        "chunks_total": j.chunks_total,
+        "rows_done": j.rows_done,
+        "bytes_total": j.bytes_total,
+        "started": j.started,
+        "finished": j.finished,
+        "message": j.message,
+    })
+}
+
+/// The jobs as an aligned table, newest first.
+fn render(jobs: &[Job]) -> String {
+    if jobs.is_empty() {
+        return "no jobs: this target's ledger is empty\n".into();
+    }
+    let mut rows: Vec<[String; 7]> = vec![[
+        "id".into(),
+        "state".into(),
+        "chunks".into(),
+        "rows".into(),
+        "started".into(),
+        "finished".into(),
+        "tables".into(),
+    ]];
+    for j in jobs {
+        rows.push([
+            j.id.to_string(),
+            j.state.as_str().into(),
+            format!("{}/{}", j.chunks_done, j.chunks_total),
+            crate::progress::thousands(j.rows_done),
+            j.started.clone(),
+            j.finished.clone().unwrap_or_else(|| "-".into()),
+            j.tables.join(","),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, v)| match c {
+                2 | 3 => format!("{v:>w$}", w = widths[c]),
+                _ => format!("{v:<w$}", w = widths[c]),
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for j in jobs {
+        if let (Some(m), true) = (&j.message, j.state != JobState::Finished) {
+            out.push_str(&format!("job {}: {m}\n", j.id));
+        }
+    }
+    out
+}

@@ -1,0 +1,26 @@
+//! Named points where a test can kill sluice as `kill -9` would, to prove that every moment
+//! of a load is one the next run completes exactly once.
+//!
+//! `SLUICE_KILL_AT=<point>` makes the process send itself SIGKILL when it first reaches that
+//! point: no handler runs, no transaction is rolled back by sluice, no ledger row is updated;
+//! what the server sees is a client that vanished. The points are the moments where a crash is
+//! hardest to survive: after planning (the job is recorded, nothing loaded), after a chunk's
+//! COPY and ledger row (open transactions hold rows), between two streams' COMMITs, inside the
+//! publish transaction, after the publish and before the direct streams' COMMITs, and after
+//! everything committed but before the job is marked finished. Without the variable, a point
+//! is one environment lookup, made once.
+
+use std::sync::OnceLock;
+
+static KILL_AT: OnceLock<Option<String>> = OnceLock::new();
+
+/// Dies here, as `kill -9` would, if the test asked for this point.
+pub fn point(name: &str) {
+    let at = KILL_AT.get_or_init(|| std::env::var("SLUICE_KILL_AT").ok());
+    if at.as_deref() == Some(name) {
+        // SAFETY: sending a signal to our own process.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}

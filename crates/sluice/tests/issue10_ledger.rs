@@ -1,0 +1,460 @@
+//! Issue 10: exactly once, whatever happens. A load is a job in the target's ledger; the same
+//! command run again after a kill, a lost connection or a server crash completes it exactly
+//! once; a finished job's rerun loads nothing; a changed file refuses a resume; no password
+//! leaks. Every test runs real PostgreSQL servers, and none is timed.
+
+mod common;
+
+use common::{assert_has, db, gen_tpch, run_bounded, sluice_cmd, stderr, tpch_table, Db};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TABLES: [&str; 8] = [
+    "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
+];
+
+/// Count and an order-independent checksum of every row's text, per table of `schema`.
+fn fingerprint(d: &Db, schema: &str) -> Vec<String> {
+    TABLES
+        .iter()
+        .map(|t| {
+            d.psql(&format!(
+                "SELECT '{t}: ' || count(*) || ' rows, sum ' || \
+                 coalesce(sum(hashtext(x::text)::bigint), 0) FROM {schema}.{t} x"
+            ))
+            .trim()
+            .to_string()
+        })
+        .collect()
+}
+
+fn ddl(args: &[&str]) -> String {
+    let o = sluice_cmd()
+        .args(["ddl", "tpch"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A load command of `files` into schema `schema` (by search_path), two streams.
+fn load_cmd(d: &Db, schema: &str, files: &[PathBuf], env: &[(&str, &str)]) -> Command {
+    let mut c = sluice_cmd();
+    c.args(["load", "-q", "--jobs", "2", "--target", &d.url])
+        .args(files)
+        .env("PGOPTIONS", format!("-c search_path={schema}"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// Kills a two-stream, eight-table TPC-H load at named points (planning, mid-COPY, between
+/// COMMITs, inside and after the publish, before the job is marked finished) and at 20 times
+/// spread over a clean load's duration, into partitioned tables (stage) and plain ones
+/// (direct), with primary keys; after each kill the same command runs again, and the tables
+/// must equal psql's load by count and checksum.
+#[test]
+fn kill_9_anywhere_then_the_same_command_loads_exactly_once() {
+    let d = db("ledger_kill");
+    let data = d.dir.join("sf");
+    let files = gen_tpch(&data, "0.01", "2");
+    let partitioned = ddl(&["--partitions", "2", "--scale", "0.01", "--keys"]);
+    let plain = ddl(&["--keys"]);
+    d.psql(&format!(
+        "CREATE SCHEMA ref; SET search_path = ref; {plain}"
+    ));
+    d.psql_copy_tbl("ref", &files);
+    let want = fingerprint(&d, "ref");
+    let fresh = |layout: &str| {
+        let sql = if layout == "stage" {
+            &partitioned
+        } else {
+            &plain
+        };
+        d.psql(&format!(
+            "DROP SCHEMA IF EXISTS ld CASCADE; CREATE SCHEMA ld; SET search_path = ld; {sql}"
+        ));
+    };
+    // A clean load's duration sets the range of the random kills.
+    fresh("stage");
+    let t = Instant::now();
+    let out = run_bounded(load_cmd(&d, "ld", &files, &[]), 300);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let clean = t.elapsed();
+    assert_eq!(fingerprint(&d, "ld"), want);
+    let mut cases: Vec<(&str, Option<&str>, Duration)> = Vec::new();
+    for p in ["planned", "copied", "publish", "published", "finished"] {
+        cases.push(("stage", Some(p), Duration::ZERO));
+    }
+    for p in ["copied", "commit", "finished"] {
+        cases.push(("direct", Some(p), Duration::ZERO));
+    }
+    for i in 0..20u32 {
+        let layout = if i % 2 == 0 { "stage" } else { "direct" };
+        // Spread over 1% to 96% of a clean load, in a scrambled order.
+        let k = (i * 7) % 20;
+        cases.push((layout, None, clean * (1 + 5 * k) / 100));
+    }
+    let mut killed = 0;
+    for (layout, point, after) in cases {
+        fresh(layout);
+        let env: Vec<(&str, &str)> = point.map(|p| ("SLUICE_KILL_AT", p)).into_iter().collect();
+        let mut child = load_cmd(&d, "ld", &files, &env)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = if point.is_some() {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break s;
+                }
+                assert!(Instant::now() < deadline, "the killed load hung");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        } else {
+            std::thread::sleep(after);
+            let _ = child.kill(); // SIGKILL
+            child.wait().unwrap()
+        };
+        if status.code().is_none() {
+            killed += 1;
+        }
+        let case = format!("{layout} layout, kill at {point:?} / after {after:?}");
+        // The same command, as many times as it takes (once), completes the load.
+        let out = run_bounded(load_cmd(&d, "ld", &files, &[]), 300);
+        assert!(
+            out.status.success(),
+            "{case}: the rerun failed: {}",
+            stderr(&out)
+        );
+        assert_eq!(fingerprint(&d, "ld"), want, "{case}: not exactly once");
+        let unfinished = d.psql("SELECT count(*) FROM sluice.jobs WHERE state = 'running'");
+        assert_eq!(unfinished.trim(), "0", "{case}: a job is left unfinished");
+    }
+    assert!(killed >= 20, "only {killed} loads were killed");
+}
+
+/// Writes `n` rows with distinct ids, long enough that a COPY takes a moment.
+fn big_file(d: &Db, name: &str, n: u32) -> PathBuf {
+    let mut s = String::with_capacity(n as usize * 64);
+    for i in 0..n {
+        s.push_str(&format!(
+            "{i},some text that makes the row longer than it needs to be\n"
+        ));
+    }
+    d.file(name, s.as_bytes())
+}
+
+/// Waits (at most 120 s) until `sql` (run by `query`) says a COPY is under way.
+fn wait_for_copy(query: &dyn Fn(&str) -> String, db: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let n = query(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND query LIKE 'COPY%'"
+        ));
+        if n.trim() != "0" && !n.trim().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the COPY never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_terminated_backend_is_retried_on_a_new_connection_exactly_once() {
+    let d = db("ledger_terminate");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let n = 1_500_000;
+    let f = big_file(&d, "big.csv", n);
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+    ])
+    .arg(&f)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    wait_for_copy(&|sql| d.psql(sql), &d.name);
+    d.psql(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{}' AND query LIKE 'COPY%' AND pid <> pg_backend_pid() LIMIT 1",
+        d.name
+    ));
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_has(
+        &err,
+        &[
+            "lost its connection",
+            "go back on the queue",
+            "retry 1 of 5",
+        ],
+    );
+    assert_eq!(d.count("t"), u64::from(n));
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), u64::from(n));
+}
+
+/// psql against a cluster of the test's own.
+fn psql_on(port: u16, db: &str, sql: &str) -> String {
+    let out = Command::new(common::psql_bin())
+        .args(["-X", "-Atq", "-h", "127.0.0.1", "-U", "sluice"])
+        .args(["-p", &port.to_string(), "-d", db, "-c", sql])
+        .env_remove("PGPASSWORD")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The server stopped with `-m immediate` mid-load and started again: the load either rides
+/// it out (its streams reconnect) or fails with exit 5 saying that the same command resumes;
+/// either way, after the same command, every row is in exactly once.
+#[test]
+fn a_server_crash_mid_load_then_the_same_command_is_exactly_once() {
+    let d = db("ledger_crash");
+    let root = d.dir.join("own-cluster");
+    let cluster = sluice_postgres::cluster::Cluster::new(&root).unwrap();
+    cluster
+        .init(&sluice_postgres::cluster::bulk_load_settings())
+        .unwrap();
+    let port = cluster.start().unwrap();
+    let url = format!("postgresql://sluice@127.0.0.1:{port}/sluice?sslmode=disable");
+    psql_on(port, "sluice", "CREATE TABLE t (id int, v text)");
+    let n = 1_500_000;
+    let f = big_file(&d, "big.csv", n);
+    let cmd = || {
+        let mut c = sluice_cmd();
+        c.args([
+            "load", "-q", "--target", &url, "--table", "t", "--jobs", "2",
+        ])
+        .arg(&f);
+        c
+    };
+    let mut first = cmd();
+    let child = first
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_copy(&|sql| psql_on(port, "sluice", sql), "sluice");
+    cluster.stop_immediately().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.start().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    match out.status.code() {
+        Some(0) => assert_has(&err, &["lost its connection"]),
+        Some(5) => assert_has(&err, &["Run the same command again to resume job"]),
+        other => panic!("exit {other:?}: {err}"),
+    }
+    let again = run_bounded(cmd(), 300);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let count = |sql: &str| psql_on(port, "sluice", sql).trim().parse::<u64>().unwrap();
+    assert_eq!(count("SELECT count(*) FROM t"), u64::from(n));
+    assert_eq!(count("SELECT count(DISTINCT id) FROM t"), u64::from(n));
+    let _ = cluster.destroy();
+}
+
+fn rows(from: u32, to: u32) -> String {
+    (from..to).map(|i| format!("{i},row {i}\n")).collect()
+}
+
+fn load(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut args: Vec<&str> = vec!["--table", "t", "--jobs", "2"];
+    args.extend(extra);
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    d.load(&args, env, 120)
+}
+
+#[test]
+fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
+    let d = db("ledger_changed");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let a = d.file("a.csv", rows(0, 1000).as_bytes());
+    let b = d.file("b.csv", rows(1000, 2000).as_bytes());
+    // Killed between the two streams' COMMITs: one file's rows are in, the job unfinished.
+    let out = load(&d, &[&a, &b], &[], &[("SLUICE_KILL_AT", "commit")]);
+    assert_eq!(out.status.code(), None, "{}", stderr(&out));
+    assert_eq!(d.count("t"), 1000);
+    let jobs = d.sluice_ok(&["jobs"]);
+    assert_has(&jobs, &["interrupted", "1/2", "1,000"]);
+    // The uncommitted file changes: resuming would mix versions.
+    std::fs::write(&b, rows(1000, 2001)).unwrap();
+    let out = load(&d, &[&a, &b], &[], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "cannot resume job",
+            "b.csv changed since the job began",
+            "--restart",
+        ],
+    );
+    assert_eq!(d.count("t"), 1000);
+    // --restart loads everything as a new job; what the old one committed stays.
+    let out = load(&d, &[&a, &b], &["--restart"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 1000 + 2001);
+    assert_has(&d.sluice_ok(&["jobs"]), &["abandoned", "finished"]);
+
+    // A finished job's rerun loads nothing, and says so.
+    d.psql("TRUNCATE t");
+    let c = d.file("c.csv", rows(0, 500).as_bytes());
+    assert!(load(&d, &[&c], &[], &[]).status.success());
+    let out = load(&d, &[&c], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(
+        &String::from_utf8_lossy(&out.stdout),
+        &["nothing to load", "c.csv", "have not changed since"],
+    );
+    assert_eq!(d.count("t"), 500);
+    // The same path with new content is new data: it loads, as a new job.
+    std::fs::write(&c, rows(500, 800)).unwrap();
+    let out = load(&d, &[&c], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 800);
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 800);
+    // Forgotten, a job no longer keeps its files from loading.
+    let id = d.psql("SELECT max(id) FROM sluice.jobs").trim().to_string();
+    let forgot = d.sluice_ok(&["jobs", "forget", &id]);
+    assert_has(&forgot, &[&format!("forgot job {id}")]);
+    assert!(load(&d, &[&c], &[], &[]).status.success());
+    assert_eq!(d.count("t"), 1100);
+    let gone = d.sluice(&["jobs", "forget", "99999"]);
+    assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
+}
+
+/// A bad row abandons its job (nothing of it is committed), so the fixed file is not refused
+/// as "changed": the fixed command is simply a new job.
+#[test]
+fn a_fixed_bad_row_is_a_new_job_not_a_refused_resume() {
+    let d = db("ledger_badrow");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let a = d.file("a.csv", format!("{}x,bad\n", rows(0, 100)).as_bytes());
+    let out = load(&d, &[&a], &[], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    std::fs::write(&a, rows(0, 101)).unwrap();
+    let out = load(&d, &[&a], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 101);
+}
+
+/// Ctrl-C mid-load: exit 130, nothing of this run committed, and the message says how to
+/// resume; the same command then loads everything once.
+#[test]
+fn ctrl_c_says_what_was_committed_and_how_to_resume() {
+    let d = db("ledger_sigint");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let n = 1_000_000;
+    let f = big_file(&d, "big.csv", n);
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+    ])
+    .arg(&f)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    wait_for_copy(&|sql| d.psql(sql), &d.name);
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), None, "{err}");
+    assert_has(
+        &err,
+        &[
+            "interrupted: nothing was committed by this run",
+            "run the same command again to resume job",
+        ],
+    );
+    assert_eq!(d.count("t"), 0);
+    let out = d.load(&["--table", "t", f.to_str().unwrap()], &[], 300);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), u64::from(n));
+}
+
+/// A distinctive password given in the target never shows in stdout, stderr, the JSON
+/// reports (of a load that worked and of one that failed), `sluice jobs`, or the ledger.
+#[test]
+fn a_password_never_leaks() {
+    let d = db("ledger_secret");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let secret = "Zebra-Secret-8817";
+    let url = d.url.replacen("sluice@", &format!("sluice:{secret}@"), 1);
+    let good = d.file("good.csv", rows(0, 10).as_bytes());
+    let bad = d.file("bad.csv", b"1,a\nx,b\n");
+    let mut seen = String::new();
+    for (f, report) in [(&good, "ok.json"), (&bad, "bad.json")] {
+        let report = d.dir.join(report);
+        let mut c = sluice_cmd();
+        c.args(["load", "--target", &url, "--table", "t"])
+            .arg("--report-json")
+            .arg(&report)
+            .arg(f);
+        let out = run_bounded(c, 120);
+        seen.push_str(&String::from_utf8_lossy(&out.stdout));
+        seen.push_str(&stderr(&out));
+        seen.push_str(&std::fs::read_to_string(&report).unwrap());
+    }
+    let mut c = sluice_cmd();
+    c.args(["jobs", "--json", "--target", &url]);
+    let out = run_bounded(c, 60);
+    assert!(out.status.success(), "{}", stderr(&out));
+    seen.push_str(&String::from_utf8_lossy(&out.stdout));
+    // A target that cannot be reached names it, without the password.
+    let mut c = sluice_cmd();
+    c.args(["load", "--table", "t", "--target"])
+        .arg(url.replace(&format!(":{}/", common::pg().port), ":1/"))
+        .arg(&good);
+    let out = run_bounded(c, 120);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    seen.push_str(&stderr(&out));
+    seen.push_str(&d.psql(
+        "SELECT j::text FROM sluice.jobs j UNION ALL SELECT f::text FROM sluice.job_files f",
+    ));
+    assert!(seen.contains("127.0.0.1"), "{seen}");
+    assert!(!seen.contains(secret), "the password leaked:\n{seen}");
+    assert!(
+        !seen.contains("Zebra"),
+        "part of the password leaked:\n{seen}"
+    );
+}
+
+/// Each input of a job is recorded with its path, size, time and fingerprint; the TPC-H
+/// helper's files load into their tables by name.
+#[test]
+fn the_ledger_records_files_and_chunks_with_their_rows() {
+    let d = db("ledger_records");
+    let data = d.dir.join("sf");
+    let files = gen_tpch(&data, "0.01", "1");
+    d.psql(&ddl(&[]));
+    let mut c = sluice_cmd();
+    c.args(["load", "-q", "--target", &d.url, "--chunk-size", "1M"])
+        .args(&files);
+    let out = run_bounded(c, 300);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lineitem = files.iter().find(|f| tpch_table(f) == "lineitem").unwrap();
+    let path = std::fs::canonicalize(lineitem).unwrap();
+    let size = std::fs::metadata(lineitem).unwrap().len();
+    let recorded = d.psql(&format!(
+        "SELECT f.size, count(c.*), sum(c.rows), min(c.start_byte) \
+         FROM sluice.job_files f JOIN sluice.job_chunks c ON c.job = f.job AND c.file = f.n \
+         WHERE f.path = '{}' GROUP BY f.size",
+        path.display()
+    ));
+    let parts: Vec<&str> = recorded.trim().split('|').collect();
+    assert_eq!(parts[0], size.to_string());
+    assert!(parts[1].parse::<u32>().unwrap() > 1, "{recorded}");
+    assert_eq!(parts[2], d.count("lineitem").to_string());
+    assert_eq!(parts[3], "0");
+    let state = d.psql("SELECT state, chunks_total FROM sluice.jobs");
+    assert!(state.starts_with("finished|"), "{state}");
+}
