@@ -1,8 +1,8 @@
-//! The resume ledger in the target database: schema `sluice`, three tables.
+//! The resume ledger in the target database: schema `sluice_ledger`, three tables.
 //!
-//! - `sluice.jobs`: one row per job (a load as one command names it), with its state;
-//! - `sluice.job_files`: the files a job loads, with their identity (size, time, fingerprint);
-//! - `sluice.job_chunks`: one row per committed chunk, inserted by the stream that loaded it,
+//! - `sluice_ledger.jobs`: one row per job (a load as one command names it), with its state;
+//! - `sluice_ledger.job_files`: the files a job loads, with their identity (size, time, fingerprint);
+//! - `sluice_ledger.job_chunks`: one row per committed chunk, inserted by the stream that loaded it,
 //!   in the same transaction as its rows (or by the publish transaction, for staged rows).
 //!
 //! The primary key of `job_chunks` is the chunk's name (job, file, first byte), so that the
@@ -14,13 +14,16 @@ use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
 use tokio_postgres::Client;
 
 /// The ledger's schema.
-pub const SCHEMA: &str = "sluice";
+pub const SCHEMA: &str = "sluice_ledger";
+/// The shape of the ledger's tables; a ledger of another shape is refused with advice, not
+/// misread.
+pub const VERSION: i32 = 1;
 /// The advisory lock class of running jobs ('sljb').
 pub const LOCK_CLASS: i32 = 0x736c_6a62;
 
 const CREATE: &str = "
-CREATE SCHEMA IF NOT EXISTS sluice;
-CREATE TABLE IF NOT EXISTS sluice.jobs (
+CREATE SCHEMA IF NOT EXISTS sluice_ledger;
+CREATE TABLE IF NOT EXISTS sluice_ledger.jobs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     key text NOT NULL,
     state text NOT NULL CHECK (state IN ('running', 'failed', 'finished', 'abandoned')),
@@ -33,8 +36,8 @@ CREATE TABLE IF NOT EXISTS sluice.jobs (
     started timestamptz NOT NULL DEFAULT now(),
     updated timestamptz NOT NULL DEFAULT now(),
     finished timestamptz);
-CREATE INDEX IF NOT EXISTS jobs_key ON sluice.jobs (key);
-CREATE TABLE IF NOT EXISTS sluice.job_files (
+CREATE INDEX IF NOT EXISTS jobs_key ON sluice_ledger.jobs (key);
+CREATE TABLE IF NOT EXISTS sluice_ledger.job_files (
     job bigint NOT NULL,
     n int NOT NULL,
     path text NOT NULL,
@@ -45,8 +48,8 @@ CREATE TABLE IF NOT EXISTS sluice.job_files (
     settings text NOT NULL,
     fingerprint text NOT NULL,
     PRIMARY KEY (job, n));
-CREATE INDEX IF NOT EXISTS job_files_path ON sluice.job_files (path);
-CREATE TABLE IF NOT EXISTS sluice.job_chunks (
+CREATE INDEX IF NOT EXISTS job_files_path ON sluice_ledger.job_files (path);
+CREATE TABLE IF NOT EXISTS sluice_ledger.job_chunks (
     job bigint NOT NULL,
     file int NOT NULL,
     start_byte bigint NOT NULL,
@@ -54,7 +57,9 @@ CREATE TABLE IF NOT EXISTS sluice.job_chunks (
     rows bigint NOT NULL,
     committed timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job, file, start_byte));
-COMMENT ON SCHEMA sluice IS 'sluice''s resume ledger: which chunks of which files each load committed (sluice jobs)';
+CREATE TABLE IF NOT EXISTS sluice_ledger.ledger_version (version int NOT NULL);
+INSERT INTO sluice_ledger.ledger_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM sluice_ledger.ledger_version);
+COMMENT ON SCHEMA sluice_ledger IS 'sluice''s resume ledger: which chunks of which files each load committed (sluice jobs)';
 ";
 
 /// Why the ledger cannot be used.
@@ -71,14 +76,23 @@ pub enum LedgerError {
 pub async fn open(client: &Client) -> Result<(), LedgerError> {
     let present: bool = client
         .query_one(
-            "SELECT to_regclass('sluice.job_chunks') IS NOT NULL \
-                AND to_regclass('sluice.job_files') IS NOT NULL \
-                AND to_regclass('sluice.jobs') IS NOT NULL",
+            "SELECT to_regclass('sluice_ledger.job_chunks') IS NOT NULL \
+                AND to_regclass('sluice_ledger.job_files') IS NOT NULL \
+                AND to_regclass('sluice_ledger.jobs') IS NOT NULL \
+                AND to_regclass('sluice_ledger.ledger_version') IS NOT NULL",
             &[],
         )
         .await?
         .get(0);
-    if !present {
+    let versioned: bool = client
+        .query_one(
+            "SELECT to_regclass('sluice_ledger.jobs') IS NULL \
+                OR to_regclass('sluice_ledger.ledger_version') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !present && versioned {
         let created = client
             .batch_execute(&format!(
                 "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); {CREATE} COMMIT"
@@ -88,7 +102,7 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
             let _ = client.batch_execute("ROLLBACK").await;
             return Err(match e.as_db_error() {
                 Some(d) if d.code().code() == "42501" => LedgerError::Refused(format!(
-                    "{}: the role may not create the ledger's schema `sluice`. Have an owner \
+                    "{}: the role may not create the ledger's schema `sluice_ledger`. Have an owner \
                      run `sluice jobs` once, or GRANT CREATE ON DATABASE to the role",
                     d.message()
                 )),
@@ -96,19 +110,34 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
             });
         }
     }
+    let version: Option<i32> = match versioned {
+        true => client
+            .query_opt("SELECT max(version) FROM sluice_ledger.ledger_version", &[])
+            .await?
+            .and_then(|r| r.get(0)),
+        false => None,
+    };
+    if version != Some(VERSION) {
+        return Err(LedgerError::Refused(format!(
+            "the ledger in schema `sluice_ledger` has version {} where this sluice reads version \
+             {VERSION}: use the sluice that made it, or drop it (`DROP SCHEMA sluice_ledger CASCADE`, \
+             which forgets every job) to start a new one",
+            version.map_or("unknown".to_string(), |v| v.to_string())
+        )));
+    }
     let may: bool = client
         .query_one(
-            "SELECT has_table_privilege('sluice.jobs', 'INSERT, UPDATE, SELECT') \
-                AND has_table_privilege('sluice.job_files', 'INSERT, SELECT') \
-                AND has_table_privilege('sluice.job_chunks', 'INSERT, SELECT')",
+            "SELECT has_table_privilege('sluice_ledger.jobs', 'INSERT, UPDATE, SELECT') \
+                AND has_table_privilege('sluice_ledger.job_files', 'INSERT, SELECT') \
+                AND has_table_privilege('sluice_ledger.job_chunks', 'INSERT, SELECT')",
             &[],
         )
         .await?
         .get(0);
     if !may {
         return Err(LedgerError::Refused(
-            "the role may not write the ledger's tables in schema `sluice`: GRANT INSERT, \
-             UPDATE, SELECT, DELETE ON ALL TABLES IN SCHEMA sluice to it"
+            "the role may not write the ledger's tables in schema `sluice_ledger`: GRANT INSERT, \
+             UPDATE, SELECT, DELETE ON ALL TABLES IN SCHEMA sluice_ledger to it"
                 .into(),
         ));
     }
@@ -119,8 +148,8 @@ const JOB_COLUMNS: &str = "j.id, j.key, j.state, j.message, j.tables, j.chunk_si
      j.chunks_total, j.bytes_total, \
      to_char(j.started, 'YYYY-MM-DD HH24:MI:SS TZ'), \
      to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), \
-     (SELECT count(*) FROM sluice.job_chunks c WHERE c.job = j.id), \
-     (SELECT coalesce(sum(rows), 0)::bigint FROM sluice.job_chunks c WHERE c.job = j.id), \
+     (SELECT count(*) FROM sluice_ledger.job_chunks c WHERE c.job = j.id), \
+     (SELECT coalesce(sum(rows), 0)::bigint FROM sluice_ledger.job_chunks c WHERE c.job = j.id), \
      EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
              AND l.classid = 1936484962::oid AND l.objid = j.id::oid AND l.objsubid = 2)";
 
@@ -154,7 +183,7 @@ pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_
     let rows = client
         .query(
             &format!(
-                "SELECT {JOB_COLUMNS} FROM sluice.jobs j \
+                "SELECT {JOB_COLUMNS} FROM sluice_ledger.jobs j \
                  WHERE $1::text IS NULL OR j.key = $1 ORDER BY j.id DESC"
             ),
             &[&key],
@@ -170,7 +199,7 @@ pub async fn job_files(
     let rows = client
         .query(
             "SELECT path, tbl, tbl_id, size, modified_ns, fingerprint, settings \
-             FROM sluice.job_files \
+             FROM sluice_ledger.job_files \
              WHERE job = $1 ORDER BY n",
             &[&job],
         )
@@ -195,7 +224,7 @@ pub async fn job_chunks(
 ) -> Result<Vec<ChunkRecord>, tokio_postgres::Error> {
     let rows = client
         .query(
-            "SELECT file, start_byte, end_byte, rows FROM sluice.job_chunks WHERE job = $1 \
+            "SELECT file, start_byte, end_byte, rows FROM sluice_ledger.job_chunks WHERE job = $1 \
              ORDER BY file, start_byte",
             &[&job],
         )
@@ -219,7 +248,7 @@ pub async fn loaded_by(
     let stmt = client
         .prepare(
             "SELECT j.id, to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ') \
-             FROM sluice.jobs j JOIN sluice.job_files f ON f.job = j.id \
+             FROM sluice_ledger.jobs j JOIN sluice_ledger.job_files f ON f.job = j.id \
              WHERE j.state = 'finished' AND f.path = $1 AND f.tbl = $2 AND f.size = $3 \
                AND f.modified_ns = $4 AND f.fingerprint = $5 AND f.tbl_id = $6 AND f.settings = $7 \
              ORDER BY j.finished DESC LIMIT 1",
@@ -276,13 +305,24 @@ async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     )))
 }
 
+/// Releases job `job`'s lock held by this session.
+async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "SELECT pg_advisory_unlock($1, $2)",
+            &[&LOCK_CLASS, &(job as i32)],
+        )
+        .await
+        .map(drop)
+}
+
 /// Records a new job and its files, and takes its lock.
 pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result<i64, LedgerError> {
     client.batch_execute("BEGIN").await?;
     let done = async {
         let id: i64 = client
             .query_one(
-                "INSERT INTO sluice.jobs (key, state, tables, chunk_size, settings, \
+                "INSERT INTO sluice_ledger.jobs (key, state, tables, chunk_size, settings, \
                     chunks_total, bytes_total) \
                  VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
                 &[
@@ -298,7 +338,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
             .get(0);
         let stmt = client
             .prepare(
-                "INSERT INTO sluice.job_files (job, n, path, tbl, tbl_id, size, modified_ns, \
+                "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, modified_ns, \
                     fingerprint, settings) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .await?;
@@ -340,7 +380,7 @@ pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
     take_lock(client, job).await?;
     client
         .execute(
-            "UPDATE sluice.jobs SET state = 'running', message = NULL, updated = now() \
+            "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
              WHERE id = $1",
             &[&job],
         )
@@ -357,26 +397,20 @@ pub async fn end(
 ) -> Result<(), tokio_postgres::Error> {
     client
         .execute(
-            "UPDATE sluice.jobs SET state = $2, message = $3, updated = now(), \
+            "UPDATE sluice_ledger.jobs SET state = $2, message = $3, updated = now(), \
                 finished = CASE WHEN $2 = 'finished' THEN now() END \
              WHERE id = $1",
             &[&job, &state.as_str(), &message],
         )
         .await?;
-    client
-        .execute(
-            "SELECT pg_advisory_unlock($1, $2)",
-            &[&LOCK_CLASS, &(job as i32)],
-        )
-        .await?;
-    Ok(())
+    unlock(client, job).await
 }
 
 /// Removes a job that no process runs, with its files and chunk records.
 pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
     let exists: bool = client
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM sluice.jobs WHERE id = $1)",
+            "SELECT EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE id = $1)",
             &[&job],
         )
         .await?
@@ -389,28 +423,17 @@ pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
     take_lock(client, job).await?;
     let removed = client
         .batch_execute(&format!(
-            "BEGIN; DELETE FROM sluice.job_chunks WHERE job = {job}; \
-             DELETE FROM sluice.job_files WHERE job = {job}; \
-             DELETE FROM sluice.jobs WHERE id = {job}; COMMIT"
+            "BEGIN; DELETE FROM sluice_ledger.job_chunks WHERE job = {job}; \
+             DELETE FROM sluice_ledger.job_files WHERE job = {job}; \
+             DELETE FROM sluice_ledger.jobs WHERE id = {job}; COMMIT"
         ))
         .await;
     if let Err(e) = removed {
         let _ = client.batch_execute("ROLLBACK").await;
-        let _ = client
-            .execute(
-                "SELECT pg_advisory_unlock($1, $2)",
-                &[&LOCK_CLASS, &(job as i32)],
-            )
-            .await;
+        let _ = unlock(client, job).await;
         return Err(e.into());
     }
-    client
-        .execute(
-            "SELECT pg_advisory_unlock($1, $2)",
-            &[&LOCK_CLASS, &(job as i32)],
-        )
-        .await?;
-    Ok(())
+    Ok(unlock(client, job).await?)
 }
 
 /// Inserts chunk records in the open transaction of `client`.
@@ -428,7 +451,7 @@ pub async fn record(
     let rows: Vec<i64> = chunks.iter().map(|c| c.rows as i64).collect();
     client
         .execute(
-            "INSERT INTO sluice.job_chunks (job, file, start_byte, end_byte, rows) \
+            "INSERT INTO sluice_ledger.job_chunks (job, file, start_byte, end_byte, rows) \
              SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bigint[])",
             &[&job, &files, &starts, &ends, &rows],
         )

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_has, db, gen_tpch, run_bounded, sluice_cmd, stderr, tpch_table, Db};
+use common::{assert_has, db, gen_tpch, run_bounded, sluice_cmd, stderr, tpch_ddl, tpch_table, Db};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,16 +27,6 @@ fn fingerprint(d: &Db, schema: &str) -> Vec<String> {
             .to_string()
         })
         .collect()
-}
-
-fn ddl(args: &[&str]) -> String {
-    let o = sluice_cmd()
-        .args(["ddl", "tpch"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    String::from_utf8(o.stdout).unwrap()
 }
 
 /// A load command of `files` into schema `schema` (by search_path), two streams.
@@ -61,8 +51,8 @@ fn kill_9_anywhere_then_the_same_command_loads_exactly_once() {
     let d = db("ledger_kill");
     let data = d.dir.join("sf");
     let files = gen_tpch(&data, "0.01", "2");
-    let partitioned = ddl(&["--partitions", "2", "--scale", "0.01", "--keys"]);
-    let plain = ddl(&["--keys"]);
+    let partitioned = tpch_ddl(&["--partitions", "2", "--scale", "0.01", "--keys"]);
+    let plain = tpch_ddl(&["--keys"]);
     d.psql(&format!(
         "CREATE SCHEMA ref; SET search_path = ref; {plain}"
     ));
@@ -133,7 +123,7 @@ fn kill_9_anywhere_then_the_same_command_loads_exactly_once() {
             stderr(&out)
         );
         assert_eq!(fingerprint(&d, "ld"), want, "{case}: not exactly once");
-        let unfinished = d.psql("SELECT count(*) FROM sluice.jobs WHERE state = 'running'");
+        let unfinished = d.psql("SELECT count(*) FROM sluice_ledger.jobs WHERE state = 'running'");
         assert_eq!(unfinished.trim(), "0", "{case}: a job is left unfinished");
     }
     assert!(killed >= 20, "only {killed} loads were killed");
@@ -165,21 +155,27 @@ fn wait_for_copy(query: &dyn Fn(&str) -> String, db: &str) {
     }
 }
 
+/// Starts loading `f` into `t` on two streams, and returns once a COPY is under way.
+fn spawn_load(d: &Db, f: &Path) -> std::process::Child {
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+    ])
+    .arg(f)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    wait_for_copy(&|sql| d.psql(sql), &d.name);
+    child
+}
+
 #[test]
 fn a_terminated_backend_is_retried_on_a_new_connection_exactly_once() {
     let d = db("ledger_terminate");
     d.psql("CREATE TABLE t (id int, v text)");
     let n = 1_500_000;
     let f = big_file(&d, "big.csv", n);
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
-    ])
-    .arg(&f)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
-    wait_for_copy(&|sql| d.psql(sql), &d.name);
+    let child = spawn_load(&d, &f);
     d.psql(&format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = '{}' AND query LIKE 'COPY%' AND pid <> pg_backend_pid() LIMIT 1",
@@ -321,7 +317,10 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
     assert_eq!(d.count("t"), 800);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 800);
     // Forgotten, a job no longer keeps its files from loading.
-    let id = d.psql("SELECT max(id) FROM sluice.jobs").trim().to_string();
+    let id = d
+        .psql("SELECT max(id) FROM sluice_ledger.jobs")
+        .trim()
+        .to_string();
     let forgot = d.sluice_ok(&["jobs", "forget", &id]);
     assert_has(&forgot, &[&format!("forgot job {id}")]);
     assert!(load(&d, &[&c], &[], &[]).status.success());
@@ -353,15 +352,7 @@ fn ctrl_c_says_what_was_committed_and_how_to_resume() {
     d.psql("CREATE TABLE t (id int, v text)");
     let n = 1_000_000;
     let f = big_file(&d, "big.csv", n);
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
-    ])
-    .arg(&f)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
-    wait_for_copy(&|sql| d.psql(sql), &d.name);
+    let child = spawn_load(&d, &f);
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
@@ -418,7 +409,7 @@ fn a_password_never_leaks() {
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     seen.push_str(&stderr(&out));
     seen.push_str(&d.psql(
-        "SELECT j::text FROM sluice.jobs j UNION ALL SELECT f::text FROM sluice.job_files f",
+        "SELECT j::text FROM sluice_ledger.jobs j UNION ALL SELECT f::text FROM sluice_ledger.job_files f",
     ));
     assert!(seen.contains("127.0.0.1"), "{seen}");
     assert!(!seen.contains(secret), "the password leaked:\n{seen}");
@@ -435,7 +426,7 @@ fn the_ledger_records_files_and_chunks_with_their_rows() {
     let d = db("ledger_records");
     let data = d.dir.join("sf");
     let files = gen_tpch(&data, "0.01", "1");
-    d.psql(&ddl(&[]));
+    d.psql(&tpch_ddl(&[]));
     let mut c = sluice_cmd();
     c.args(["load", "-q", "--target", &d.url, "--chunk-size", "1M"])
         .args(&files);
@@ -446,7 +437,7 @@ fn the_ledger_records_files_and_chunks_with_their_rows() {
     let size = std::fs::metadata(lineitem).unwrap().len();
     let recorded = d.psql(&format!(
         "SELECT f.size, count(c.*), sum(c.rows), min(c.start_byte) \
-         FROM sluice.job_files f JOIN sluice.job_chunks c ON c.job = f.job AND c.file = f.n \
+         FROM sluice_ledger.job_files f JOIN sluice_ledger.job_chunks c ON c.job = f.job AND c.file = f.n \
          WHERE f.path = '{}' GROUP BY f.size",
         path.display()
     ));
@@ -455,6 +446,11 @@ fn the_ledger_records_files_and_chunks_with_their_rows() {
     assert!(parts[1].parse::<u32>().unwrap() > 1, "{recorded}");
     assert_eq!(parts[2], d.count("lineitem").to_string());
     assert_eq!(parts[3], "0");
-    let state = d.psql("SELECT state, chunks_total FROM sluice.jobs");
+    let state = d.psql("SELECT state, chunks_total FROM sluice_ledger.jobs");
     assert!(state.starts_with("finished|"), "{state}");
+    // The ledger's schema is not the role's own (`sluice`, first on the default search_path):
+    // a table created after a load still lands in public.
+    d.psql("CREATE TABLE after_load (x int)");
+    let schema = d.psql("SELECT schemaname FROM pg_tables WHERE tablename = 'after_load'");
+    assert_eq!(schema.trim(), "public");
 }

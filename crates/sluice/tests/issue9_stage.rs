@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_has, db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, Db};
+use common::{assert_has, db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, tpch_ddl, Db};
 use std::process::Output;
 
 fn load(d: &Db, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -54,15 +54,7 @@ fn stage_equals_direct_and_psql_on_tpch_sf01_partitioned() {
     let d = db("stage_tpch");
     let data = d.dir.join("sf01");
     let paths = gen_tpch(&data, "0.1", "4");
-    let ddl = |args: &[&str]| {
-        let o = sluice_cmd()
-            .args(["ddl", "tpch"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let ddl = tpch_ddl;
     let partitioned = ddl(&["--partitions", "4", "--scale", "0.1", "--keys"]);
     let plain = ddl(&[]);
     for (schema, sql) in [("st", &partitioned), ("di", &partitioned), ("ps", &plain)] {

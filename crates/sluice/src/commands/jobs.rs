@@ -1,6 +1,6 @@
 //! `sluice jobs`: the loads a target's ledger knows, and `sluice jobs forget ID`.
 //!
-//! The ledger is the target's own (schema `sluice`), so this command reads it where the loads
+//! The ledger is the target's own (schema `sluice_ledger`), so this command reads it where the loads
 //! wrote it, with the same connection conventions as `sluice load`.
 
 use super::load::open_destination;

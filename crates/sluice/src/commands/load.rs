@@ -31,15 +31,17 @@ to lineitem). The table must exist; its columns and types come from
 the catalog. By default the first bad row fails the whole command and
 no row of it is visible afterwards.
 
-Each load is a job in the target's ledger (schema sluice; see `sluice
+Each load is a job in the target's ledger (schema sluice_ledger; see `sluice
 jobs`). Running the same command again after any failure resumes it:
 chunks already committed are skipped, the rest load, exactly once.
 Files a finished job loaded, unchanged since, are not loaded again
 (--restart loads everything).
 
 Exit codes: 0 loaded, 1 local failure (an input that cannot be read),
-2 usage, 3 bad row (nothing committed), 4 cannot connect, 5 server
-failure.")]
+2 usage (also: a resume refused because an input changed), 3 bad row
+(nothing committed), 4 cannot connect, 5 server failure (a connection
+lost beyond --retries, a failed COMMIT), 130/143 Ctrl-C/SIGTERM. After
+4, 5, 130, 143 or a crash, the same command resumes the job.")]
 pub struct LoadArgs {
     /// Files to load (.tbl, .csv, .tsv/.txt, optionally .gz or .zst); `-` reads standard input.
     #[arg(required = true, value_name = "FILE")]

@@ -300,6 +300,17 @@ pub fn gen_tpch(out: &Path, scale: &str, parts: &str) -> Vec<PathBuf> {
     files
 }
 
+/// `sluice ddl tpch ARGS`, asserting success: the statements it prints.
+pub fn tpch_ddl(args: &[&str]) -> String {
+    let o = sluice_cmd()
+        .args(["ddl", "tpch"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    String::from_utf8(o.stdout).unwrap()
+}
+
 /// The table a TPC-H file loads into: its name up to the first dot.
 pub fn tpch_table(file: &Path) -> String {
     let name = file.file_name().unwrap().to_str().unwrap();
