@@ -438,12 +438,7 @@ impl PgDestination {
 impl Staging for PgDestination {
     fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
         let id = self.load_id;
-        self.on_client(|c| async move {
-            stage::prepare(&c, id).await.map_err(|e| match e {
-                stage::PrepareError::Db(e) => db_error(e),
-                other => DestinationError::new(ErrorKind::Usage, other.to_string()),
-            })
-        })
+        self.on_client(|c| async move { stage::prepare(&c, id).await.map_err(prepare_error) })
     }
 
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
@@ -594,6 +589,14 @@ impl Staging for PgDestination {
     }
 }
 
+/// Readying the staging area failed: the role's to fix, or the server's.
+fn prepare_error(e: stage::PrepareError) -> DestinationError {
+    match e {
+        stage::PrepareError::Db(e) => db_error(e),
+        other => DestinationError::new(ErrorKind::Usage, other.to_string()),
+    }
+}
+
 /// A ledger failure in the engine's terms: a refusal is the user's to act on.
 fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
     match e {
@@ -672,10 +675,7 @@ impl Ledger for PgDestination {
             if !staging {
                 return Ok(Vec::new());
             }
-            stage::prepare(&c, id).await.map_err(|e| match e {
-                stage::PrepareError::Db(e) => db_error(e),
-                other => DestinationError::new(ErrorKind::Usage, other.to_string()),
-            })
+            stage::prepare(&c, id).await.map_err(prepare_error)
         })
     }
 }

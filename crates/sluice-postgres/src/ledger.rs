@@ -74,24 +74,20 @@ pub enum LedgerError {
 /// Creates the ledger unless it is there (one session at a time: the creation is serialized
 /// by an advisory lock, since `IF NOT EXISTS` races with itself).
 pub async fn open(client: &Client) -> Result<(), LedgerError> {
-    let present: bool = client
+    // Whether every table is there, and whether what is there has a version (a ledger of an
+    // unknown shape is refused below, never created over).
+    let row = client
         .query_one(
             "SELECT to_regclass('sluice_ledger.job_chunks') IS NOT NULL \
                 AND to_regclass('sluice_ledger.job_files') IS NOT NULL \
                 AND to_regclass('sluice_ledger.jobs') IS NOT NULL \
-                AND to_regclass('sluice_ledger.ledger_version') IS NOT NULL",
-            &[],
-        )
-        .await?
-        .get(0);
-    let versioned: bool = client
-        .query_one(
-            "SELECT to_regclass('sluice_ledger.jobs') IS NULL \
+                AND to_regclass('sluice_ledger.ledger_version') IS NOT NULL, \
+                to_regclass('sluice_ledger.jobs') IS NULL \
                 OR to_regclass('sluice_ledger.ledger_version') IS NOT NULL",
             &[],
         )
-        .await?
-        .get(0);
+        .await?;
+    let (present, versioned): (bool, bool) = (row.get(0), row.get(1));
     if !present && versioned {
         let created = client
             .batch_execute(&format!(

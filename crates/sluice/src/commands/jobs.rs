@@ -5,8 +5,9 @@
 
 use super::load::open_destination;
 use crate::failure::Failure;
+use crate::load::ledger::ledger_failure;
 use clap::{Args, Subcommand};
-use sluice_core::destination::{DestinationError, ErrorKind, Ledger};
+use sluice_core::destination::Ledger;
 use sluice_core::ledger::{Job, JobState};
 use std::path::PathBuf;
 
@@ -51,38 +52,16 @@ pub enum JobsCommand {
     },
 }
 
-fn failure(e: DestinationError) -> Failure {
-    match e.kind {
-        ErrorKind::Usage => Failure::Usage(e.to_string()),
-        ErrorKind::Connection => Failure::Connect(e.to_string()),
-        _ => Failure::Server(e.to_string()),
-    }
-}
-
 pub fn run(args: JobsArgs) -> Result<(), Failure> {
     let dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), true)?;
-    dest.open_ledger().map_err(failure)?;
+    dest.open_ledger()
+        .map_err(|e| ledger_failure("opening the ledger", e))?;
     match args.command {
         Some(JobsCommand::Forget { id }) => {
-            let job = dest
-                .jobs(None)
-                .map_err(failure)?
-                .into_iter()
-                .find(|j| j.id == id);
-            match job {
-                None => {
-                    return Err(Failure::Usage(format!(
-                        "there is no job {id} in this database (`sluice jobs` lists them)"
-                    )))
-                }
-                Some(j) if j.state == JobState::Running => {
-                    return Err(Failure::Usage(format!(
-                        "job {id} is running now; stop its sluice first"
-                    )))
-                }
-                Some(_) => {}
-            }
-            let dropped = dest.forget_job(id).map_err(failure)?;
+            // The ledger refuses an unknown job, and one another process runs (exit 2).
+            let dropped = dest
+                .forget_job(id)
+                .map_err(|e| ledger_failure("forgetting the job", e))?;
             println!("forgot job {id}");
             if !dropped.is_empty() {
                 println!(
@@ -94,7 +73,9 @@ pub fn run(args: JobsArgs) -> Result<(), Failure> {
             Ok(())
         }
         None => {
-            let jobs = dest.jobs(None).map_err(failure)?;
+            let jobs = dest
+                .jobs(None)
+                .map_err(|e| ledger_failure("reading the ledger", e))?;
             if args.json {
                 let list: Vec<serde_json::Value> = jobs.iter().map(json).collect();
                 println!(

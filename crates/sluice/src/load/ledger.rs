@@ -150,8 +150,8 @@ pub enum Start {
     Nothing(String),
 }
 
-/// A ledger call that failed, in the load's terms.
-fn ledger_failure(what: &str, e: sluice_core::destination::DestinationError) -> Failure {
+/// A ledger call that failed, in the load's terms (`what` says what it was doing).
+pub fn ledger_failure(what: &str, e: sluice_core::destination::DestinationError) -> Failure {
     match e.kind {
         ErrorKind::Usage => Failure::Usage(e.to_string()),
         ErrorKind::Connection => Failure::Connect(format!("{what}: {e}")),

@@ -571,8 +571,8 @@ fn run_chunk<D: Destination>(
                 plan.inputs[chunk.input].display, outcome.records
             ))));
         }
-        if let Some(r) = record.and_then(|j| j.record(chunk, rows)) {
-            s.record_chunks(record.map_or(0, |j| j.job), &[r])
+        if let Some((job, r)) = record.and_then(|j| Some((j.job, j.record(chunk, rows)?))) {
+            s.record_chunks(job, &[r])
                 .map_err(ChunkError::Destination)?;
             crate::faults::point("copied");
         }
