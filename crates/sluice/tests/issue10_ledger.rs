@@ -89,7 +89,8 @@ fn kill_9_anywhere_then_the_same_command_loads_exactly_once() {
         cases.push((layout, None, clean * (1 + 5 * k) / 100));
     }
     let mut killed = 0;
-    for (layout, point, after) in cases {
+    let mut cases: std::collections::VecDeque<_> = cases.into();
+    while let Some((layout, point, after)) = cases.pop_front() {
         fresh(layout);
         let env: Vec<(&str, &str)> = point.map(|p| ("SLUICE_KILL_AT", p)).into_iter().collect();
         let mut child = load_cmd(&d, "ld", &files, &env)
@@ -113,6 +114,10 @@ fn kill_9_anywhere_then_the_same_command_loads_exactly_once() {
         };
         if status.code().is_none() {
             killed += 1;
+        } else if point.is_none() && after > Duration::from_millis(10) {
+            // The load beat the kill (a busy machine times it differently): try that case
+            // again, earlier, once this run is checked.
+            cases.push_back((layout, None, after / 2));
         }
         let case = format!("{layout} layout, kill at {point:?} / after {after:?}");
         // The same command, as many times as it takes (once), completes the load.
