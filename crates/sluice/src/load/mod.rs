@@ -74,12 +74,6 @@ struct LostConnections {
 }
 
 impl LostConnections {
-    /// Whether the stream has lost a connection already (a server restart: connecting may
-    /// fail for a while, and is retried too).
-    fn tried(&self) -> bool {
-        self.retries_left < self.retries
-    }
-
     /// Connection `id` was lost while running `unit`: puts back on the queue what its
     /// transaction held (the unit, and for the direct connection every chunk it loaded), and
     /// waits before the stream connects anew. `false` when no retry is left or the load
@@ -686,9 +680,7 @@ pub fn execute<D: Destination>(
                                 if slot.is_none() && !opts.dry_run {
                                     match dest.open_stream(id) {
                                         Ok(s) => *slot = Some(s),
-                                        Err(e)
-                                            if e.kind == ErrorKind::Connection && lost.tried() =>
-                                        {
+                                        Err(e) if e.kind == ErrorKind::Connection => {
                                             lose!(e)
                                         }
                                         Err(e) => {
