@@ -29,6 +29,9 @@ pub struct TableInfo {
     pub qualified: String,
     /// Every insertable column, in table order.
     pub columns: Vec<ColumnInfo>,
+    /// The ids of the tables its foreign keys reference (itself included, for a key on its own
+    /// rows): a load of both must let the check see the parent's rows.
+    pub references: Vec<String>,
 }
 
 /// One column of a [`TableInfo`].
@@ -254,6 +257,23 @@ pub trait DestinationStream: Send {
     /// back and the watch still runs.
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError>;
 
+    /// Sets a savepoint in the stream's transaction: rows sent after it can be rolled back
+    /// alone ([`rollback_to_savepoint`](DestinationStream::rollback_to_savepoint)), which is
+    /// how a chunk's bad rows are isolated while its good rows load. One savepoint at a time.
+    fn savepoint(&mut self) -> Result<(), DestinationError>;
+
+    /// Keeps what was sent since the savepoint, and forgets the savepoint.
+    fn release_savepoint(&mut self) -> Result<(), DestinationError>;
+
+    /// Undoes what was sent since the savepoint (after an error, too), keeping the savepoint's
+    /// transaction usable.
+    fn rollback_to_savepoint(&mut self) -> Result<(), DestinationError>;
+
+    /// Makes the checks the database would defer to commit run at the end of each COPY
+    /// instead, so that a failing check can be tied to a chunk's rows while they can still
+    /// be rolled back alone.
+    fn check_each_copy(&mut self) -> Result<(), DestinationError>;
+
     /// Records, in the stream's open transaction, that job `job` committed these chunks: the
     /// ledger rows commit with the rows they describe, or not at all.
     fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError>;
@@ -377,6 +397,11 @@ pub struct ErrorReport {
     pub referenced_table: Option<String>,
     /// A unique key already present (in the table, or earlier in this stream's rows).
     pub duplicate: bool,
+    /// For refused data, a short stable name of why, shared by every destination so that
+    /// rejects are counted alike: `invalid_value`, `not_null_violation`, `unique_violation`,
+    /// `foreign_key_violation`, `check_violation`, `exclusion_violation`, `raised_by_trigger`,
+    /// or `rejected`.
+    pub cause: Option<&'static str>,
 }
 
 impl DestinationError {
@@ -394,6 +419,7 @@ impl DestinationError {
             index: None,
             referenced_table: None,
             duplicate: false,
+            cause: None,
         })
     }
 }

@@ -18,6 +18,8 @@ pub struct Table {
     pub name: String,
     /// Every insertable column, in table order.
     pub columns: Vec<Column>,
+    /// The oids of the tables its foreign keys reference.
+    pub references: Vec<u32>,
 }
 
 impl Table {
@@ -209,10 +211,20 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
             }
         })
         .collect();
+    let references = client
+        .query(
+            "SELECT DISTINCT confrelid FROM pg_constraint WHERE contype = 'f' AND conrelid = $1",
+            &[&oid],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     Ok(Table {
         oid,
         schema: rel.get(1),
         name: rel.get(2),
         columns,
+        references,
     })
 }

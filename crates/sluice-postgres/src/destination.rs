@@ -175,9 +175,12 @@ impl PgDestination {
         })
     }
 
+    /// The conflict the watchdog declared for `stream`'s cancelled statement, taken: a stream
+    /// that isolates rejects meets one conflict per duplicate key, and a later cancel by an
+    /// administrator must not read as one.
     fn conflict_for(&self, stream: usize) -> Option<usize> {
         let w = lock(&self.watchdog);
-        w.as_ref()?.conflict_for(stream).map(|c| c.blocker)
+        w.as_ref()?.take_conflict(stream).map(|c| c.blocker)
     }
 
     /// The sibling a deadlock report names as the other side, when it is one of ours.
@@ -209,10 +212,7 @@ impl PgDestination {
             Some(blocker) => ErrorKind::Conflict { blocker },
             None if e.is_connection() => ErrorKind::Connection,
             None if e.is_cancelled() => ErrorKind::Cancelled,
-            // A COPY line, a data exception (22) or a constraint (23): the data was refused.
-            None if e.record.is_some() || matches!(e.sqlstate.get(..2), Some("22" | "23")) => {
-                ErrorKind::Rejected
-            }
+            None if e.is_row_fault() => ErrorKind::Rejected,
             None => ErrorKind::Other,
         };
         DestinationError::from(ErrorReport {
@@ -229,7 +229,22 @@ impl PgDestination {
             index: e.context_relation().or_else(|| e.constraint.clone()),
             referenced_table: referenced_table(&e),
             duplicate: e.sqlstate == "23505",
+            cause: (kind == ErrorKind::Rejected).then(|| rejection_cause(&e.sqlstate)),
         })
+    }
+}
+
+/// Why the server refused data, in the names every destination shares.
+fn rejection_cause(sqlstate: &str) -> &'static str {
+    match sqlstate {
+        "23502" => "not_null_violation",
+        "23503" => "foreign_key_violation",
+        "23505" => "unique_violation",
+        "23514" => "check_violation",
+        "23P01" => "exclusion_violation",
+        s if s.starts_with("22") => "invalid_value",
+        s if s.starts_with("P0") => "raised_by_trigger",
+        _ => "rejected",
     }
 }
 
@@ -247,6 +262,7 @@ fn table_info(t: &Table) -> TableInfo {
         schema: t.schema.clone(),
         name: t.name.clone(),
         qualified: t.qualified(),
+        references: t.references.iter().map(u32::to_string).collect(),
         columns: t
             .columns
             .iter()
@@ -726,6 +742,15 @@ pub struct PgStream<'a> {
     stage_table: Option<usize>,
 }
 
+impl PgStream<'_> {
+    fn execute(&mut self, sql: &str) -> Result<(), DestinationError> {
+        self.dest
+            .rt
+            .block_on(self.stream.execute(sql))
+            .map_err(|e| self.dest.error(self.n, e))
+    }
+}
+
 impl DestinationStream for PgStream<'_> {
     fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError> {
         let t = &self.dest.tables[table];
@@ -796,6 +821,22 @@ impl DestinationStream for PgStream<'_> {
             }
         }
         Err(err)
+    }
+
+    fn savepoint(&mut self) -> Result<(), DestinationError> {
+        self.execute("SAVEPOINT sluice_rows")
+    }
+
+    fn release_savepoint(&mut self) -> Result<(), DestinationError> {
+        self.execute("RELEASE SAVEPOINT sluice_rows")
+    }
+
+    fn rollback_to_savepoint(&mut self) -> Result<(), DestinationError> {
+        self.execute("ROLLBACK TO SAVEPOINT sluice_rows")
+    }
+
+    fn check_each_copy(&mut self) -> Result<(), DestinationError> {
+        self.execute("SET CONSTRAINTS ALL IMMEDIATE")
     }
 
     fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {

@@ -85,6 +85,21 @@ impl ServerError {
             )
     }
 
+    /// Whether the error is about the rows sent rather than the server or the session: a data
+    /// exception (class 22), an integrity constraint (23), an error a trigger raised (P0),
+    /// or any other error on a COPY line, except a lack of resources (disk full, out of
+    /// memory), an operator's intervention, a transaction failure or an internal error, which
+    /// no row causes and which rejecting rows would not cure.
+    pub fn is_row_fault(&self) -> bool {
+        let class = self.sqlstate.get(..2).unwrap_or("");
+        matches!(class, "22" | "23" | "P0")
+            || (self.record.is_some()
+                && !matches!(
+                    class,
+                    "08" | "25" | "40" | "42" | "53" | "54" | "55" | "57" | "58" | "XX" | ""
+                ))
+    }
+
     /// A statement cancelled by `pg_cancel_backend`, a statement timeout or a lock timeout.
     pub fn is_cancelled(&self) -> bool {
         matches!(self.sqlstate.as_str(), "57014" | "55P03")
@@ -236,6 +251,15 @@ impl Stream {
             .ok()??;
         let values = (0..columns.len()).map(|i| row.get(i)).collect();
         Some((columns, values))
+    }
+
+    /// Runs one utility statement (a savepoint, `SET CONSTRAINTS`) in the stream's
+    /// transaction.
+    pub async fn execute(&self, sql: &str) -> Result<(), ServerError> {
+        self.client
+            .batch_execute(sql)
+            .await
+            .map_err(|e| ServerError::from_pg(&e))
     }
 
     pub async fn begin(&self) -> Result<(), ServerError> {

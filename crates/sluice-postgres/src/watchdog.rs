@@ -91,13 +91,12 @@ impl Watchdog {
         }
     }
 
-    /// The conflict in which `stream` was the waiter, if the watchdog declared one.
-    pub fn conflict_for(&self, stream: usize) -> Option<Conflict> {
-        lock(&self.state)
-            .conflicts
-            .iter()
-            .find(|c| c.waiter == stream)
-            .copied()
+    /// The conflict in which `stream` was the waiter, if the watchdog declared one; taking it
+    /// lets the watchdog declare the stream's next one.
+    pub fn take_conflict(&self, stream: usize) -> Option<Conflict> {
+        let mut s = lock(&self.state);
+        let i = s.conflicts.iter().position(|c| c.waiter == stream)?;
+        Some(s.conflicts.remove(i))
     }
 
     /// Which stream a backend pid belongs to.

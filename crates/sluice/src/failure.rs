@@ -25,6 +25,9 @@ pub enum Failure {
     Local(String),
     /// Stopped because another stream failed (never reported on its own): exit 1.
     Aborted,
+    /// The load committed, with this many rows rejected within `--max-errors`: exit 6. The
+    /// summary has said so.
+    LoadedWithRejects(u64),
     /// A program run on the user's behalf (`sluice pg psql`) exited with this code, which is
     /// passed through; it has said why itself.
     Exited(u8),
@@ -38,6 +41,7 @@ impl fmt::Display for Failure {
             Failure::Input(e) => write!(f, "bad row: {e}"),
             Failure::Aborted => f.write_str("stopped because another stream failed"),
             Failure::Exited(code) => write!(f, "exited with code {code}"),
+            Failure::LoadedWithRejects(n) => write!(f, "loaded, with {n} row(s) rejected"),
         }
     }
 }
@@ -52,6 +56,7 @@ impl Failure {
             Failure::Server(_) => "server",
             Failure::Local(_) | Failure::Aborted => "local",
             Failure::Exited(_) => "exited",
+            Failure::LoadedWithRejects(_) => "rejected",
         }
     }
 }

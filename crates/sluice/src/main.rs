@@ -47,6 +47,8 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once; boxing the biggest variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Load files into PostgreSQL tables over parallel binary COPY.
     Load(commands::load::LoadArgs),
@@ -74,6 +76,7 @@ fn exit_code(f: &Failure) -> u8 {
         Failure::Input(_) => 3,
         Failure::Connect(_) => 4,
         Failure::Server(_) => 5,
+        Failure::LoadedWithRejects(_) => 6,
         Failure::Exited(code) => *code,
     }
 }
@@ -92,7 +95,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            if !matches!(f, Failure::Exited(_)) {
+            if !matches!(f, Failure::Exited(_) | Failure::LoadedWithRejects(_)) {
                 eprintln!("error: {f}");
             }
             if let Failure::Input(_) = f {

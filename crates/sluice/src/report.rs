@@ -46,6 +46,25 @@ pub struct Report {
     pub job: Option<i64>,
     /// What the ledger decided before the load: resumed, files skipped, nothing to do.
     pub ledger: Option<String>,
+    /// Rows rejected within `--max-errors` (`None` when none may be).
+    pub rejected: Option<RejectedReport>,
+}
+
+/// The rows a load rejected and loaded around.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct RejectedReport {
+    pub rows: u64,
+    /// Counts by cause: `invalid_value`, `missing_data`, `extra_data`, `not_null_violation`,
+    /// `unique_violation`, `foreign_key_violation`, `check_violation`, `exclusion_violation`,
+    /// `raised_by_trigger`, `rejected`.
+    pub by_cause: std::collections::BTreeMap<&'static str, u64>,
+    /// The `--max-errors` threshold, as given.
+    pub max_errors: String,
+    /// The rejects file (the rows' own bytes) and its details (JSON lines).
+    pub file: Option<String>,
+    pub details: Option<String>,
+    /// The first rejected row in input order, as a message.
+    pub first: Option<String>,
 }
 
 fn mbps(bytes: u64, secs: f64) -> f64 {
@@ -69,6 +88,7 @@ pub struct Facts {
     pub wal_bytes: Option<u64>,
     pub job: Option<i64>,
     pub ledger: Option<String>,
+    pub rejected: Option<RejectedReport>,
 }
 
 pub fn build(
@@ -149,6 +169,7 @@ pub fn build(
         streams: outcome.streams.clone(),
         job: facts.job,
         ledger: facts.ledger,
+        rejected: facts.rejected,
     }
 }
 
@@ -265,6 +286,27 @@ pub fn render(report: &Report) -> String {
     }
     if let Some(note) = &report.ledger {
         out.push_str(&format!("ledger: {note}\n"));
+    }
+    if let Some(r) = report.rejected.as_ref().filter(|r| r.rows > 0) {
+        let causes: Vec<String> = r
+            .by_cause
+            .iter()
+            .map(|(c, n)| format!("{} {}", crate::progress::thousands(*n), c.replace('_', " ")))
+            .collect();
+        out.push_str(&format!(
+            "rejected: {} row{} ({}), within --max-errors {}{}\n",
+            crate::progress::thousands(r.rows),
+            if r.rows == 1 { "" } else { "s" },
+            causes.join(", "),
+            r.max_errors,
+            match (&r.file, &r.details) {
+                (Some(f), Some(d)) => format!("; the rows are in {f}, why in {d}"),
+                _ => "; give --rejects PATH to keep them".to_string(),
+            }
+        ));
+        if let Some(first) = &r.first {
+            out.push_str(&format!("first rejected row: {first}\n"));
+        }
     }
     if report.dry_run {
         out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");

@@ -768,4 +768,35 @@ mod tests {
         sluice_core::records::unescape_text(&out, &mut back);
         assert_eq!(back, b"a\tb\\c\nd\re");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Every converter answers arbitrary bytes with a value or an error, never a panic
+        /// (issue 11), and a value it accepts is accepted again the same way.
+        #[test]
+        fn converters_never_panic_on_arbitrary_bytes(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            digits in "[-+ ]?[0-9]{0,30}([.][0-9]{0,20})?([eE][-+]?[0-9]{1,4})?",
+        ) {
+            let types = [
+                PgType::Bool, PgType::Int2, PgType::Int4, PgType::Int8, PgType::Float4,
+                PgType::Float8, PgType::Numeric(None), PgType::Numeric(Some((15, 2))),
+                PgType::Numeric(Some((3, 5))), PgType::Date, PgType::Time(None),
+                PgType::Time(Some(2)), PgType::Timestamp(None), PgType::Timestamptz(Some(0)),
+                PgType::Char(Some(3)), PgType::Varchar(Some(4)), PgType::Text, PgType::Bytea,
+                PgType::Uuid, PgType::Json, PgType::Jsonb,
+            ];
+            let zone = SessionZone::from_setting("America/New_York");
+            for ty in &types {
+                for value in [raw.as_slice(), digits.as_bytes()] {
+                    let (mut a, mut b, mut s) = (Vec::new(), Vec::new(), Vec::new());
+                    let first = encode_value(ty, &zone, value, &mut s, &mut a).is_ok();
+                    let again = encode_value(ty, &zone, value, &mut s, &mut b).is_ok();
+                    proptest::prop_assert_eq!(first, again);
+                    proptest::prop_assert_eq!(&a, &b);
+                }
+            }
+        }
+    }
 }

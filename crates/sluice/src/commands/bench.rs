@@ -686,6 +686,7 @@ mod tests {
             ],
             job: None,
             ledger: None,
+            rejected: None,
         };
         let counts: Vec<(String, u64)> = tpch::TABLES
             .iter()

@@ -4,6 +4,7 @@ use crate::failure::Failure;
 use crate::load::chunk::Counters;
 use crate::load::ledger;
 use crate::load::plan::{self, table_from_file_name};
+use crate::load::rejects::{self, Rejects, Threshold};
 use crate::load::stage::{Mode, Stage};
 use crate::load::strategy::{Direct, Strategy};
 use crate::load::{execute, RunOptions};
@@ -39,9 +40,11 @@ Files a finished job loaded, unchanged since, are not loaded again
 
 Exit codes: 0 loaded, 1 local failure (an input that cannot be read),
 2 usage (also: a resume refused because an input changed), 3 bad row
-(nothing committed), 4 cannot connect, 5 server failure (a connection
-lost beyond --retries, a failed COMMIT), 130/143 Ctrl-C/SIGTERM. After
-4, 5, 130, 143 or a crash, the same command resumes the job.")]
+(nothing committed; also: more rejects than --max-errors), 4 cannot
+connect, 5 server failure (a connection lost beyond --retries, a failed
+COMMIT), 6 loaded, with rows rejected within --max-errors, 130/143
+Ctrl-C/SIGTERM. After 4, 5, 130, 143 or a crash, the same command
+resumes the job.")]
 pub struct LoadArgs {
     /// Files to load (.tbl, .csv, .tsv/.txt, optionally .gz or .zst); `-` reads standard input.
     #[arg(required = true, value_name = "FILE")]
@@ -133,6 +136,21 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub retries: u32,
 
+    /// How many bad rows the load may reject and still commit the rest: a count (`100`) or
+    /// a share of all input rows (`0.1%`). Rows sluice cannot convert are dropped before
+    /// they are sent; rows the server refuses (a duplicate key, also one that two streams
+    /// both load; a check; a foreign key; a trigger's error) are isolated under savepoints,
+    /// so every good row loads once. Past the threshold the load fails (exit 3) and nothing
+    /// is committed. Default 0: the first bad row fails the load.
+    #[arg(long, value_name = "N|P%", value_parser = rejects::parse_threshold)]
+    pub max_errors: Option<Threshold>,
+
+    /// Write the rejected rows to PATH, byte for byte as they stood in their input (fix the
+    /// file, and load it with the same flags), and where and why each was rejected, one JSON
+    /// object per line, to PATH.jsonl. Needs --max-errors.
+    #[arg(long, value_name = "PATH", requires = "max_errors")]
+    pub rejects: Option<PathBuf>,
+
     /// Load every file again as a new job, even files a finished job loaded unchanged, and
     /// instead of resuming an unfinished job (whose committed rows stay in the tables).
     #[arg(long)]
@@ -181,6 +199,8 @@ impl LoadArgs {
             chunk_size: None,
             dry_run: false,
             retries: 5,
+            max_errors: None,
+            rejects: None,
             restart: false,
             quiet: true,
             report_json: None,
@@ -287,7 +307,13 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 pub fn run(args: LoadArgs) -> Result<(), Failure> {
     crate::signals::install();
     match load(&args) {
-        Ok(report) => print_report(&args, &report),
+        Ok(report) => {
+            print_report(&args, &report)?;
+            match report.rejected.as_ref().map_or(0, |r| r.rows) {
+                0 => Ok(()),
+                n => Err(Failure::LoadedWithRejects(n)),
+            }
+        }
         Err(failure) => {
             // A failed load's report is what an operator's tooling needs most.
             if let Some(path) = &args.report_json {
@@ -546,6 +572,7 @@ fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> re
         wal_bytes: None,
         job: None,
         ledger: Some(why),
+        rejected: None,
     };
     report::build(&plan, &outcome, facts, false, 0, args.copy_buffer)
 }
@@ -568,13 +595,44 @@ fn run_plan<D: Staging + Ledger>(
     }
     let ledger_note = job.as_ref().and_then(|j| j.note.clone());
     let job_id = job.as_ref().map(|j| j.job);
+    let rejects = args
+        .max_errors
+        .filter(|t| t.allows_any())
+        .map(|t| Arc::new(Rejects::new(t, args.rejects.clone(), &plan)));
     let opts = RunOptions {
         jobs,
         copy_buffer: args.copy_buffer,
         dry_run: args.dry_run,
         job,
         retries: args.retries,
+        rejects: rejects.clone(),
     };
+    if !args.quiet && !args.dry_run {
+        for group in crate::load::strategy::reference_groups(&plan) {
+            let name = |t: usize| plan.tables[t].table.name.as_str();
+            let mut keys: Vec<String> = Vec::new();
+            for &t in &group {
+                for &p in &group {
+                    if plan.tables[t]
+                        .table
+                        .references
+                        .contains(&plan.tables[p].table.id)
+                    {
+                        keys.push(format!("{} -> {}", name(t), name(p)));
+                    }
+                }
+            }
+            let order: Vec<&str> = group.iter().map(|&t| name(t)).collect();
+            eprintln!(
+                "sluice: foreign keys tie tables of this load ({}): they load on one stream, \
+                 parents first ({}), so that each check sees its parent rows (streams cannot \
+                 see each other's rows before they commit); to load them in parallel, load the \
+                 parents in a command of their own first",
+                keys.join(", "),
+                order.join(", ")
+            );
+        }
+    }
     let counters: Arc<Vec<Counters>> = Arc::new(
         (0..plan.tables.len())
             .map(|_| Counters::default())
@@ -606,6 +664,7 @@ fn run_plan<D: Staging + Ledger>(
     };
     if let Some(s) = stage.as_mut() {
         s.verbose = !args.quiet;
+        s.isolate_rejects = rejects.is_some();
     }
     let display = progress::start(
         progress::Mode::choose(args.quiet),
@@ -622,6 +681,16 @@ fn run_plan<D: Staging + Ledger>(
     };
     let outcome = execute(&plan, &opts, &*dest, strategy, &counters);
     drop(display);
+    // The rejects files, whatever the outcome: past the threshold they say what to fix.
+    if let Some(r) = &rejects {
+        if let Err(e) = r.write(&plan) {
+            let path = r.path.as_deref().unwrap_or(std::path::Path::new(""));
+            eprintln!(
+                "warning: cannot write the rejects file {}: {e}",
+                path.display()
+            );
+        }
+    }
     let outcome = outcome.map_err(|e| match e {
         // Say which table a file went to when the file's name chose it.
         Failure::Input(mut ie) if args.table.is_none() => {
@@ -646,6 +715,17 @@ fn run_plan<D: Staging + Ledger>(
         wal_bytes,
         job: job_id,
         ledger: ledger_note,
+        rejected: rejects.as_ref().map(|r| report::RejectedReport {
+            rows: r.count(),
+            by_cause: r.by_cause(),
+            max_errors: r.threshold.to_string(),
+            file: r.path.as_ref().map(|p| p.display().to_string()),
+            details: r
+                .path
+                .as_ref()
+                .map(|p| rejects::details_path(p).display().to_string()),
+            first: r.first(&plan).map(|e| e.to_string()),
+        }),
     };
     Ok(report::build(
         &plan,

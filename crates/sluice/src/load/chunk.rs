@@ -34,7 +34,7 @@ pub struct ChunkOutcome {
 }
 
 /// Everything one chunk conversion needs.
-pub struct ChunkJob<'a, E: RecordEncoder> {
+pub struct ChunkJob<'a, 'b, E: RecordEncoder> {
     pub plan: &'a Plan,
     pub chunk: &'a Chunk,
     /// The destination's encoder for the chunk's table.
@@ -45,6 +45,49 @@ pub struct ChunkJob<'a, E: RecordEncoder> {
     pub copy_buffer: usize,
     pub abort: &'a AtomicBool,
     pub counters: &'a Counters,
+    /// What this conversion has added to `counters` so far, for a caller that undoes a
+    /// failed attempt.
+    pub added: &'b mut Added,
+    /// Which records to send, when bad rows are being isolated (`None`: all of them).
+    pub select: Option<Selection<'b>>,
+    /// Where a record the encoder refuses goes, when rows may be rejected (`None`: it fails
+    /// the chunk).
+    pub on_reject: Option<&'b mut dyn FnMut(ClientReject) -> Result<(), Failure>>,
+}
+
+/// What a conversion added to its counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Added {
+    pub bytes: u64,
+    pub rows: u64,
+}
+
+/// The records of a chunk one attempt sends: indexes `lo..hi` (1-based, in the chunk's
+/// order of data records), less those in `skip`.
+#[derive(Clone, Copy)]
+pub struct Selection<'a> {
+    pub lo: u64,
+    pub hi: u64,
+    pub skip: &'a std::collections::BTreeSet<u64>,
+}
+
+impl Selection<'_> {
+    fn sends(&self, index: u64) -> bool {
+        index >= self.lo && index < self.hi && !self.skip.contains(&index)
+    }
+}
+
+/// A record the encoder refused, with everything a rejects file needs.
+pub struct ClientReject {
+    /// 1-based index among the chunk's data records.
+    pub index: u64,
+    /// Line within the chunk and absolute byte offset of the record.
+    pub chunk_line: u64,
+    pub offset: u64,
+    /// The record's bytes, line ending included.
+    pub raw: Vec<u8>,
+    pub error: InputError,
+    pub cause: &'static str,
 }
 
 /// The dialect for a chunk, with the line ending detected from the first block when the
@@ -381,8 +424,9 @@ fn walk_blocks(
     Ok(base - chunk.start)
 }
 
-/// Turns a converter error into an input error with the record's position. `record` is the
-/// record's raw bytes, shown (as psql shows the line) when the field count is wrong.
+/// Turns a converter error into an input error with the record's position, and the short
+/// name of its cause. `record` is the record's raw bytes, shown (as psql shows the line) when
+/// the field count is wrong.
 fn record_error(
     plan: &Plan,
     chunk: &Chunk,
@@ -390,7 +434,7 @@ fn record_error(
     pos: Position,
     field_offset: Option<u64>,
     record: &[u8],
-) -> Failure {
+) -> (InputError, &'static str) {
     let input = &plan.inputs[chunk.input];
     let mut err = InputError::new(&input.display, String::new());
     err.line = Some(pos.line);
@@ -415,6 +459,12 @@ fn record_error(
         err.value = None;
         err.row = Some(line.to_vec());
     }
+    let cause = match &e.kind {
+        RecordErrorKind::FieldCount { expected, found } if found < expected => "missing_data",
+        RecordErrorKind::FieldCount { .. } => "extra_data",
+        RecordErrorKind::NotNull => "not_null_violation",
+        RecordErrorKind::Value(_) => "invalid_value",
+    };
     err.reason = match e.kind {
         RecordErrorKind::FieldCount { expected, found } if found < expected => format!(
             "missing data: {found} fields where the table takes {expected}; the next column is {}",
@@ -433,12 +483,12 @@ fn record_error(
         RecordErrorKind::NotNull => "NULL in a NOT NULL column".to_string(),
         RecordErrorKind::Value(reason) => reason,
     };
-    Failure::Input(Box::new(err))
+    (err, cause)
 }
 
 /// Converts one chunk, handing each full message to `emit`.
 pub fn convert_chunk<E: RecordEncoder>(
-    job: ChunkJob<'_, E>,
+    job: ChunkJob<'_, '_, E>,
     mut emit: impl FnMut(Vec<u8>) -> Result<(), Failure>,
 ) -> Result<ChunkOutcome, Failure> {
     let ChunkJob {
@@ -449,16 +499,29 @@ pub fn convert_chunk<E: RecordEncoder>(
         copy_buffer,
         abort,
         counters,
+        added,
+        select,
+        mut on_reject,
     } = job;
     let capacity = copy_buffer + copy_buffer / 4;
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(prefix);
     let mut records = 0u64;
-    let mut reported_bytes = 0u64;
-    let mut reported_rows = 0u64;
+    let mut index = 0u64;
     let consumed = walk_records(plan, chunk, Some(abort), |fields, data, data_base, pos| {
+        index += 1;
+        if let Some(sel) = &select {
+            if index >= sel.hi {
+                return Ok(false);
+            }
+            if !sel.sends(index) {
+                return Ok(true);
+            }
+        }
+        let before = out.len();
         let result = encoder.encode(fields, data, &mut out);
         if let Err(e) = result {
+            out.truncate(before);
             let field_offset = e
                 .column
                 .filter(|&i| i < fields.len())
@@ -467,7 +530,21 @@ pub fn convert_chunk<E: RecordEncoder>(
             let from = (pos.offset - data_base) as usize;
             let to = ((pos.end - data_base) as usize).min(data.len());
             let record = data.get(from..to).unwrap_or_default();
-            return Err(record_error(plan, chunk, e, pos, field_offset, record));
+            let (error, cause) = record_error(plan, chunk, e, pos, field_offset, record);
+            return match on_reject.as_mut() {
+                None => Err(Failure::Input(Box::new(error))),
+                Some(reject) => {
+                    reject(ClientReject {
+                        index,
+                        chunk_line: pos.line,
+                        offset: pos.offset,
+                        raw: record.to_vec(),
+                        error,
+                        cause,
+                    })?;
+                    Ok(true)
+                }
+            };
         }
         records += 1;
         if out.len() >= copy_buffer {
@@ -476,12 +553,12 @@ pub fn convert_chunk<E: RecordEncoder>(
             let bytes = pos.offset - chunk.start;
             counters
                 .bytes
-                .fetch_add(bytes - reported_bytes, Ordering::Relaxed);
+                .fetch_add(bytes - added.bytes, Ordering::Relaxed);
             counters
                 .rows
-                .fetch_add(records - reported_rows, Ordering::Relaxed);
-            reported_bytes = bytes;
-            reported_rows = records;
+                .fetch_add(records - added.rows, Ordering::Relaxed);
+            added.bytes = bytes;
+            added.rows = records;
             if abort.load(Ordering::Relaxed) {
                 return Err(Failure::Aborted);
             }
@@ -492,14 +569,27 @@ pub fn convert_chunk<E: RecordEncoder>(
     emit(out)?;
     counters
         .rows
-        .fetch_add(records - reported_rows, Ordering::Relaxed);
+        .fetch_add(records - added.rows, Ordering::Relaxed);
+    added.rows = records;
+    let bytes = consumed.max(added.bytes);
     counters
         .bytes
-        .fetch_add(consumed.saturating_sub(reported_bytes), Ordering::Relaxed);
+        .fetch_add(bytes - added.bytes, Ordering::Relaxed);
+    added.bytes = bytes;
     Ok(ChunkOutcome {
         records,
         bytes: consumed,
     })
+}
+
+/// How many data records a chunk holds (on the error path, to split a range of them).
+pub fn count_records(plan: &Plan, chunk: &Chunk) -> Result<u64, Failure> {
+    let mut n = 0u64;
+    walk_records(plan, chunk, None, |_, _, _, _| {
+        n += 1;
+        Ok(true)
+    })?;
+    Ok(n)
 }
 
 /// Finds record `n` (1-based, as COPY counts data rows) of a chunk, for a server error: its
@@ -510,9 +600,23 @@ pub fn locate_record(
     n: u64,
     columns: &[usize],
 ) -> Option<(Found, Vec<Option<Vec<u8>>>)> {
+    record_at(plan, chunk, n, columns).map(|r| (r.at, r.values))
+}
+
+/// A record found by its index in a chunk.
+pub struct RecordAt {
+    pub at: Found,
+    /// The values of the columns asked for (NULL as `None`).
+    pub values: Vec<Option<Vec<u8>>>,
+    /// The record's bytes as they stand in the input, line ending included.
+    pub raw: Vec<u8>,
+}
+
+/// Record `n` (1-based) of a chunk, with its bytes and the values of `columns`.
+pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Option<RecordAt> {
     let mut seen = 0u64;
     let mut found = None;
-    let _ = walk_records(plan, chunk, None, |fields, data, _, pos| {
+    let _ = walk_records(plan, chunk, None, |fields, data, base, pos| {
         seen += 1;
         if seen == n {
             let values = columns
@@ -523,11 +627,16 @@ pub fn locate_record(
                         .flatten()
                 })
                 .collect();
-            let at = Found {
-                line: pos.line,
-                offset: pos.offset,
-            };
-            found = Some((at, values));
+            let from = (pos.offset - base) as usize;
+            let to = ((pos.end - base) as usize).min(data.len());
+            found = Some(RecordAt {
+                at: Found {
+                    line: pos.line,
+                    offset: pos.offset,
+                },
+                values,
+                raw: data.get(from..to).unwrap_or_default().to_vec(),
+            });
             return Ok(false);
         }
         Ok(true)

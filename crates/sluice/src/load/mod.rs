@@ -22,21 +22,26 @@ pub mod chunk;
 pub mod conflict;
 pub mod ledger;
 pub mod plan;
+pub mod rejects;
 pub mod source;
 pub mod stage;
 pub mod strategy;
 
 use crate::failure::Failure;
-use chunk::{convert_chunk, locate_record, ChunkJob, ChunkOutcome, Counters};
+use chunk::{
+    convert_chunk, locate_record, record_at, Added, ChunkJob, ChunkOutcome, ClientReject, Counters,
+    Selection,
+};
 use conflict::{sibling_conflict, KeySearch, NamedKey};
 use ledger::JobRun;
 use plan::{Chunk, Plan};
+use rejects::{Reject, Rejects};
 use sluice_core::destination::{
     Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, RecordEncoder,
 };
 use sluice_core::error::InputError;
 use sluice_core::ledger::ChunkRecord;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -62,6 +67,9 @@ pub struct RunOptions {
     /// How many lost connections each stream survives (its uncommitted work is redone on a
     /// new connection).
     pub retries: u32,
+    /// Where rejected rows go, when some may be (`--max-errors` above 0): bad rows are
+    /// isolated and counted instead of failing the load.
+    pub rejects: Option<std::sync::Arc<Rejects>>,
 }
 
 /// A stream's lost connections: what each takes with it, and how many more it may survive.
@@ -263,9 +271,116 @@ struct RunContext<'a, D: Destination> {
     dest: &'a D,
     /// The chunks each stream has taken, to find the rows behind a key on the error path.
     taken: &'a Mutex<Vec<Vec<usize>>>,
+    /// Every table's counters, for how much of the input the load has read.
+    counters: &'a [Counters],
 }
 
 impl<D: Destination> RunContext<'_, D> {
+    /// Rows converted and bytes read so far, over every table.
+    fn seen(&self) -> (u64, u64) {
+        self.counters.iter().fold((0, 0), |(r, b), c| {
+            (
+                r + c.rows.load(Ordering::Relaxed),
+                b + c.bytes.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Rejects record `index` of `chunk`, which the server refused with `e`.
+    fn server_reject(
+        &self,
+        rejects: &Rejects,
+        chunk: &Chunk,
+        index: u64,
+        e: &DestinationError,
+    ) -> Result<(), ChunkError> {
+        let plan = self.plan;
+        let input = &plan.inputs[chunk.input];
+        let table = &plan.tables[input.table];
+        let col_idx = e
+            .column
+            .as_ref()
+            .and_then(|c| table.columns.iter().position(|col| &col.name == c));
+        // A sibling's key: the columns of the index it waited on, to show the key.
+        let key_cols: Vec<(String, usize)> = match e.kind {
+            ErrorKind::Conflict { .. } => e
+                .index
+                .as_deref()
+                .and_then(|i| self.dest.key_columns(i))
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| {
+                    let i = table.columns.iter().position(|col| col.name == c)?;
+                    Some((c, i))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut wanted: Vec<usize> = col_idx.into_iter().collect();
+        wanted.extend(key_cols.iter().map(|(_, i)| *i));
+        let Some(rec) = record_at(plan, chunk, index, &wanted) else {
+            return Err(ChunkError::Failed(Failure::Local(format!(
+                "record {index} of a chunk of {} could not be read again to reject it",
+                input.display
+            ))));
+        };
+        let reason = match e.kind {
+            ErrorKind::Conflict { blocker } => {
+                let values: Vec<String> = rec.values[col_idx.is_some() as usize..]
+                    .iter()
+                    .map(|v| {
+                        v.as_deref()
+                            .map_or("null".into(), |b| String::from_utf8_lossy(b).into_owned())
+                    })
+                    .collect();
+                let names: Vec<&str> = key_cols.iter().map(|(c, _)| c.as_str()).collect();
+                let key = if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})=({})", names.join(", "), values.join(", "))
+                };
+                format!(
+                    "duplicate key{key}{}: another stream of this load (stream {}) holds the \
+                     same key in rows it has loaded; this row came later, so it is the one \
+                     rejected",
+                    e.index
+                        .as_deref()
+                        .map_or(String::new(), |i| format!(" of index \"{i}\"")),
+                    blocker + 1
+                )
+            }
+            _ => format!("rejected by the server: {}", e.message),
+        };
+        let mut err = InputError::new(&input.display, reason);
+        err.line = Some(rec.at.line);
+        err.offset = Some(rec.at.offset);
+        err.column = col_idx.map(|i| {
+            let c = &table.columns[i];
+            format!("{} ({})", c.name, c.type_name)
+        });
+        err.value = col_idx.and_then(|_| rec.values.first().cloned().flatten());
+        let cause = match e.kind {
+            ErrorKind::Conflict { .. } => "unique_violation",
+            _ => e.cause.unwrap_or("rejected"),
+        };
+        let reject = Reject {
+            input: chunk.input,
+            offset: rec.at.offset,
+            chunk_line: rec.at.line,
+            raw: rec.raw,
+            error: err,
+            cause,
+            by_server: true,
+        };
+        rejects.add(reject, self.seen()).map_err(|f| match f {
+            Failure::Input(mut ie) => {
+                absolute_line(plan, chunk, &mut ie);
+                ChunkError::Failed(Failure::Input(ie))
+            }
+            other => ChunkError::Failed(other),
+        })
+    }
+
     fn chunks_of(&self, stream: usize) -> Vec<&Chunk> {
         let taken = lock(self.taken);
         taken
@@ -399,8 +514,18 @@ impl<D: Destination> RunContext<'_, D> {
         if let Some(first) = &earlier {
             reason.push_str(&format!("; the same key is in {}", search.describe(first)));
         }
+        // A parent loaded by this same command is seen by the check when it loads first on
+        // the same stream (strategy::keep_references_together), except in a cycle of keys.
+        let child = plan.inputs[fallback.input].table;
+        let seen_first = |p: usize| {
+            strategy::reference_groups(plan).iter().any(|g| {
+                let at = |t| g.iter().position(|&x| x == t);
+                matches!((at(p), at(child)), (Some(a), Some(b)) if a < b)
+            })
+        };
         if let Some(parent) = &e.referenced_table {
-            if plan.tables.iter().any(|t| &t.table.name == parent) {
+            let loaded = plan.tables.iter().position(|t| &t.table.name == parent);
+            if loaded.is_some_and(|p| !seen_first(p)) {
                 reason.push_str(&format!(
                     ". The parent table {parent} is loaded by this same command: its rows are \
                      not visible to this check until they commit (another stream, or a later \
@@ -515,7 +640,11 @@ enum ChunkError {
     Failed(Failure),
 }
 
-/// Runs one chunk on a stream (or on none, for a dry run).
+/// Runs one chunk on a stream (or on none, for a dry run), and writes its ledger row in the
+/// stream's transaction when `record` says the load keeps one. With `savepoints` false (a
+/// staged COPY FREEZE, which refuses them), a row the server refuses fails the chunk even
+/// when rows may be rejected: the strategy redoes it where savepoints work.
+#[allow(clippy::too_many_arguments)]
 fn run_chunk<D: Destination>(
     ctx: &RunContext<'_, D>,
     chunk: &Chunk,
@@ -523,6 +652,51 @@ fn run_chunk<D: Destination>(
     encoder: &mut D::Encoder<'_>,
     counters: &Counters,
     record: Option<&JobRun>,
+    savepoints: bool,
+) -> Result<ChunkOutcome, ChunkError> {
+    let outcome = match ctx.opts.rejects.as_deref() {
+        None => {
+            let mut added = Added::default();
+            let attempt = Attempt {
+                counters,
+                added: &mut added,
+                select: None,
+                on_reject: None,
+            };
+            copy_once(ctx, chunk, stream.as_deref_mut(), encoder, attempt)?
+        }
+        Some(rejects) => {
+            let stream = stream.as_deref_mut();
+            isolate(ctx, rejects, chunk, stream, encoder, counters, savepoints)?
+        }
+    };
+    if let Some(s) = stream {
+        if let Some((job, r)) =
+            record.and_then(|j| Some((j.job, j.record(chunk, outcome.records)?)))
+        {
+            s.record_chunks(job, &[r])
+                .map_err(ChunkError::Destination)?;
+            crate::faults::point("copied");
+        }
+    }
+    Ok(outcome)
+}
+
+/// One COPY's worth of a chunk: which records it sends and where refused ones go.
+struct Attempt<'a> {
+    counters: &'a Counters,
+    added: &'a mut Added,
+    select: Option<Selection<'a>>,
+    on_reject: Option<&'a mut dyn FnMut(ClientReject) -> Result<(), Failure>>,
+}
+
+/// Sends a chunk's records (those `attempt` selects) in one COPY.
+fn copy_once<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    chunk: &Chunk,
+    mut stream: Option<&mut D::Stream<'_>>,
+    encoder: &mut D::Encoder<'_>,
+    attempt: Attempt<'_>,
 ) -> Result<ChunkOutcome, ChunkError> {
     let (plan, opts, abort) = (ctx.plan, ctx.opts, ctx.abort);
     let t = plan.inputs[chunk.input].table;
@@ -536,7 +710,10 @@ fn run_chunk<D: Destination>(
         framing: ctx.dest.framing(t),
         copy_buffer: opts.copy_buffer,
         abort,
-        counters,
+        counters: attempt.counters,
+        added: attempt.added,
+        select: attempt.select,
+        on_reject: attempt.on_reject,
     };
     let mut send_failed = None;
     let result = convert_chunk(job, |bytes| {
@@ -565,13 +742,156 @@ fn run_chunk<D: Destination>(
                 plan.inputs[chunk.input].display, outcome.records
             ))));
         }
-        if let Some((job, r)) = record.and_then(|j| Some((j.job, j.record(chunk, rows)?))) {
-            s.record_chunks(job, &[r])
-                .map_err(ChunkError::Destination)?;
-            crate::faults::point("copied");
-        }
     }
     Ok(outcome)
+}
+
+/// Whether a server error is about rows that isolation can single out: data the server
+/// refused, or a key a sibling stream holds uncommitted (the later row is the reject).
+fn isolatable(e: &DestinationError) -> bool {
+    matches!(e.kind, ErrorKind::Rejected | ErrorKind::Conflict { .. })
+}
+
+/// The chunk index of the `n`-th record (1-based) an attempt over `lo..hi` sent, skipping
+/// `skip`.
+fn nth_sent(lo: u64, hi: u64, skip: &BTreeSet<u64>, n: u64) -> Option<u64> {
+    let mut index = lo.checked_add(n)? - 1;
+    // Each skipped index at or below the candidate pushes it one further.
+    let mut counted = 0;
+    loop {
+        let skipped = skip.range(lo..=index).count();
+        if skipped == counted {
+            break;
+        }
+        index += (skipped - counted) as u64;
+        counted = skipped;
+    }
+    (index < hi).then_some(index)
+}
+
+/// Loads a chunk while rows may be rejected: rows the encoder refuses are dropped before
+/// they are sent; a COPY the server refuses is rolled back to its savepoint and sent again
+/// without the row the error names, or, when the error names none (a foreign key checked
+/// after the last row), in halves, until each bad row stands alone. Every good row loads, once.
+/// Each attempt re-reads the chunk from its start, so a chunk's k server-side rejects cost
+/// about k more reads of it.
+fn isolate<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    rejects: &Rejects,
+    chunk: &Chunk,
+    mut stream: Option<&mut D::Stream<'_>>,
+    encoder: &mut D::Encoder<'_>,
+    counters: &Counters,
+    savepoints: bool,
+) -> Result<ChunkOutcome, ChunkError> {
+    let plan = ctx.plan;
+    // Without savepoints, one attempt: the encoder's rejects are dropped, the server's fail.
+    let mut skip: BTreeSet<u64> = BTreeSet::new();
+    let mut ranges: Vec<(u64, u64)> = vec![(1, u64::MAX)];
+    let mut total = ChunkOutcome::default();
+    let mut records: Option<u64> = None;
+    // The first attempt shows on the progress display as it goes; if it fails, what it
+    // showed is taken back, and the chunk shows once it is done.
+    let mut first = true;
+    let mut shown = true;
+    let quiet = Counters::default();
+    while let Some((lo, hi)) = ranges.pop() {
+        let hi = records.map_or(hi, |n| hi.min(n + 1));
+        if lo >= hi || (records.is_some() && skip.range(lo..hi).count() as u64 == hi - lo) {
+            continue;
+        }
+        if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
+            s.savepoint().map_err(ChunkError::Destination)?;
+        }
+        let mut added = Added::default();
+        let mut dropped: Vec<u64> = Vec::new();
+        let result = {
+            let input = chunk.input;
+            let mut on_reject = |r: ClientReject| {
+                dropped.push(r.index);
+                let reject = Reject {
+                    input,
+                    offset: r.offset,
+                    chunk_line: r.chunk_line,
+                    raw: r.raw,
+                    error: r.error,
+                    cause: r.cause,
+                    by_server: false,
+                };
+                rejects.add(reject, ctx.seen())
+            };
+            let attempt = Attempt {
+                counters: if first { counters } else { &quiet },
+                added: &mut added,
+                select: Some(Selection {
+                    lo,
+                    hi,
+                    skip: &skip,
+                }),
+                on_reject: Some(&mut on_reject),
+            };
+            copy_once(ctx, chunk, stream.as_deref_mut(), encoder, attempt)
+        };
+        skip.extend(dropped);
+        let was_first = std::mem::take(&mut first);
+        let e = match result {
+            Ok(o) => {
+                if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
+                    s.release_savepoint().map_err(ChunkError::Destination)?;
+                }
+                total.records += o.records;
+                total.bytes = total.bytes.max(o.bytes);
+                continue;
+            }
+            Err(ChunkError::Destination(e)) if isolatable(&e) => e,
+            Err(e) => return Err(e),
+        };
+        let Some(s) = stream.as_deref_mut().filter(|_| savepoints) else {
+            return Err(ChunkError::Destination(e));
+        };
+        s.rollback_to_savepoint().map_err(ChunkError::Destination)?;
+        if was_first {
+            counters.rows.fetch_sub(added.rows, Ordering::Relaxed);
+            counters.bytes.fetch_sub(added.bytes, Ordering::Relaxed);
+            shown = false;
+        }
+        if let Some(i) = e.record.and_then(|n| nth_sent(lo, hi, &skip, n)) {
+            // The error names its row: reject it, and send the rows before and after it.
+            ctx.server_reject(rejects, chunk, i, &e)?;
+            skip.insert(i);
+            ranges.push((i + 1, hi));
+            ranges.push((lo, i));
+            continue;
+        }
+        let n = match records {
+            Some(n) => n,
+            None => {
+                let n = chunk::count_records(plan, chunk).map_err(ChunkError::Failed)?;
+                records = Some(n);
+                n
+            }
+        };
+        let hi = hi.min(n + 1);
+        let left = (hi - lo.min(hi)) - skip.range(lo..hi).count() as u64;
+        match left {
+            0 => return Err(ChunkError::Destination(e)),
+            1 => {
+                let i = (lo..hi).find(|i| !skip.contains(i)).unwrap_or(lo);
+                ctx.server_reject(rejects, chunk, i, &e)?;
+                skip.insert(i);
+            }
+            _ => {
+                let mid = lo + (hi - lo) / 2;
+                ranges.push((mid, hi));
+                ranges.push((lo, mid));
+            }
+        }
+    }
+    if !shown {
+        counters.rows.fetch_add(total.records, Ordering::Relaxed);
+        counters.bytes.fetch_add(total.bytes, Ordering::Relaxed);
+    }
+    Ok(total)
 }
 
 /// One stream's connections: its long transaction (direct units) and, opened when a staged
@@ -594,7 +914,8 @@ pub fn execute<D: Destination>(
     if !opts.dry_run {
         strategy.prepare(plan, dest)?;
     }
-    let queue: Mutex<VecDeque<Unit>> = Mutex::new(strategy.route(plan).into());
+    let units = strategy::keep_references_together(plan, strategy.route(plan));
+    let queue: Mutex<VecDeque<Unit>> = Mutex::new(units.into());
     let abort = AtomicBool::new(false);
     let first_error: Mutex<Option<Failure>> = Mutex::new(None);
     let jobs = opts.jobs.max(1);
@@ -620,6 +941,7 @@ pub fn execute<D: Destination>(
         abort: &abort,
         dest,
         taken: &taken,
+        counters,
     };
     let staged_records: Mutex<Vec<ChunkRecord>> = Mutex::new(Vec::new());
     let results: Vec<(Option<D::Stream<'_>>, StreamStats)> = std::thread::scope(|scope| {
@@ -678,7 +1000,15 @@ pub fn execute<D: Destination>(
                                     }};
                                 }
                                 if slot.is_none() && !opts.dry_run {
-                                    match dest.open_stream(id) {
+                                    let opened = dest.open_stream(id).and_then(|mut s| {
+                                        // Isolating bad rows needs each check to fire at its
+                                        // COPY, under that COPY's savepoint.
+                                        if opts.rejects.is_some() && unit.staged.is_none() {
+                                            s.check_each_copy()?;
+                                        }
+                                        Ok(s)
+                                    });
+                                    match opened {
                                         Ok(s) => *slot = Some(s),
                                         Err(e) if e.kind == ErrorKind::Connection => {
                                             lose!(e)
@@ -706,6 +1036,23 @@ pub fn execute<D: Destination>(
                                     }
                                 }
                                 let mark = stats.chunks.len();
+                                // A staged unit the strategy redoes another way: its chunks'
+                                // rows were rolled back, and the new units go first.
+                                macro_rules! requeue {
+                                    ($units:expr) => {{
+                                        for done in stats.chunks.drain(mark..) {
+                                            let k = &counters[done.table_index];
+                                            k.chunks_done.fetch_sub(1, Ordering::Relaxed);
+                                            k.rows.fetch_sub(done.rows, Ordering::Relaxed);
+                                            k.bytes.fetch_sub(done.bytes, Ordering::Relaxed);
+                                        }
+                                        let mut q = lock(queue);
+                                        for u in $units.into_iter().rev() {
+                                            q.push_front(u);
+                                        }
+                                        continue 'units;
+                                    }};
+                                }
                                 let mut unit_records: Vec<ChunkRecord> = Vec::new();
                                 for &c in &unit.chunks {
                                     if abort.load(Ordering::Relaxed) {
@@ -731,6 +1078,7 @@ pub fn execute<D: Destination>(
                                         encoder,
                                         &counters[t],
                                         record,
+                                        unit.staged.is_none(),
                                     ) {
                                         Ok(o) => {
                                             if unit.staged.is_some() {
@@ -769,16 +1117,7 @@ pub fn execute<D: Destination>(
                                                 _ => None,
                                             };
                                             if let Some(units) = redo {
-                                                for done in stats.chunks.drain(mark..) {
-                                                    counters[done.table_index]
-                                                        .chunks_done
-                                                        .fetch_sub(1, Ordering::Relaxed);
-                                                }
-                                                let mut q = lock(queue);
-                                                for u in units.into_iter().rev() {
-                                                    q.push_front(u);
-                                                }
-                                                continue 'units;
+                                                requeue!(units);
                                             }
                                             fail(ctx.copy_error(id, chunk, e));
                                             failed = true;
@@ -795,6 +1134,14 @@ pub fn execute<D: Destination>(
                                     if let Err(e) = strategy.end_unit(dest, s, &unit) {
                                         if e.kind == ErrorKind::Connection {
                                             lose!(e)
+                                        }
+                                        // A key the staged rows hold twice, found by the
+                                        // index build: redone where rows can be rejected.
+                                        let first = unit.chunks.first().map(|&c| &plan.chunks[c]);
+                                        if let Some(units) =
+                                            first.and_then(|c| strategy.redo(dest, s, &unit, c, &e))
+                                        {
+                                            requeue!(units);
                                         }
                                         fail(ctx.unit_error(n, &unit, e));
                                         failed = true;
@@ -870,6 +1217,17 @@ pub fn execute<D: Destination>(
     }
     let (streams, mut stats): (Vec<Option<D::Stream<'_>>>, Vec<StreamStats>) =
         results.into_iter().unzip();
+    // Rows rejected beyond a share of the input: nothing may commit.
+    let loaded: u64 = stats.iter().flat_map(|s| &s.chunks).map(|c| c.rows).sum();
+    let within = |late: u64| match &opts.rejects {
+        Some(r) => r.check_final(loaded + late),
+        None => Ok(()),
+    };
+    if let Err(e) = within(0) {
+        drop(streams);
+        strategy.abandon(dest);
+        return Err(e);
+    }
     // Every stream finished cleanly: the strategy makes the load visible, loading on its
     // publish stream whatever it kept for it (rows of staged tables that could not be staged).
     let mut late: Vec<ChunkStat> = Vec::new();
@@ -881,7 +1239,15 @@ pub fn execute<D: Destination>(
             let t = plan.inputs[chunk.input].table;
             let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
             let chunk_start = Instant::now();
-            match run_chunk(&ctx, chunk, Some(&mut *s), encoder, &counters[t], None) {
+            match run_chunk(
+                &ctx,
+                chunk,
+                Some(&mut *s),
+                encoder,
+                &counters[t],
+                None,
+                true,
+            ) {
                 Ok(o) => {
                     if let Some(r) = opts.job.as_ref().and_then(|j| j.record(chunk, o.records)) {
                         lock(&staged_records).push(r);
@@ -899,6 +1265,7 @@ pub fn execute<D: Destination>(
                 Err(ChunkError::Failed(f)) => return Err(f),
             }
         }
+        within(late.iter().map(|c| c.rows).sum())?;
         // Every staged chunk's ledger row, and these chunks', commit with the publish.
         if let Some(job) = &opts.job {
             let records = std::mem::take(&mut *lock(&staged_records));

@@ -692,6 +692,7 @@ mod tests {
                 name: name.to_string(),
                 qualified: format!("public.{name}"),
                 columns,
+                references: Vec::new(),
             },
         )
     }

@@ -21,7 +21,9 @@ use super::lock;
 use super::plan::{Chunk, Plan};
 use super::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
 use crate::failure::Failure;
-use sluice_core::destination::{DestinationError, DestinationStream, Partitioning, Staging};
+use sluice_core::destination::{
+    DestinationError, DestinationStream, ErrorKind, Partitioning, Staging,
+};
 use sluice_core::error::InputError;
 use sluice_core::primitives::{parse_i64, trim_c_space};
 use std::sync::Mutex;
@@ -92,6 +94,10 @@ pub struct Stage {
     jobs: usize,
     /// Say what the publish is doing (it can take a while, after the progress display).
     pub verbose: bool,
+    /// Rows may be rejected (`--max-errors`): a staged unit the server refuses a row of is
+    /// loaded again in the publish transaction, where its bad rows are isolated under
+    /// savepoints (COPY FREEZE refuses them).
+    pub isolate_rejects: bool,
 }
 
 impl Stage {
@@ -298,6 +304,7 @@ impl Stage {
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
             verbose: false,
+            isolate_rejects: false,
             input_names: plan
                 .inputs
                 .iter()
@@ -412,6 +419,29 @@ impl<D: Staging> Strategy<D> for Stage {
         e: &DestinationError,
     ) -> Option<Vec<Unit>> {
         let k = unit.staged?;
+        let refused = self.isolate_rejects
+            && matches!(e.kind, ErrorKind::Rejected | ErrorKind::Conflict { .. });
+        if refused && !dest.outside_partition(e) {
+            if dest.abandon_stage(stream).is_err() {
+                return None;
+            }
+            let target = lock(&self.targets)[k].clone();
+            let mut fallbacks = lock(&self.fallbacks);
+            for &i in &target.inputs {
+                let (file, table) = self.input_names[i].clone();
+                fallbacks.push(Fallback {
+                    file,
+                    table,
+                    reason: format!(
+                        "the server refused a row of {}; its rows were loaded in the publish \
+                         transaction, where bad rows are isolated",
+                        target.name
+                    ),
+                });
+            }
+            lock(&self.deferred).extend(unit.chunks.iter().copied());
+            return Some(Vec::new());
+        }
         if !dest.outside_partition(e) || dest.abandon_stage(stream).is_err() {
             return None;
         }

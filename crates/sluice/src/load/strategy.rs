@@ -159,3 +159,85 @@ pub fn commit_all<D: Destination>(streams: Vec<D::Stream<'_>>) -> Result<(), Fai
     }
     Ok(())
 }
+
+/// Groups of the plan's tables tied by foreign keys among themselves (a table referencing
+/// itself is a group of one), each ordered parents first. A foreign key's check runs in the
+/// loading transaction, which sees its own rows and committed ones, never a sibling stream's:
+/// so a group's rows must load on one stream, parents first, for the check to see them.
+pub fn reference_groups(plan: &Plan) -> Vec<Vec<usize>> {
+    let n = plan.tables.len();
+    let refs: Vec<Vec<usize>> = plan
+        .tables
+        .iter()
+        .map(|t| {
+            (0..n)
+                .filter(|&p| t.table.references.contains(&plan.tables[p].table.id))
+                .collect()
+        })
+        .collect();
+    // Connected components, by a small union-find.
+    let mut root: Vec<usize> = (0..n).collect();
+    fn find(root: &mut [usize], mut i: usize) -> usize {
+        while root[i] != i {
+            root[i] = root[root[i]];
+            i = root[i];
+        }
+        i
+    }
+    for (t, parents) in refs.iter().enumerate() {
+        for &p in parents {
+            let (a, b) = (find(&mut root, t), find(&mut root, p));
+            root[a] = b;
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for r in 0..n {
+        let members: Vec<usize> = (0..n).filter(|&t| find(&mut root, t) == r).collect();
+        let tied = members.len() > 1 || members.iter().any(|&t| refs[t].contains(&t));
+        if !tied {
+            continue;
+        }
+        // Parents first: repeatedly take a table whose parents (other than itself) are
+        // placed; a cycle of keys is placed in plan order.
+        let mut order: Vec<usize> = Vec::new();
+        let mut rest = members;
+        while !rest.is_empty() {
+            let next = rest
+                .iter()
+                .position(|&t| refs[t].iter().all(|p| *p == t || order.contains(p)))
+                .unwrap_or(0);
+            order.push(rest.remove(next));
+        }
+        groups.push(order);
+    }
+    groups
+}
+
+/// Puts the direct work of each [`reference_groups`] group into one unit, first in the queue
+/// (it is the longest), parents' chunks first. Staged units stay as they are.
+pub fn keep_references_together(plan: &Plan, units: Vec<Unit>) -> Vec<Unit> {
+    let groups = reference_groups(plan);
+    if groups.is_empty() {
+        return units;
+    }
+    let table_of = |c: usize| plan.inputs[plan.chunks[c].input].table;
+    let mut tied: Vec<Unit> = Vec::new();
+    let mut rest: Vec<Unit> = units;
+    for group in &groups {
+        let mut chunks: Vec<usize> = Vec::new();
+        for &t in group {
+            for u in rest.iter().filter(|u| u.staged.is_none()) {
+                chunks.extend(u.chunks.iter().copied().filter(|&c| table_of(c) == t));
+            }
+        }
+        rest.retain(|u| u.staged.is_some() || !u.chunks.iter().any(|&c| chunks.contains(&c)));
+        if !chunks.is_empty() {
+            tied.push(Unit {
+                chunks,
+                staged: None,
+            });
+        }
+    }
+    tied.extend(rest);
+    tied
+}

@@ -352,3 +352,10 @@ impl Db {
         run_bounded(c, secs)
     }
 }
+
+/// The details file `sluice load --rejects PATH` writes beside PATH.
+pub fn details_path(rejects: &Path) -> PathBuf {
+    let mut p = rejects.as_os_str().to_owned();
+    p.push(".jsonl");
+    PathBuf::from(p)
+}

@@ -1,0 +1,397 @@
+//! Rejected rows: the threshold (`--max-errors`), the rejects files, the counts by cause.
+//!
+//! With a threshold above zero, a bad row no longer fails the load: the client drops a row it
+//! cannot convert before sending it, and the engine isolates a row the server refuses (see
+//! `isolate` in [`super`]); both land here. Each reject keeps its record's original bytes,
+//! exactly as they stood in the input, so that the rejects file is itself a loadable input
+//! once fixed, and a JSON line beside it says where each row was and why it was refused.
+//!
+//! A record is known by its input and byte offset, so a chunk redone after a lost connection
+//! cannot report its rows twice. Rejects are held in memory and written when the load ends,
+//! sorted by input and offset, with line numbers counted in one pass over each input: a load
+//! that expects millions of bad rows is better fixed first.
+
+use super::plan::{Chunk, Plan};
+use super::source;
+use crate::failure::Failure;
+use sluice_core::error::InputError;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// How many bytes of a bad value the JSON file keeps (the rejects file keeps the whole row).
+const VALUE_BYTES: usize = 1024;
+
+/// `--max-errors`: how many rows may be rejected before the load fails.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Threshold {
+    /// At most this many rows.
+    Count(u64),
+    /// At most this share (0 to 1) of all input rows.
+    Share(f64),
+}
+
+impl Threshold {
+    /// Whether any row may be rejected at all (0 keeps the strict behaviour: the first bad
+    /// row fails the load, and no savepoints are spent).
+    pub fn allows_any(self) -> bool {
+        match self {
+            Threshold::Count(n) => n > 0,
+            Threshold::Share(s) => s > 0.0,
+        }
+    }
+}
+
+impl std::fmt::Display for Threshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Threshold::Count(n) => write!(f, "{n}"),
+            Threshold::Share(s) => {
+                let p = format!("{:.6}", s * 100.0);
+                write!(f, "{}%", p.trim_end_matches('0').trim_end_matches('.'))
+            }
+        }
+    }
+}
+
+/// Parses `--max-errors`: `N` rows or `P%` of all input rows.
+pub fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    let s = s.trim();
+    if let Some(p) = s.strip_suffix('%') {
+        let p: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a percentage (examples: 0.5%, 2%)"))?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(format!("`{s}`: a percentage is between 0% and 100%"));
+        }
+        return Ok(Threshold::Share(p / 100.0));
+    }
+    s.parse::<u64>()
+        .map(Threshold::Count)
+        .map_err(|_| format!("`{s}` is not a number of rows or a percentage (examples: 100, 0.5%)"))
+}
+
+/// One rejected row.
+#[derive(Clone, Debug)]
+pub struct Reject {
+    /// Index of its input in the plan.
+    pub input: usize,
+    /// Its record's absolute byte offset in the (decompressed) input.
+    pub offset: u64,
+    /// Line within its chunk (1-based), made absolute when the files are written.
+    pub chunk_line: u64,
+    /// The record's bytes as they stood in the input, line ending included.
+    pub raw: Vec<u8>,
+    /// What the message says: column, value, reason (its file and line are filled in later).
+    pub error: InputError,
+    /// A short stable name of why (`invalid_value`, `unique_violation`...), for counting.
+    pub cause: &'static str,
+    /// Whether the server refused it (the client drops what it cannot convert).
+    pub by_server: bool,
+}
+
+/// The rejects so far, and the records (input, offset) they are.
+#[derive(Debug, Default)]
+struct Found {
+    rows: Vec<Reject>,
+    seen: HashSet<(usize, u64)>,
+}
+
+/// Every reject of a load, and the threshold they are held to.
+#[derive(Debug)]
+pub struct Rejects {
+    pub threshold: Threshold,
+    /// Where the rejected rows go (their details beside, in `PATH.jsonl`).
+    pub path: Option<PathBuf>,
+    found: Mutex<Found>,
+    count: AtomicU64,
+    /// The fewest bytes one record can take in each table (a byte per field), to bound the
+    /// rows still to come.
+    min_record: u64,
+    /// Uncompressed bytes the plan reads in all, `None` when some input's size is unknown.
+    total_bytes: Option<u64>,
+}
+
+impl Rejects {
+    pub fn new(threshold: Threshold, path: Option<PathBuf>, plan: &Plan) -> Rejects {
+        let min_record = plan
+            .tables
+            .iter()
+            .map(|t| t.columns.len().max(1) as u64)
+            .min()
+            .unwrap_or(1);
+        let total_bytes = plan
+            .chunks
+            .iter()
+            .map(|c| {
+                let input = &plan.inputs[c.input];
+                let plain =
+                    input.compression == super::plan::Compression::None && input.identity.is_some();
+                plain.then(|| c.end.unwrap_or(input.size).saturating_sub(c.start))
+            })
+            .sum();
+        Rejects {
+            threshold,
+            path,
+            found: Mutex::new(Found::default()),
+            count: AtomicU64::new(0),
+            min_record,
+            total_bytes,
+        }
+    }
+
+    /// How many rows were rejected.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Records a reject. `seen` is what the load has read so far (rows converted, bytes
+    /// consumed): with a share as threshold, the load stops as soon as the share is certain
+    /// to be exceeded whatever the rest of the input holds. Past the threshold, the error
+    /// is the row that crossed it.
+    pub fn add(&self, r: Reject, seen: (u64, u64)) -> Result<(), Failure> {
+        let count = {
+            let mut found = super::lock(&self.found);
+            if !found.seen.insert((r.input, r.offset)) {
+                // The same row again, in a chunk redone after a lost connection.
+                return Ok(());
+            }
+            found.rows.push(r.clone());
+            self.count.fetch_add(1, Ordering::Relaxed) + 1
+        };
+        let exceeded = match self.threshold {
+            Threshold::Count(n) => count > n,
+            Threshold::Share(share) => {
+                let (rows, bytes) = seen;
+                // The most rows the load can hold: those seen, the rejects, and the rest of
+                // the input at a byte per field.
+                self.total_bytes.is_some_and(|total| {
+                    let most = rows + count + total.saturating_sub(bytes) / self.min_record;
+                    count as f64 > share * most as f64
+                })
+            }
+        };
+        if exceeded {
+            return Err(self.too_many(r.error, count, None));
+        }
+        Ok(())
+    }
+
+    /// At the end, before anything commits: whether the rejects stay within the threshold
+    /// given the rows loaded.
+    pub fn check_final(&self, loaded: u64) -> Result<(), Failure> {
+        let count = self.count();
+        let Threshold::Share(share) = self.threshold else {
+            return Ok(());
+        };
+        let total = loaded + count;
+        if count as f64 <= share * total as f64 {
+            return Ok(());
+        }
+        let last = super::lock(&self.found)
+            .rows
+            .last()
+            .map(|r| r.error.clone());
+        let last = last.unwrap_or_else(|| InputError::new("(input)", "rejected"));
+        Err(self.too_many(last, count, Some(total)))
+    }
+
+    fn too_many(&self, mut error: InputError, count: u64, total: Option<u64>) -> Failure {
+        let of = match total {
+            Some(t) => format!(" of {t} input rows"),
+            None => String::new(),
+        };
+        let files = match &self.path {
+            Some(p) => format!(
+                "; the rows rejected so far are in {} (details in {})",
+                p.display(),
+                details_path(p).display()
+            ),
+            None => String::new(),
+        };
+        error.reason = format!(
+            "{}. That is {count} rejected row(s){of}, more than --max-errors {} allows, so the \
+             load stopped{files}",
+            error.reason, self.threshold
+        );
+        Failure::Input(Box::new(error))
+    }
+
+    /// Rejects by cause, for the summary and the report.
+    pub fn by_cause(&self) -> BTreeMap<&'static str, u64> {
+        let mut m = BTreeMap::new();
+        for r in &super::lock(&self.found).rows {
+            *m.entry(r.cause).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// The first reject in input order, with its line made absolute, for the summary.
+    pub fn first(&self, plan: &Plan) -> Option<InputError> {
+        let found = super::lock(&self.found);
+        let r = found.rows.iter().min_by_key(|r| (r.input, r.offset))?;
+        let mut e = r.error.clone();
+        e.line = Some(r.chunk_line);
+        let chunk = chunk_at(plan, r.input, r.offset);
+        super::absolute_line(plan, &chunk, &mut e);
+        Some(e)
+    }
+
+    /// Writes the rejects file (the rows' own bytes, in input order) and the details beside it
+    /// (one JSON object per row, in the same order).
+    pub fn write(&self, plan: &Plan) -> std::io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let mut rows = super::lock(&self.found).rows.clone();
+        rows.sort_by_key(|r| (r.input, r.offset));
+        let lines = absolute_lines(plan, &rows);
+        let mut data = BufWriter::new(std::fs::File::create(path)?);
+        let mut details = BufWriter::new(std::fs::File::create(details_path(path))?);
+        let mut at = 0u64;
+        for (r, line) in rows.iter().zip(lines) {
+            data.write_all(&r.raw)?;
+            let input = &plan.inputs[r.input];
+            let value = r.error.value.as_deref().map(|v| {
+                let cut = &v[..v.len().min(VALUE_BYTES)];
+                String::from_utf8_lossy(cut).into_owned()
+            });
+            let json = serde_json::json!({
+                "file": input.display,
+                "table": plan.tables[input.table].table.name,
+                "line": line,
+                "byte_offset": r.offset,
+                "byte_length": r.raw.len(),
+                "column": r.error.column,
+                "value": value,
+                "value_bytes": r.error.value.as_ref().map(Vec::len),
+                "value_offset": r.error.offset,
+                "reason": r.error.reason,
+                "cause": r.cause,
+                "by": if r.by_server { "server" } else { "client" },
+                "rejects_offset": at,
+            });
+            at += r.raw.len() as u64;
+            serde_json::to_writer(&mut details, &json)?;
+            details.write_all(b"\n")?;
+        }
+        data.flush()?;
+        details.flush()
+    }
+}
+
+/// The details file beside a rejects file: `PATH.jsonl`.
+pub fn details_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".jsonl");
+    PathBuf::from(p)
+}
+
+/// The plan's chunk of `input` that holds `offset`.
+fn chunk_at(plan: &Plan, input: usize, offset: u64) -> Chunk {
+    plan.chunks
+        .iter()
+        .filter(|c| c.input == input && c.start <= offset)
+        .max_by_key(|c| c.start)
+        .cloned()
+        .unwrap_or(Chunk {
+            id: 0,
+            input,
+            start: 0,
+            end: None,
+        })
+}
+
+/// The line each reject starts on (`rows` sorted by input and offset): one pass over each
+/// input, up to its last reject, counting line ends. `None` where the input cannot be read
+/// again (standard input).
+fn absolute_lines(plan: &Plan, rows: &[Reject]) -> Vec<Option<u64>> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut i = 0;
+    while i < rows.len() {
+        let input_ix = rows[i].input;
+        let end = rows[i..]
+            .iter()
+            .position(|r| r.input != input_ix)
+            .map_or(rows.len(), |k| i + k);
+        let group = &rows[i..end];
+        let input = &plan.inputs[input_ix];
+        let head = Chunk {
+            id: 0,
+            input: input_ix,
+            start: 0,
+            end: Some(group.last().map_or(0, |r| r.offset)),
+        };
+        let nl = input.dialect.line_ending.terminator();
+        match source::open_chunk(input, &head) {
+            Ok(mut reader) => {
+                let mut buf = vec![0u8; 1 << 20];
+                let (mut pos, mut lines) = (0u64, 1u64);
+                let mut next = 0;
+                'read: loop {
+                    let k = match reader.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => k,
+                    };
+                    let block = &buf[..k];
+                    let mut from = 0usize;
+                    while next < group.len() {
+                        let want = group[next].offset;
+                        if want >= pos + k as u64 {
+                            break;
+                        }
+                        let upto = (want - pos) as usize;
+                        lines += memchr::memchr_iter(nl, &block[from..upto]).count() as u64;
+                        from = upto;
+                        out.push(Some(lines));
+                        next += 1;
+                    }
+                    if next == group.len() {
+                        break 'read;
+                    }
+                    lines += memchr::memchr_iter(nl, &block[from..]).count() as u64;
+                    pos += k as u64;
+                }
+                // Rejects at the very end of what was read (or past it): the line so far.
+                while next < group.len() {
+                    out.push(Some(lines));
+                    next += 1;
+                }
+            }
+            Err(_) => out.extend(group.iter().map(|_| None)),
+        }
+        i = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_parse_as_rows_or_shares() {
+        assert_eq!(parse_threshold("10"), Ok(Threshold::Count(10)));
+        assert_eq!(parse_threshold("0"), Ok(Threshold::Count(0)));
+        assert_eq!(parse_threshold("2.5%"), Ok(Threshold::Share(0.025)));
+        assert_eq!(parse_threshold(" 100% "), Ok(Threshold::Share(1.0)));
+        for bad in ["", "x", "-1", "101%", "%", "1.5"] {
+            assert!(parse_threshold(bad).is_err(), "{bad:?}");
+        }
+        assert!(!Threshold::Count(0).allows_any());
+        assert!(!Threshold::Share(0.0).allows_any());
+        assert!(Threshold::Share(0.001).allows_any());
+        assert_eq!(Threshold::Share(0.025).to_string(), "2.5%");
+    }
+
+    #[test]
+    fn details_sit_beside_the_rejects_file() {
+        assert_eq!(
+            details_path(Path::new("/tmp/bad rows.csv")),
+            PathBuf::from("/tmp/bad rows.csv.jsonl")
+        );
+    }
+}
