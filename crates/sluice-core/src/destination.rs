@@ -98,8 +98,13 @@ pub trait Destination: Sync {
     /// [`ErrorKind::Conflict`]. Called once before the streams open.
     fn watch(&self, streams: usize) -> Result<(), DestinationError>;
 
-    /// Stops watching (after every stream has finished, before the commits).
-    fn stop_watching(&self);
+    /// Stream `n` has no more work (it waits for the commit): what its session does from now
+    /// on says nothing about the load's bottleneck, and is not sampled.
+    fn stream_done(&self, _n: usize) {}
+
+    /// Stops watching (after every stream has finished, before the commits), and says what
+    /// the load's sessions were doing while it watched.
+    fn stop_watching(&self) -> ServerWaits;
 
     /// The key columns of an index or constraint the server named, for finding rows by key.
     fn key_columns(&self, index: &str) -> Option<Vec<String>>;
@@ -112,6 +117,64 @@ pub trait Destination: Sync {
     /// when the server will not say).
     fn log_position(&self) -> Option<u64> {
         None
+    }
+}
+
+/// What a session of the load was doing when the destination looked: the server's side of
+/// where a load's time goes, in classes every destination can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Activity {
+    /// Waiting for sluice: for data, or idle between statements.
+    WaitingForClient,
+    /// Working: on CPU, no wait event.
+    Cpu,
+    /// Writing or flushing the write-ahead log.
+    Wal,
+    /// Reading, writing or extending data files.
+    DiskIo,
+    /// Waiting on a lock another session holds.
+    Lock,
+    /// Anything else (a sleep in a trigger, an extension, inter-process waits).
+    Other,
+}
+
+impl Activity {
+    /// A short name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activity::WaitingForClient => "waiting_for_client",
+            Activity::Cpu => "cpu",
+            Activity::Wal => "wal",
+            Activity::DiskIo => "disk_io",
+            Activity::Lock => "lock",
+            Activity::Other => "other",
+        }
+    }
+}
+
+/// What the load's sessions were doing, sampled a few times a second while the streams ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerWaits {
+    /// Session samples taken (sessions times samples).
+    pub samples: u64,
+    /// Samples by activity and the destination's own name for it (PostgreSQL: the wait
+    /// event, or `CPU`), most frequent first.
+    pub activities: Vec<(Activity, String, u64)>,
+}
+
+impl ServerWaits {
+    /// The share (0 to 1) of samples in `class`.
+    pub fn share(&self, class: Activity) -> f64 {
+        if self.samples == 0 {
+            return 0.0;
+        }
+        let n: u64 = self
+            .activities
+            .iter()
+            .filter(|(a, _, _)| *a == class)
+            .map(|(_, _, n)| n)
+            .sum();
+        n as f64 / self.samples as f64
     }
 }
 

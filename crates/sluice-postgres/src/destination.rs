@@ -26,7 +26,8 @@ use crate::watchdog::Watchdog;
 use bytes::Bytes;
 use sluice_core::destination::{
     ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
-    Ledger, LoadTable, Partitioning, PublishTimes, RecordEncoder, StageTimes, Staging, TableInfo,
+    Ledger, LoadTable, Partitioning, PublishTimes, RecordEncoder, ServerWaits, StageTimes, Staging,
+    TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
@@ -381,10 +382,17 @@ impl Destination for PgDestination {
         Ok(())
     }
 
-    fn stop_watching(&self) {
+    fn stream_done(&self, n: usize) {
+        if let Some(w) = lock(&self.watchdog).as_ref() {
+            w.stream_done(n);
+        }
+    }
+
+    fn stop_watching(&self) -> ServerWaits {
         let w = lock(&self.watchdog).take();
-        if let Some(w) = w {
-            self.rt.block_on(w.stop());
+        match w {
+            Some(w) => self.rt.block_on(w.stop()),
+            None => ServerWaits::default(),
         }
     }
 

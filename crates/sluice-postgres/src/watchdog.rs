@@ -18,6 +18,7 @@
 
 use crate::connect::{connect, ConnectError};
 use crate::conninfo::ConnInfo;
+use sluice_core::destination::{Activity, ServerWaits};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -47,6 +48,10 @@ struct State {
     /// Backend pid of each stream, once connected.
     pids: Vec<Option<i32>>,
     conflicts: Vec<Conflict>,
+    /// What the streams' sessions were doing, over every sample.
+    waits: ServerWaits,
+    /// Backend pids of streams with no more work, left out of `waits`.
+    done: Vec<i32>,
 }
 
 /// The running watchdog; [`Watchdog::stop`] ends it.
@@ -99,15 +104,62 @@ impl Watchdog {
         Some(s.conflicts.remove(i))
     }
 
+    /// Stream `stream` has no more work: its session is no longer sampled for the verdict
+    /// (it is still watched as a blocker).
+    pub fn stream_done(&self, stream: usize) {
+        let mut s = lock(&self.state);
+        if let Some(Some(pid)) = s.pids.get(stream).copied() {
+            s.done.push(pid);
+        }
+    }
+
     /// Which stream a backend pid belongs to.
     pub fn stream_of(&self, pid: i32) -> Option<usize> {
         lock(&self.state).pids.iter().position(|p| *p == Some(pid))
     }
 
-    /// Stops sampling and closes the side connection.
-    pub async fn stop(self) {
+    /// Stops sampling and closes the side connection; returns what the sessions were doing.
+    pub async fn stop(self) -> ServerWaits {
         self.stop.notify_one();
         let _ = self.task.await;
+        let mut waits = std::mem::take(&mut lock(&self.state).waits);
+        waits
+            .activities
+            .sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        waits
+    }
+}
+
+/// The class of what a session was doing, from `pg_stat_activity`.
+fn activity(wait_type: Option<&str>, event: Option<&str>, state: &str) -> Activity {
+    match (wait_type, event) {
+        (None, _) if state == "active" => Activity::Cpu,
+        (None, _) => Activity::WaitingForClient,
+        (Some("Client"), Some("ClientRead")) => Activity::WaitingForClient,
+        (Some("IO"), Some(e)) if e.starts_with("WAL") => Activity::Wal,
+        (Some("LWLock"), Some(e)) if e.starts_with("WAL") => Activity::Wal,
+        (Some("IO"), _) => Activity::DiskIo,
+        (Some("Lock" | "LWLock"), _) => Activity::Lock,
+        _ => Activity::Other,
+    }
+}
+
+/// Adds one sample of a session to the tally.
+fn tally(waits: &mut ServerWaits, wait_type: Option<&str>, event: Option<&str>, state: &str) {
+    let class = activity(wait_type, event, state);
+    let name = match (class, event) {
+        (Activity::Cpu, _) => "CPU".to_string(),
+        (_, Some(e)) => e.to_string(),
+        (_, None) => state.to_string(),
+    };
+    waits.samples += 1;
+    match waits
+        .activities
+        .iter_mut()
+        .find(|(a, n, _)| *a == class && *n == name)
+    {
+        Some(entry) => entry.2 += 1,
+        None => waits.activities.push((class, name, 1)),
     }
 }
 
@@ -118,22 +170,46 @@ struct Waiting {
     blockers: Vec<i32>,
 }
 
-async fn sample(client: &Client, pids: &[i32]) -> Result<Vec<Waiting>, tokio_postgres::Error> {
+/// One sample of the streams' sessions: tallies what each was doing into `state`, and
+/// returns those waiting on a lock, with who blocks them.
+async fn sample(
+    client: &Client,
+    pids: &[i32],
+    state: &Mutex<State>,
+) -> Result<Vec<Waiting>, tokio_postgres::Error> {
     let rows = client
         .query(
-            "SELECT pid, wait_event, pg_blocking_pids(pid) FROM pg_stat_activity \
-             WHERE pid = ANY($1) AND wait_event_type = 'Lock'",
+            "SELECT pid, wait_event_type::text, wait_event::text, coalesce(state, ''), \
+                    CASE WHEN wait_event_type = 'Lock' THEN pg_blocking_pids(pid) \
+                         ELSE '{}'::int[] END \
+             FROM pg_stat_activity WHERE pid = ANY($1)",
             &[&pids],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Waiting {
-            pid: r.get(0),
-            lock_type: r.get::<_, Option<String>>(1).unwrap_or_default(),
-            blockers: r.get(2),
-        })
-        .collect())
+    let mut waiting = Vec::new();
+    let mut s = lock(state);
+    for r in &rows {
+        let pid: i32 = r.get(0);
+        let wait_type: Option<String> = r.get(1);
+        let event: Option<String> = r.get(2);
+        let session: String = r.get(3);
+        if !s.done.contains(&pid) {
+            tally(
+                &mut s.waits,
+                wait_type.as_deref(),
+                event.as_deref(),
+                &session,
+            );
+        }
+        if wait_type.as_deref() == Some("Lock") {
+            waiting.push(Waiting {
+                pid,
+                lock_type: event.unwrap_or_default(),
+                blockers: r.get(4),
+            });
+        }
+    }
+    Ok(waiting)
 }
 
 async fn describe_session(client: &Client, pid: i32) -> String {
@@ -171,10 +247,10 @@ async fn watch(
             _ = tokio::time::sleep(SAMPLE) => {}
         }
         let pids: Vec<i32> = lock(&state).pids.iter().flatten().copied().collect();
-        if pids.len() < 2 {
+        if pids.is_empty() {
             continue;
         }
-        let sampled = tokio::time::timeout(UNANSWERED_REPORT, sample(&client, &pids)).await;
+        let sampled = tokio::time::timeout(UNANSWERED_REPORT, sample(&client, &pids, &state)).await;
         let sampled = match sampled {
             Ok(r) => r,
             Err(_) => {
@@ -184,7 +260,7 @@ async fn watch(
                      to a vanished host within about a minute)",
                     UNANSWERED_REPORT.as_secs()
                 ));
-                sample(&client, &pids).await
+                sample(&client, &pids, &state).await
             }
         };
         let waiting = match sampled {

@@ -21,6 +21,7 @@ mod report;
 mod signals;
 mod target;
 mod tpch;
+mod verdict;
 
 use clap::{Parser, Subcommand};
 use failure::Failure;

@@ -48,6 +48,27 @@ pub struct Report {
     pub ledger: Option<String>,
     /// Rows rejected within `--max-errors` (`None` when none may be).
     pub rejected: Option<RejectedReport>,
+    /// What bound the load (`None` for a dry run, or a load too short to judge).
+    pub verdict: Option<crate::verdict::Verdict>,
+    /// What the load's server sessions were doing, sampled while the streams ran.
+    pub server_waits: ServerWaitsReport,
+}
+
+/// The server's side of where the time went.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct ServerWaitsReport {
+    /// Session samples (sessions times samples, a few a second).
+    pub samples: u64,
+    /// Samples by class (`waiting_for_client`, `cpu`, `wal`, `disk_io`, `lock`, `other`) and
+    /// the server's own name for the wait, most frequent first.
+    pub events: Vec<WaitEvent>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct WaitEvent {
+    pub class: &'static str,
+    pub event: String,
+    pub samples: u64,
 }
 
 /// The rows a load rejected and loaded around.
@@ -170,6 +191,25 @@ pub fn build(
         job: facts.job,
         ledger: facts.ledger,
         rejected: facts.rejected,
+        verdict: (!dry_run)
+            .then(|| {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                crate::verdict::judge(plan, outcome, jobs, cores)
+            })
+            .flatten(),
+        server_waits: ServerWaitsReport {
+            samples: outcome.server_waits.samples,
+            events: outcome
+                .server_waits
+                .activities
+                .iter()
+                .map(|(class, event, n)| WaitEvent {
+                    class: class.name(),
+                    event: event.clone(),
+                    samples: *n,
+                })
+                .collect(),
+        },
     }
 }
 
@@ -307,6 +347,9 @@ pub fn render(report: &Report) -> String {
         if let Some(first) = &r.first {
             out.push_str(&format!("first rejected row: {first}\n"));
         }
+    }
+    if let Some(v) = &report.verdict {
+        out.push_str(&format!("verdict: {}\n", v.line()));
     }
     if report.dry_run {
         out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");

@@ -687,6 +687,8 @@ mod tests {
             job: None,
             ledger: None,
             rejected: None,
+            verdict: None,
+            server_waits: Default::default(),
         };
         let counts: Vec<(String, u64)> = tpch::TABLES
             .iter()

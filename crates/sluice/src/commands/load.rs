@@ -562,6 +562,7 @@ fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> re
         elapsed: std::time::Duration::ZERO,
         server_conversions: 0,
         strategy: "direct",
+        server_waits: Default::default(),
     };
     let facts = report::Facts {
         target: dest.target(),

@@ -16,6 +16,7 @@ use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::records::{Fields, RecordParser, Step, SyntaxError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::time::{Duration, Instant};
 
 /// Counters a chunk updates as it goes, shared with the progress display.
 #[derive(Default, Debug)]
@@ -53,6 +54,8 @@ pub struct ChunkJob<'a, 'b, E: RecordEncoder> {
     /// Where a record the encoder refuses goes, when rows may be rejected (`None`: it fails
     /// the chunk).
     pub on_reject: Option<&'b mut dyn FnMut(ClientReject) -> Result<(), Failure>>,
+    /// Time spent waiting for input (the reader thread, or mapping pages), added to.
+    pub read: &'a mut Duration,
 }
 
 /// What a conversion added to its counters.
@@ -180,16 +183,17 @@ fn walk_records(
     plan: &Plan,
     chunk: &Chunk,
     abort: Option<&AtomicBool>,
+    read: &mut Duration,
     visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     match (&input.source, input.compression) {
         (InputSource::File(path), Compression::None) => {
-            walk_mapped(plan, chunk, path, abort, visit)
+            walk_mapped(plan, chunk, path, abort, read, visit)
         }
         _ => {
             let reader = start_reader(plan, chunk)?;
-            walk_blocks(plan, chunk, reader, abort, visit)
+            walk_blocks(plan, chunk, reader, abort, read, visit)
         }
     }
 }
@@ -207,6 +211,7 @@ fn walk_mapped(
     chunk: &Chunk,
     path: &std::path::Path,
     abort: Option<&AtomicBool>,
+    read: &mut Duration,
     mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
@@ -248,6 +253,7 @@ fn walk_mapped(
         }
         let stop = (pos + window).min(data.len());
         let needed = chunk.start + stop as u64;
+        let reading = Instant::now();
         let now = file.metadata().map_err(io)?.len();
         if now < needed {
             return Err(Failure::Local(format!(
@@ -259,6 +265,7 @@ fn walk_mapped(
         // Map the window's pages in one call rather than one fault at a time.
         #[cfg(target_os = "linux")]
         let _ = map.advise_range(memmap2::Advice::PopulateRead, skip + pos, stop - pos);
+        *read += reading.elapsed();
         let slice = &data[pos..stop];
         let inp = parser.input(slice, stop == data.len());
         let base = chunk.start + pos as u64;
@@ -316,6 +323,7 @@ fn walk_blocks(
     chunk: &Chunk,
     (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
     abort: Option<&AtomicBool>,
+    read: &mut Duration,
     mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
@@ -331,7 +339,10 @@ fn walk_blocks(
         if abort.is_some_and(|a| a.load(Ordering::Relaxed)) {
             return Err(Failure::Aborted);
         }
-        let (block, eof) = match blocks.recv() {
+        let reading = Instant::now();
+        let received = blocks.recv();
+        *read += reading.elapsed();
+        let (block, eof) = match received {
             Ok(Block::Data(b)) => (b, false),
             Ok(Block::Error(e)) => {
                 return Err(Failure::Local(format!("reading {}: {e}", input.display)))
@@ -502,69 +513,76 @@ pub fn convert_chunk<E: RecordEncoder>(
         added,
         select,
         mut on_reject,
+        read,
     } = job;
     let capacity = copy_buffer + copy_buffer / 4;
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(prefix);
     let mut records = 0u64;
     let mut index = 0u64;
-    let consumed = walk_records(plan, chunk, Some(abort), |fields, data, data_base, pos| {
-        index += 1;
-        if let Some(sel) = &select {
-            if index >= sel.hi {
-                return Ok(false);
-            }
-            if !sel.sends(index) {
-                return Ok(true);
-            }
-        }
-        let before = out.len();
-        let result = encoder.encode(fields, data, &mut out);
-        if let Err(e) = result {
-            out.truncate(before);
-            let field_offset = e
-                .column
-                .filter(|&i| i < fields.len())
-                .and_then(|i| fields.input_offset(i))
-                .map(|o| data_base + o as u64);
-            let from = (pos.offset - data_base) as usize;
-            let to = ((pos.end - data_base) as usize).min(data.len());
-            let record = data.get(from..to).unwrap_or_default();
-            let (error, cause) = record_error(plan, chunk, e, pos, field_offset, record);
-            return match on_reject.as_mut() {
-                None => Err(Failure::Input(Box::new(error))),
-                Some(reject) => {
-                    reject(ClientReject {
-                        index,
-                        chunk_line: pos.line,
-                        offset: pos.offset,
-                        raw: record.to_vec(),
-                        error,
-                        cause,
-                    })?;
-                    Ok(true)
+    let consumed = walk_records(
+        plan,
+        chunk,
+        Some(abort),
+        read,
+        |fields, data, data_base, pos| {
+            index += 1;
+            if let Some(sel) = &select {
+                if index >= sel.hi {
+                    return Ok(false);
                 }
-            };
-        }
-        records += 1;
-        if out.len() >= copy_buffer {
-            let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
-            emit(full)?;
-            let bytes = pos.offset - chunk.start;
-            counters
-                .bytes
-                .fetch_add(bytes - added.bytes, Ordering::Relaxed);
-            counters
-                .rows
-                .fetch_add(records - added.rows, Ordering::Relaxed);
-            added.bytes = bytes;
-            added.rows = records;
-            if abort.load(Ordering::Relaxed) {
-                return Err(Failure::Aborted);
+                if !sel.sends(index) {
+                    return Ok(true);
+                }
             }
-        }
-        Ok(true)
-    })?;
+            let before = out.len();
+            let result = encoder.encode(fields, data, &mut out);
+            if let Err(e) = result {
+                out.truncate(before);
+                let field_offset = e
+                    .column
+                    .filter(|&i| i < fields.len())
+                    .and_then(|i| fields.input_offset(i))
+                    .map(|o| data_base + o as u64);
+                let from = (pos.offset - data_base) as usize;
+                let to = ((pos.end - data_base) as usize).min(data.len());
+                let record = data.get(from..to).unwrap_or_default();
+                let (error, cause) = record_error(plan, chunk, e, pos, field_offset, record);
+                return match on_reject.as_mut() {
+                    None => Err(Failure::Input(Box::new(error))),
+                    Some(reject) => {
+                        reject(ClientReject {
+                            index,
+                            chunk_line: pos.line,
+                            offset: pos.offset,
+                            raw: record.to_vec(),
+                            error,
+                            cause,
+                        })?;
+                        Ok(true)
+                    }
+                };
+            }
+            records += 1;
+            if out.len() >= copy_buffer {
+                let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
+                emit(full)?;
+                let bytes = pos.offset - chunk.start;
+                counters
+                    .bytes
+                    .fetch_add(bytes - added.bytes, Ordering::Relaxed);
+                counters
+                    .rows
+                    .fetch_add(records - added.rows, Ordering::Relaxed);
+                added.bytes = bytes;
+                added.rows = records;
+                if abort.load(Ordering::Relaxed) {
+                    return Err(Failure::Aborted);
+                }
+            }
+            Ok(true)
+        },
+    )?;
     out.extend_from_slice(suffix);
     emit(out)?;
     counters
@@ -585,7 +603,8 @@ pub fn convert_chunk<E: RecordEncoder>(
 /// How many data records a chunk holds (on the error path, to split a range of them).
 pub fn count_records(plan: &Plan, chunk: &Chunk) -> Result<u64, Failure> {
     let mut n = 0u64;
-    walk_records(plan, chunk, None, |_, _, _, _| {
+    let mut unused = Duration::ZERO;
+    walk_records(plan, chunk, None, &mut unused, |_, _, _, _| {
         n += 1;
         Ok(true)
     })?;
@@ -616,7 +635,8 @@ pub struct RecordAt {
 pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Option<RecordAt> {
     let mut seen = 0u64;
     let mut found = None;
-    let _ = walk_records(plan, chunk, None, |fields, data, base, pos| {
+    let mut unused = Duration::ZERO;
+    let _ = walk_records(plan, chunk, None, &mut unused, |fields, data, base, pos| {
         seen += 1;
         if seen == n {
             let values = columns
@@ -702,7 +722,8 @@ pub fn find_key(
     deadline: std::time::Instant,
 ) -> Vec<Found> {
     let mut found = Vec::new();
-    let _ = walk_records(plan, chunk, None, |fields, data, _, pos| {
+    let mut unused = Duration::ZERO;
+    let _ = walk_records(plan, chunk, None, &mut unused, |fields, data, _, pos| {
         if probe.matches(encoder, fields, data) {
             found.push(Found {
                 line: pos.line,

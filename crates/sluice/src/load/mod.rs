@@ -38,6 +38,7 @@ use plan::{Chunk, Plan};
 use rejects::{Reject, Rejects};
 use sluice_core::destination::{
     Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, RecordEncoder,
+    ServerWaits,
 };
 use sluice_core::error::InputError;
 use sluice_core::ledger::ChunkRecord;
@@ -197,6 +198,23 @@ impl ChunkStat {
     }
 }
 
+/// Where a stream's time went, summed over its chunks: clock reads per message and per
+/// block, never per row.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct StreamTiming {
+    /// Waiting for input: for the reader thread (reading, decompressing), or for pages of a
+    /// mapped file.
+    pub read_seconds: f64,
+    /// Parsing, converting, validating and encoding: a chunk's time less the other three.
+    pub convert_seconds: f64,
+    /// Handing messages to the destination, which waits while its socket is full: the
+    /// server or the network is slower than the stream.
+    pub send_seconds: f64,
+    /// Waiting on the server to start and finish each COPY, and for ledger rows and
+    /// savepoints.
+    pub server_seconds: f64,
+}
+
 /// What one stream did.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
@@ -205,6 +223,9 @@ pub struct StreamStats {
     pub rows: u64,
     pub bytes: u64,
     pub seconds: f64,
+    /// Where its time went.
+    #[serde(default)]
+    pub timing: StreamTiming,
 }
 
 /// The outcome of a successful run.
@@ -216,6 +237,8 @@ pub struct RunOutcome {
     pub server_conversions: u64,
     /// The strategy that loaded it.
     pub strategy: &'static str,
+    /// What the load's server sessions were doing while the streams ran.
+    pub server_waits: ServerWaits,
 }
 
 /// Words a server error that is not about one row: what happened, without blaming the
@@ -653,6 +676,7 @@ fn run_chunk<D: Destination>(
     counters: &Counters,
     record: Option<&JobRun>,
     savepoints: bool,
+    timing: &mut StreamTiming,
 ) -> Result<ChunkOutcome, ChunkError> {
     let outcome = match ctx.opts.rejects.as_deref() {
         None => {
@@ -662,19 +686,29 @@ fn run_chunk<D: Destination>(
                 added: &mut added,
                 select: None,
                 on_reject: None,
+                timing: &mut *timing,
             };
             copy_once(ctx, chunk, stream.as_deref_mut(), encoder, attempt)?
         }
         Some(rejects) => {
             let stream = stream.as_deref_mut();
-            isolate(ctx, rejects, chunk, stream, encoder, counters, savepoints)?
+            isolate(
+                ctx,
+                rejects,
+                chunk,
+                stream,
+                encoder,
+                counters,
+                savepoints,
+                &mut *timing,
+            )?
         }
     };
     if let Some(s) = stream {
         if let Some((job, r)) =
             record.and_then(|j| Some((j.job, j.record(chunk, outcome.records)?)))
         {
-            s.record_chunks(job, &[r])
+            timed(&mut timing.server_seconds, || s.record_chunks(job, &[r]))
                 .map_err(ChunkError::Destination)?;
             crate::faults::point("copied");
         }
@@ -688,6 +722,15 @@ struct Attempt<'a> {
     added: &'a mut Added,
     select: Option<Selection<'a>>,
     on_reject: Option<&'a mut dyn FnMut(ClientReject) -> Result<(), Failure>>,
+    timing: &'a mut StreamTiming,
+}
+
+/// Runs `f`, adding its time to `seconds`.
+fn timed<T>(seconds: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    *seconds += t.elapsed().as_secs_f64();
+    r
 }
 
 /// Sends a chunk's records (those `attempt` selects) in one COPY.
@@ -700,8 +743,11 @@ fn copy_once<D: Destination>(
 ) -> Result<ChunkOutcome, ChunkError> {
     let (plan, opts, abort) = (ctx.plan, ctx.opts, ctx.abort);
     let t = plan.inputs[chunk.input].table;
+    let started = Instant::now();
+    let timing = attempt.timing;
+    let (mut read, mut send, mut server) = (Duration::ZERO, 0f64, 0f64);
     if let Some(s) = stream.as_deref_mut() {
-        s.begin_copy(t).map_err(ChunkError::Destination)?;
+        timed(&mut server, || s.begin_copy(t)).map_err(ChunkError::Destination)?;
     }
     let job = ChunkJob {
         plan,
@@ -714,17 +760,26 @@ fn copy_once<D: Destination>(
         added: attempt.added,
         select: attempt.select,
         on_reject: attempt.on_reject,
+        read: &mut read,
     };
     let mut send_failed = None;
     let result = convert_chunk(job, |bytes| {
         if let Some(s) = stream.as_deref_mut() {
-            if let Err(e) = s.send(bytes) {
+            if let Err(e) = timed(&mut send, || s.send(bytes)) {
                 send_failed = Some(e);
                 return Err(Failure::Aborted);
             }
         }
         Ok(())
     });
+    let finished = stream
+        .filter(|_| result.is_ok() && send_failed.is_none())
+        .map(|s| timed(&mut server, || s.finish_copy()));
+    let read = read.as_secs_f64();
+    timing.read_seconds += read;
+    timing.send_seconds += send;
+    timing.server_seconds += server;
+    timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
     let outcome = match (result, send_failed) {
         (Ok(o), None) => o,
         (_, Some(e)) => return Err(ChunkError::Destination(e)),
@@ -734,8 +789,8 @@ fn copy_once<D: Destination>(
         }
         (Err(e), None) => return Err(ChunkError::Failed(e)),
     };
-    if let Some(s) = stream {
-        let rows = s.finish_copy().map_err(ChunkError::Destination)?;
+    if let Some(finished) = finished {
+        let rows = finished.map_err(ChunkError::Destination)?;
         if rows != outcome.records {
             return Err(ChunkError::Failed(Failure::Server(format!(
                 "the server stored {rows} rows from {} where sluice sent {}",
@@ -775,6 +830,7 @@ fn nth_sent(lo: u64, hi: u64, skip: &BTreeSet<u64>, n: u64) -> Option<u64> {
 /// after the last row), in halves, until each bad row stands alone. Every good row loads, once.
 /// Each attempt re-reads the chunk from its start, so a chunk's k server-side rejects cost
 /// about k more reads of it.
+#[allow(clippy::too_many_arguments)]
 fn isolate<D: Destination>(
     ctx: &RunContext<'_, D>,
     rejects: &Rejects,
@@ -783,6 +839,7 @@ fn isolate<D: Destination>(
     encoder: &mut D::Encoder<'_>,
     counters: &Counters,
     savepoints: bool,
+    timing: &mut StreamTiming,
 ) -> Result<ChunkOutcome, ChunkError> {
     let plan = ctx.plan;
     // Without savepoints, one attempt: the encoder's rejects are dropped, the server's fail.
@@ -801,7 +858,7 @@ fn isolate<D: Destination>(
             continue;
         }
         if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
-            s.savepoint().map_err(ChunkError::Destination)?;
+            timed(&mut timing.server_seconds, || s.savepoint()).map_err(ChunkError::Destination)?;
         }
         let mut added = Added::default();
         let mut dropped: Vec<u64> = Vec::new();
@@ -829,6 +886,7 @@ fn isolate<D: Destination>(
                     skip: &skip,
                 }),
                 on_reject: Some(&mut on_reject),
+                timing: &mut *timing,
             };
             copy_once(ctx, chunk, stream.as_deref_mut(), encoder, attempt)
         };
@@ -837,7 +895,8 @@ fn isolate<D: Destination>(
         let e = match result {
             Ok(o) => {
                 if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
-                    s.release_savepoint().map_err(ChunkError::Destination)?;
+                    timed(&mut timing.server_seconds, || s.release_savepoint())
+                        .map_err(ChunkError::Destination)?;
                 }
                 total.records += o.records;
                 total.bytes = total.bytes.max(o.bytes);
@@ -849,7 +908,8 @@ fn isolate<D: Destination>(
         let Some(s) = stream.as_deref_mut().filter(|_| savepoints) else {
             return Err(ChunkError::Destination(e));
         };
-        s.rollback_to_savepoint().map_err(ChunkError::Destination)?;
+        timed(&mut timing.server_seconds, || s.rollback_to_savepoint())
+            .map_err(ChunkError::Destination)?;
         if was_first {
             counters.rows.fetch_sub(added.rows, Ordering::Relaxed);
             counters.bytes.fetch_sub(added.bytes, Ordering::Relaxed);
@@ -927,8 +987,9 @@ pub fn execute<D: Destination>(
         }
     };
     let conversions = std::sync::atomic::AtomicU64::new(0);
-    // One stream cannot wait on itself; two or more are watched.
-    let watched = !opts.dry_run && jobs >= 2;
+    // The watch catches streams waiting on each other, and samples what every stream's
+    // session is doing, for the verdict (one stream included).
+    let watched = !opts.dry_run;
     // Stream `n`'s staged units run on a second connection, watched as `jobs + n`.
     if watched {
         dest.watch(2 * jobs)
@@ -1079,6 +1140,7 @@ pub fn execute<D: Destination>(
                                         &counters[t],
                                         record,
                                         unit.staged.is_none(),
+                                        &mut stats.timing,
                                     ) {
                                         Ok(o) => {
                                             if unit.staged.is_some() {
@@ -1179,6 +1241,9 @@ pub fn execute<D: Destination>(
                                 }
                             }
                         }
+                        // Its sessions only wait for the commit from here on.
+                        dest.stream_done(n);
+                        dest.stream_done(jobs + n);
                         for c in &stats.chunks {
                             stats.rows += c.rows;
                             stats.bytes += c.bytes;
@@ -1200,9 +1265,10 @@ pub fn execute<D: Destination>(
             .map(|h| h.join().unwrap_or_else(|_| (None, StreamStats::default())))
             .collect()
     });
-    if watched {
-        dest.stop_watching();
-    }
+    let server_waits = match watched {
+        true => dest.stop_watching(),
+        false => ServerWaits::default(),
+    };
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         // Dropping the streams closes their connections: every transaction rolls back.
         drop(results);
@@ -1239,6 +1305,9 @@ pub fn execute<D: Destination>(
             let t = plan.inputs[chunk.input].table;
             let encoder = encoders[t].get_or_insert_with(|| dest.encoder(t));
             let chunk_start = Instant::now();
+            // The publish's chunks are timed apart from the streams': the report counts
+            // them with the first stream's rows, not its time.
+            let mut timing = StreamTiming::default();
             match run_chunk(
                 &ctx,
                 chunk,
@@ -1247,6 +1316,7 @@ pub fn execute<D: Destination>(
                 &counters[t],
                 None,
                 true,
+                &mut timing,
             ) {
                 Ok(o) => {
                     if let Some(r) = opts.job.as_ref().and_then(|j| j.record(chunk, o.records)) {
@@ -1293,5 +1363,6 @@ pub fn execute<D: Destination>(
         elapsed: started.elapsed(),
         server_conversions: conversions.into_inner(),
         strategy: strategy.name(),
+        server_waits,
     })
 }

@@ -671,10 +671,11 @@ pub fn format_for(name: &str, given: Option<Format>) -> Result<Format, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn table(name: &str) -> (String, TableInfo) {
+    /// A described table of two text columns, `a` and `b`.
+    pub(crate) fn table(name: &str) -> (String, TableInfo) {
         let columns = ["a", "b"]
             .iter()
             .map(|c| ColumnInfo {

@@ -1,0 +1,175 @@
+//! Issue 12: the bottleneck verdict. Each kind that can be forced on one machine is forced
+//! with conditions about ten times apart, so that noise cannot flip it: a slow pipe
+//! (client-bound), a trigger that sleeps per batch (server-bound), one big uncut compressed
+//! file beside small ones (a long tail). Real PostgreSQL; nothing here is timed.
+
+mod common;
+
+use common::{db, sluice_cmd, stderr, Db};
+use std::io::Write;
+use std::process::Stdio;
+
+/// The JSON report of a load, after checking that it succeeded.
+fn report(d: &Db, out: &std::process::Output, path: &std::path::Path) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    let _ = d;
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_slow_pipe_is_client_bound() {
+    let d = db("verdict_pipe");
+    d.psql("CREATE TABLE t (a int, s text)");
+    let json = d.dir.join("pipe.json");
+    let mut child = sluice_cmd()
+        .args([
+            "load", "-q", "--table", "t", "--format", "csv", "--target", &d.url,
+        ])
+        .arg("--report-json")
+        .arg(&json)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // 40 batches of 50 rows, 100 ms apart: about 4 s in which sluice mostly waits.
+    for batch in 0..40 {
+        let rows: String = (0..50)
+            .map(|i| format!("{},row {i}\n", batch * 50 + i))
+            .collect();
+        stdin.write_all(rows.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let r = report(&d, &out, &json);
+    assert_eq!(d.count("t"), 2000);
+    let v = &r["verdict"];
+    assert_eq!(v["kind"], "client-bound", "{v}");
+    assert!(
+        v["because"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for standard input"),
+        "{v}"
+    );
+    let waiting = v["figures"]["server_waiting_for_client"].as_f64().unwrap();
+    assert!(waiting > 0.8, "the server waited for sluice {waiting}: {v}");
+    assert!(v["figures"]["stream_read"].as_f64().unwrap() > 0.8, "{v}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("verdict: client-bound:"), "{stdout}");
+    assert!(
+        r["server_waits"]["samples"].as_u64().unwrap() >= 10,
+        "{}",
+        r["server_waits"]
+    );
+}
+
+/// A trigger that sleeps 20 ms every `every` rows.
+fn sleepy_trigger(d: &Db, table: &str, every: u32) {
+    d.psql(&format!(
+        "CREATE FUNCTION {table}_slow() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.a % {every} = 0 THEN PERFORM pg_sleep(0.02); END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER {table}_slow BEFORE INSERT ON {table} \
+         FOR EACH ROW EXECUTE FUNCTION {table}_slow()"
+    ));
+}
+
+#[test]
+fn a_trigger_that_sleeps_is_server_bound() {
+    let d = db("verdict_trigger");
+    d.psql("CREATE TABLE t (a int, s text)");
+    sleepy_trigger(&d, "t", 200);
+    // 30,000 rows: 150 sleeps of 20 ms, 3 s of server time against well under 0.3 s of
+    // conversion.
+    let rows: String = (0..30_000).map(|i| format!("{i},row {i}\n")).collect();
+    let f = d.file("t.csv", rows.as_bytes());
+    let json = d.dir.join("trigger.json");
+    let out = d.sluice(&[
+        "load",
+        "-q",
+        "--table",
+        "t",
+        "--jobs",
+        "1",
+        "--report-json",
+        json.to_str().unwrap(),
+        f.to_str().unwrap(),
+    ]);
+    let r = report(&d, &out, &json);
+    assert_eq!(d.count("t"), 30_000);
+    let v = &r["verdict"];
+    assert_eq!(v["kind"], "server-bound", "{v}");
+    let because = v["because"].as_str().unwrap();
+    assert!(because.contains("PgSleep"), "{v}");
+    assert!(because.contains("more client speed would not help"), "{v}");
+    assert!(
+        v["figures"]["server_waiting_for_client"].as_f64().unwrap() < 0.2,
+        "{v}"
+    );
+}
+
+#[test]
+fn one_big_uncut_compressed_file_is_a_long_tail() {
+    let d = db("verdict_tail");
+    d.psql("CREATE TABLE big (a int, s text); CREATE TABLE small (a int, s text)");
+    // The big file's table is slow to fill (3 s of sleeps), the small files take a moment.
+    sleepy_trigger(&d, "big", 100);
+    let rows: String = (0..15_000).map(|i| format!("{i},row {i}\n")).collect();
+    let gz = {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(rows.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    let big = d.file("big.csv.gz", &gz);
+    let mut args: Vec<String> = vec![
+        "load".into(),
+        "-q".into(),
+        "--jobs".into(),
+        "2".into(),
+        "--report-json".into(),
+        d.dir.join("tail.json").to_str().unwrap().into(),
+        big.to_str().unwrap().into(),
+    ];
+    for k in 0..4 {
+        let small: String = (0..100).map(|i| format!("{i},small {k}\n")).collect();
+        let f = d.file(&format!("small.{k}.csv"), small.as_bytes());
+        args.push(f.to_str().unwrap().into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = d.sluice(&args);
+    let r = report(&d, &out, &d.dir.join("tail.json"));
+    assert_eq!((d.count("big"), d.count("small")), (15_000, 400));
+    let v = &r["verdict"];
+    assert_eq!(v["kind"], "long-tail", "{v}");
+    assert!(v["because"].as_str().unwrap().contains("big.csv.gz"), "{v}");
+    assert!(
+        v["next_step"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be cut into chunks"),
+        "{v}"
+    );
+    let (tail, median) = (
+        v["figures"]["tail_stream_end_seconds"].as_f64().unwrap(),
+        v["figures"]["median_stream_end_seconds"].as_f64().unwrap(),
+    );
+    assert!(tail > 2.0 * median, "tail {tail} s, median {median} s");
+    // Every stream reports where its time went.
+    for s in r["streams"].as_array().unwrap() {
+        let t = &s["timing"];
+        let sum: f64 = [
+            "read_seconds",
+            "convert_seconds",
+            "send_seconds",
+            "server_seconds",
+        ]
+        .iter()
+        .map(|k| t[k].as_f64().unwrap())
+        .sum();
+        assert!(sum <= s["seconds"].as_f64().unwrap() + 0.05, "{s}");
+    }
+}
