@@ -27,6 +27,9 @@ pub enum AdminError {
     Connect(#[from] ConnectError),
     #[error("cannot start the connection's runtime: {0}")]
     Runtime(std::io::Error),
+    /// The server refused a statement (a probe's, say).
+    #[error("{0}")]
+    Server(String),
 }
 
 /// One blocking connection.

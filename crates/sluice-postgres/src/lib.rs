@@ -24,6 +24,7 @@ pub mod conninfo;
 pub mod destination;
 pub mod ledger;
 pub mod oracle;
+pub mod probe;
 pub mod stage;
 pub mod stream;
 pub mod types;

@@ -67,6 +67,9 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// The loads a target's resume ledger knows (state, chunks and rows done); forget one.
     Jobs(commands::jobs::JobsArgs),
+    /// Preflight: round trip, upload and store rates on 1..N streams, this machine's parse
+    /// rate; the expected bottleneck and the --jobs and --copy-buffer to give a load.
+    Probe(commands::probe::ProbeArgs),
 }
 
 /// The exit code of a failure: the README's table, for every command, decided here alone.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => commands::demo::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Jobs(args) => commands::jobs::run(args),
+        Command::Probe(args) => commands::probe::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -173,3 +173,47 @@ fn one_big_uncut_compressed_file_is_a_long_tail() {
         assert!(sum <= s["seconds"].as_f64().unwrap() + 0.05, "{s}");
     }
 }
+
+#[test]
+fn the_probe_measures_and_recommends_without_leaving_anything() {
+    let d = db("probe");
+    d.psql("CREATE TABLE t (a int, s text)");
+    let rows: String = (0..50_000).map(|i| format!("{i},row {i}\n")).collect();
+    let f = d.file("t.csv", rows.as_bytes());
+    let out = d.sluice(&[
+        "probe",
+        "--jobs",
+        "1,2",
+        "--seconds",
+        "0.3",
+        "--json",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(p["round_trip_ms"].as_f64().unwrap() > 0.0, "{p}");
+    let streams = p["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 2, "{p}");
+    for s in streams {
+        for k in ["upload_mb_per_s", "store_text_mb_per_s", "store_binary_mb_per_s"] {
+            assert!(s[k].as_f64().unwrap() > 0.0, "{k}: {p}");
+        }
+    }
+    assert!(p["parse_mb_per_cpu_second"].as_f64().unwrap() > 0.0, "{p}");
+    assert!([1, 2].contains(&p["recommended_jobs"].as_u64().unwrap()), "{p}");
+    assert!(p["recommended_copy_buffer"].as_u64().unwrap() >= 256 << 10, "{p}");
+    assert!(p["expected_bottleneck"].as_str().unwrap().len() > 3, "{p}");
+    // Nothing stays: no probe table, and the user's table untouched.
+    assert_eq!(
+        d.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'sluice_probe%'").trim(),
+        "0"
+    );
+    assert_eq!(d.count("t"), 0);
+    // The table people read.
+    let out = d.sluice(&["probe", "--jobs", "1", "--seconds", "0.2"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for part in ["round trip:", "upload MB/s", "expected bottleneck:", "recommended: --jobs 1"] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+}

@@ -364,6 +364,19 @@ pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), Failure
 
 /// Plans and runs a load; returns its report.
 pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
+    let (file_tables, columns) = inputs(args)?;
+    let mut dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
+    load_into(args, &mut dest, &file_tables, columns)
+}
+
+/// A load on a destination already open (the probe's dry run).
+pub fn load_on(args: &LoadArgs, dest: &mut PgDestination) -> Result<report::Report, Failure> {
+    let (file_tables, columns) = inputs(args)?;
+    load_into(args, dest, &file_tables, columns)
+}
+
+/// The table each input goes to and the column list, once every input is known readable.
+fn inputs(args: &LoadArgs) -> Result<(Vec<String>, Option<Vec<String>>), Failure> {
     if args.files.iter().filter(|f| f.as_str() == "-").count() > 1 {
         return Err(Failure::Usage(
             "standard input (`-`) can be given only once".into(),
@@ -393,8 +406,7 @@ pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
     for f in args.files.iter().filter(|f| f.as_str() != "-") {
         plan::check_input(f)?;
     }
-    let mut dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
-    load_into(args, &mut dest, &file_tables, columns)
+    Ok((file_tables, columns))
 }
 
 /// Opens the destination a command names (`--target`, else libpq's variables, else the
@@ -410,8 +422,13 @@ pub fn open_destination(
             None => Failure::Connect(format!("{e:#}")),
         }
     })?;
+    open_info(&target.info)
+}
+
+/// Opens the destination at a resolved connection.
+pub fn open_info(info: &sluice_postgres::conninfo::ConnInfo) -> Result<PgDestination, Failure> {
     let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
-    PgDestination::open(&target.info, warn).map_err(|e| match e {
+    PgDestination::open(info, warn).map_err(|e| match e {
         OpenError::Server(m) => Failure::Server(m),
         OpenError::Unsupported(m) => Failure::Usage(m),
         OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),

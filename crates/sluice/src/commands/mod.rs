@@ -8,3 +8,4 @@ pub mod gen;
 pub mod jobs;
 pub mod load;
 pub mod pg;
+pub mod probe;

@@ -1,0 +1,260 @@
+//! `sluice probe`'s measurements of a PostgreSQL server: the preflight the record's team ran
+//! with NTttcp, done with the database's own protocol. Nothing it does stays behind: every
+//! table it writes is created inside a transaction that is rolled back.
+//!
+//! - **Round trip**: `SELECT 1`, the median of many.
+//! - **Upload**: binary tuples through the COPY protocol into a sink that stores nothing
+//!   (`COPY ... (FORMAT binary) WHERE false`, into a table created inside a rolled-back
+//!   transaction): the network and the server's COPY input, without storage (binary, so that
+//!   text parsing does not stand in for the network). A quick check found this the cheapest sink; a
+//!   trigger that drops rows would measure PL/pgSQL instead.
+//! - **Store**: rows stored into a table created inside a rolled-back transaction (never a
+//!   user's table: no dead rows left, no triggers fired), in text and in binary: what the
+//!   server can write.
+//!
+//! Each runs for a fixed time on 1..N streams at once, started together, so that a
+//! measurement is bounded whatever the server's speed.
+
+use crate::admin::AdminError;
+use crate::catalog::quote_ident;
+use crate::connect::connect;
+use crate::conninfo::ConnInfo;
+use crate::types::binary::{begin_tuple, FieldWriter, HEADER, TRAILER};
+use crate::types::column::PgType;
+use crate::types::convert::encode_value;
+use crate::types::datetime::SessionZone;
+use bytes::Bytes;
+use futures_util::SinkExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+use tokio::sync::Barrier;
+
+/// An error the server or the connection returned.
+pub type DbError = tokio_postgres::Error;
+
+/// How much went through, and in how long.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rate {
+    pub bytes: u64,
+    pub rows: u64,
+    pub seconds: f64,
+}
+
+impl Rate {
+    pub fn mb_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / 1e6 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// What a measurement sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sink {
+    /// `COPY ... WHERE false`: binary tuples read, stored nowhere.
+    Nothing,
+    /// Stored, from text rows.
+    Text,
+    /// Stored, from binary tuples.
+    Binary,
+}
+
+/// The probe table's columns: a TPC-H lineitem's mix of keys, money, dates and text.
+const COLUMNS: &str = "k bigint, p bigint, q numeric(15,2), price numeric(15,2), d date, \
+                       flag char(1), comment varchar(44)";
+
+/// One row of the probe's data in text form, `i` making it differ from its neighbours.
+fn text_row(i: u64, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = writeln!(
+        out,
+        "{}\t{}\t{}.00\t{}.{:02}\t199{}-0{}-1{}\t{}\tcarefully final deposits detect slyly agai",
+        i,
+        i * 7 % 200_000,
+        i % 50 + 1,
+        900 + i % 100_000,
+        i % 100,
+        2 + i % 7,
+        1 + i % 9,
+        i % 10,
+        ["N", "A", "R"][(i % 3) as usize],
+    );
+}
+
+/// The same row as a binary COPY tuple.
+fn binary_row(i: u64, text: &mut Vec<u8>, scratch: &mut Vec<u8>, out: &mut Vec<u8>) {
+    let types = [
+        PgType::Int8,
+        PgType::Int8,
+        PgType::Numeric(Some((15, 2))),
+        PgType::Numeric(Some((15, 2))),
+        PgType::Date,
+        PgType::Char(Some(1)),
+        PgType::Varchar(Some(44)),
+    ];
+    text.clear();
+    text_row(i, text);
+    let line = &text[..text.len() - 1];
+    begin_tuple(out, types.len());
+    let zone = SessionZone::from_setting("UTC");
+    for (ty, value) in types.iter().zip(line.split(|&b| b == b'\t')) {
+        let field = FieldWriter::begin(out);
+        // The probe's own values always convert.
+        let _ = encode_value(ty, &zone, value, scratch, out);
+        field.finish(out);
+    }
+}
+
+/// A connection pool's worth of measurements on one server.
+pub struct Probe {
+    rt: Runtime,
+    info: ConnInfo,
+}
+
+impl Probe {
+    pub fn connect(info: &ConnInfo) -> Result<Probe, AdminError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(AdminError::Runtime)?;
+        // Connect once now, so that a bad target fails here with the usual message.
+        rt.block_on(connect(info))?;
+        Ok(Probe {
+            rt,
+            info: info.clone(),
+        })
+    }
+
+    /// The median time of `n` round trips (`SELECT 1`).
+    pub fn round_trip(&self, n: usize) -> Result<Duration, AdminError> {
+        self.rt.block_on(async {
+            let client = connect(&self.info).await?;
+            let mut times = Vec::with_capacity(n);
+            for _ in 0..n.max(1) {
+                let t = Instant::now();
+                client
+                    .simple_query("SELECT 1")
+                    .await
+                    .map_err(|e| AdminError::Server(e.to_string()))?;
+                times.push(t.elapsed());
+            }
+            times.sort();
+            Ok(times[times.len() / 2])
+        })
+    }
+
+    /// Sends rows into `sink` on `streams` connections at once for about `seconds`; returns
+    /// the aggregate.
+    pub fn measure(&self, sink: Sink, streams: usize, seconds: f64) -> Result<Rate, AdminError> {
+        let info = self.info.clone();
+        self.rt.block_on(async move {
+            // Every stream connects and creates its table first; then all start together.
+            let barrier = Arc::new(Barrier::new(streams));
+            let mut tasks = Vec::new();
+            for n in 0..streams {
+                let (info, barrier) = (info.clone(), barrier.clone());
+                tasks.push(tokio::spawn(async move {
+                    one_stream(&info, n, sink, seconds, &barrier).await
+                }));
+            }
+            let mut total = Rate::default();
+            for t in tasks {
+                let (r, start, end) = t
+                    .await
+                    .map_err(|e| AdminError::Server(format!("a probe stream failed: {e}")))??;
+                total.bytes += r.bytes;
+                total.rows += r.rows;
+                total.seconds = total.seconds.max((end - start).as_secs_f64());
+                let _ = start;
+            }
+            Ok(total)
+        })
+    }
+}
+
+/// One stream of a measurement: its rate, and when it started and ended.
+async fn one_stream(
+    info: &ConnInfo,
+    n: usize,
+    sink: Sink,
+    seconds: f64,
+    barrier: &Barrier,
+) -> Result<(Rate, Instant, Instant), AdminError> {
+    let server = |e: DbError| AdminError::Server(crate::connect::chain(&e));
+    let client = connect(info).await?;
+    let table = quote_ident(&format!("sluice_probe_{}_{n}", std::process::id()));
+    // A table of the session's own schema would be simplest, but the role may not create
+    // there; pg_temp is always allowed, and logs and stores like a table. An unlogged or temp
+    // table would flatter the server, so a regular table is tried first.
+    client.batch_execute("BEGIN").await.map_err(server)?;
+    let created = client
+        .batch_execute(&format!("SAVEPOINT s; CREATE TABLE {table} ({COLUMNS})"))
+        .await;
+    let relation = match created {
+        Ok(()) => table.clone(),
+        Err(_) => {
+            client
+                .batch_execute(&format!(
+                    "ROLLBACK TO SAVEPOINT s; CREATE TEMP TABLE {table} ({COLUMNS})"
+                ))
+                .await
+                .map_err(server)?;
+            format!("pg_temp.{table}")
+        }
+    };
+    let sql = match sink {
+        Sink::Nothing => format!("COPY {relation} FROM STDIN (FORMAT binary) WHERE false"),
+        Sink::Text => format!("COPY {relation} FROM STDIN"),
+        Sink::Binary => format!("COPY {relation} FROM STDIN (FORMAT binary)"),
+    };
+    barrier.wait().await;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    // One message of 256 KiB, built before the clock starts and sent again and again, so
+    // that the client's cost is nil and the measurement is the path's and the server's.
+    let (mut msg, mut text, mut scratch) = (Vec::with_capacity(300 << 10), Vec::new(), Vec::new());
+    let mut per_message = 0u64;
+    while msg.len() < 256 << 10 {
+        let i = ((n as u64) << 32) + per_message;
+        match sink {
+            Sink::Text => text_row(i, &mut msg),
+            _ => binary_row(i, &mut text, &mut scratch, &mut msg),
+        }
+        per_message += 1;
+    }
+    let msg = Bytes::from(msg);
+    let copy = client.copy_in::<_, Bytes>(&sql).await.map_err(server)?;
+    let mut copy = Box::pin(copy);
+    if sink != Sink::Text {
+        copy.send(Bytes::from_static(HEADER))
+            .await
+            .map_err(server)?;
+    }
+    let (mut rows, mut bytes) = (0u64, 0u64);
+    while Instant::now() < deadline {
+        copy.send(msg.clone()).await.map_err(server)?;
+        bytes += msg.len() as u64;
+        rows += per_message;
+    }
+    if sink != Sink::Text {
+        copy.send(Bytes::from_static(TRAILER))
+            .await
+            .map_err(server)?;
+    }
+    copy.as_mut().finish().await.map_err(server)?;
+    let end = Instant::now();
+    client.batch_execute("ROLLBACK").await.map_err(server)?;
+    Ok((
+        Rate {
+            bytes,
+            rows,
+            seconds: (end - start).as_secs_f64(),
+        },
+        start,
+        end,
+    ))
+}

@@ -1,0 +1,324 @@
+//! `sluice probe`: the preflight. Before a load, measure what the path to the server can carry
+//! and what the server can store, on 1..N streams, and what this machine can parse, then say
+//! which will bound the load and which `--jobs` and `--copy-buffer` to give it.
+//!
+//! The record's team ran NTttcp before any load; ESnet sizes buffers to twice the
+//! bandwidth-delay product; the sqlskills series showed that more connections can make a
+//! load slower, so the right number must be measured. Nothing the probe writes stays: its
+//! tables live inside transactions that are rolled back (`sluice_postgres::probe`).
+
+use super::load::LoadArgs;
+use crate::failure::Failure;
+use crate::target;
+use clap::Args;
+use sluice_postgres::probe::{Probe, Rate, Sink};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  sluice probe                          # the private cluster
+  sluice probe -t \"$URL\" --jobs 1,2,4,8
+  sluice probe -t \"$URL\" data/lineitem.1.tbl   # and how fast this machine parses it
+
+It measures, for each stream count: upload (COPY into a sink that stores
+nothing: the network and the server's COPY input), and storing rows in text
+and in binary (into tables created inside transactions that are rolled
+back: nothing stays). With files, it also dry-runs the first 32 MB of each
+plain one to measure this machine's parsing per CPU-second.
+
+Exit codes: 0 measured, 2 usage, 4 cannot connect, 5 server failure.")]
+pub struct ProbeArgs {
+    /// Files whose parsing to measure (the first 32 MB of each plain file, dry run).
+    #[arg(value_name = "FILE")]
+    pub files: Vec<String>,
+
+    /// Connection, as for `sluice load` (without it, the private cluster).
+    #[arg(long, short = 't', value_name = "URL")]
+    pub target: Option<String>,
+
+    /// The stream counts to measure.
+    #[arg(
+        long,
+        short = 'j',
+        value_name = "N,N,...",
+        default_value = "1,2,4",
+        value_delimiter = ','
+    )]
+    pub jobs: Vec<usize>,
+
+    /// Seconds each measurement runs.
+    #[arg(long, default_value_t = 2.0, value_name = "S")]
+    pub seconds: f64,
+
+    /// The table the files load into (else named by each file, as for `sluice load`).
+    #[arg(long, value_name = "TABLE")]
+    pub table: Option<String>,
+
+    /// Print the measurements as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The private cluster's directory, when no target is given.
+    #[arg(long, value_name = "DIR")]
+    pub pg_dir: Option<PathBuf>,
+}
+
+/// One stream count's measurements.
+#[derive(serde::Serialize, Debug, Clone)]
+struct Row {
+    streams: usize,
+    upload_mb_per_s: f64,
+    store_text_mb_per_s: f64,
+    store_binary_mb_per_s: f64,
+    store_binary_rows_per_s: f64,
+}
+
+/// The smallest stream count whose rate is within 10% of the best: more add little.
+fn knee(rows: &[Row], rate: impl Fn(&Row) -> f64) -> Option<&Row> {
+    let best = rows.iter().map(&rate).fold(0.0, f64::max);
+    rows.iter().find(|r| rate(r) >= 0.9 * best)
+}
+
+/// ESnet's rule for buffers, applied to one COPY message: twice the bandwidth-delay product,
+/// never below the 256 KiB sluice measured as its floor (BENCHMARKS.md), at most 16 MiB.
+fn copy_buffer(mb_per_s: f64, rtt: Duration) -> (usize, usize) {
+    let bdp = (mb_per_s * 1e6 * rtt.as_secs_f64()) as usize;
+    let size = (2 * bdp).clamp(256 << 10, 16 << 20).next_power_of_two();
+    (bdp, size.min(16 << 20))
+}
+
+pub fn run(args: ProbeArgs) -> Result<(), Failure> {
+    if args.jobs.is_empty() || args.jobs.contains(&0) {
+        return Err(Failure::Usage(
+            "--jobs takes stream counts of 1 or more".into(),
+        ));
+    }
+    if !(0.1..=600.0).contains(&args.seconds) {
+        return Err(Failure::Usage("--seconds is between 0.1 and 600".into()));
+    }
+    for f in &args.files {
+        crate::load::plan::check_input(f)?;
+    }
+    let resolved = target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.json)
+        .map_err(|e| match e.downcast_ref::<target::BadTarget>() {
+            Some(_) => Failure::Usage(format!("{e:#}")),
+            None => Failure::Connect(format!("{e:#}")),
+        })?;
+    let server = |e: sluice_postgres::admin::AdminError| match e {
+        sluice_postgres::admin::AdminError::Server(m) => Failure::Server(m),
+        other => Failure::Connect(other.to_string()),
+    };
+    let probe = Probe::connect(&resolved.info).map_err(server)?;
+    let say = |m: String| {
+        if !args.json {
+            eprintln!("sluice: {m}");
+        }
+    };
+    let rtt = probe.round_trip(21).map_err(server)?;
+    let mut rows = Vec::new();
+    for &n in &args.jobs {
+        say(format!(
+            "measuring {n} stream(s), {} s per measurement",
+            args.seconds
+        ));
+        let m = |sink| probe.measure(sink, n, args.seconds).map_err(server);
+        let (up, text, bin): (Rate, Rate, Rate) =
+            (m(Sink::Nothing)?, m(Sink::Text)?, m(Sink::Binary)?);
+        rows.push(Row {
+            streams: n,
+            upload_mb_per_s: up.mb_per_s(),
+            store_text_mb_per_s: text.mb_per_s(),
+            store_binary_mb_per_s: bin.mb_per_s(),
+            store_binary_rows_per_s: bin.rows as f64 / bin.seconds.max(1e-9),
+        });
+    }
+    let parse = match args.files.is_empty() {
+        true => None,
+        false => Some(parse_rate(&args, &resolved)?),
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let store = knee(&rows, |r| r.store_binary_mb_per_s).cloned();
+    let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
+    let per_stream_upload = rows.first().map_or(0.0, |r| r.upload_mb_per_s);
+    let (bdp, buffer) = copy_buffer(per_stream_upload, rtt);
+    let mut limits: Vec<(&str, f64, String)> = Vec::new();
+    if let Some(s) = &store {
+        limits.push((
+            "the server's storing",
+            s.store_binary_mb_per_s,
+            format!("binary rows at {} stream(s)", s.streams),
+        ));
+    }
+    limits.push(("the upload path", upload_best, "COPY into a sink".into()));
+    if let Some((rate, _)) = &parse {
+        let jobs = store.as_ref().map_or(1, |s| s.streams).min(cores);
+        limits.push((
+            "this machine's parsing",
+            rate * jobs as f64,
+            format!("{rate:.0} MB per CPU-second on {jobs} core(s)"),
+        ));
+    }
+    let bound = limits
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .cloned()
+        .unwrap_or(("nothing measured", 0.0, String::new()));
+    let jobs = store.as_ref().map_or(1, |s| s.streams);
+    if args.json {
+        let json = serde_json::json!({
+            "target": resolved.info.to_string(),
+            "seconds_per_measurement": args.seconds,
+            "round_trip_ms": rtt.as_secs_f64() * 1e3,
+            "streams": rows,
+            "parse_mb_per_cpu_second": parse.as_ref().map(|p| p.0),
+            "parse_sample_bytes": parse.as_ref().map(|p| p.1),
+            "expected_bottleneck": bound.0,
+            "expected_mb_per_s": bound.1,
+            "recommended_jobs": jobs,
+            "recommended_copy_buffer": buffer,
+            "bandwidth_delay_product_bytes": bdp,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("probe JSON")
+        );
+        return Ok(());
+    }
+    println!("probe of {}", resolved.info);
+    println!(
+        "round trip: {:.3} ms (median of 21)",
+        rtt.as_secs_f64() * 1e3
+    );
+    println!("streams  upload MB/s  store text MB/s  store binary MB/s  binary rows/s");
+    for r in &rows {
+        println!(
+            "{:>7}  {:>11.1}  {:>15.1}  {:>17.1}  {:>13}",
+            r.streams,
+            r.upload_mb_per_s,
+            r.store_text_mb_per_s,
+            r.store_binary_mb_per_s,
+            crate::progress::thousands(r.store_binary_rows_per_s as u64)
+        );
+    }
+    if let Some((rate, bytes)) = &parse {
+        println!(
+            "client: parses {rate:.0} MB per CPU-second (dry run of {}), {cores} core(s) here",
+            crate::progress::human_bytes(*bytes)
+        );
+    }
+    println!(
+        "expected bottleneck: {} at about {:.0} MB/s ({})",
+        bound.0, bound.1, bound.2
+    );
+    let why_jobs = match (&store, rows.len()) {
+        (Some(s), n) if n > 1 => format!(
+            "the fewest streams storing within 10% of the best measured ({:.0} MB/s)",
+            s.store_binary_mb_per_s
+        ),
+        _ => "one stream count measured; give --jobs 1,2,4,8 to find the knee".into(),
+    };
+    println!("recommended: --jobs {jobs} ({why_jobs})");
+    println!(
+        "recommended: --copy-buffer {} (twice the bandwidth-delay product of {}, at least \
+         sluice's measured 256k)",
+        match buffer {
+            b if b % (1 << 20) == 0 => format!("{}M", b >> 20),
+            b => format!("{}k", b >> 10),
+        },
+        crate::progress::human_bytes(bdp as u64)
+    );
+    Ok(())
+}
+
+/// This machine's parse rate, MB per CPU-second, from a dry run of the first 32 MB of each
+/// plain input (cut at a line end), and the bytes it parsed.
+fn parse_rate(args: &ProbeArgs, resolved: &target::Target) -> Result<(f64, u64), Failure> {
+    const SAMPLE: usize = 32 << 20;
+    let dir = std::env::temp_dir().join(format!("sluice-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::Local(format!("cannot create {}: {e}", dir.display())))?;
+    let mut samples = Vec::new();
+    let mut tables = Vec::new();
+    let mut bytes = 0u64;
+    for f in &args.files {
+        let path = std::path::Path::new(f);
+        let head = crate::load::plan::read_head(&path.to_path_buf(), SAMPLE)
+            .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
+        if head.starts_with(&[0x1f, 0x8b]) || head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            eprintln!("sluice: {f} is compressed: left out of the parse measurement");
+            continue;
+        }
+        let cut = match head.len() {
+            n if n < SAMPLE => n,
+            _ => memchr::memrchr(b'\n', &head).map_or(0, |i| i + 1),
+        };
+        let name = path.file_name().map_or("sample".into(), |n| n.to_owned());
+        let sample = dir.join(name);
+        std::fs::write(&sample, &head[..cut])
+            .map_err(|e| Failure::Local(format!("cannot write {}: {e}", sample.display())))?;
+        bytes += cut as u64;
+        tables.push(args.table.clone());
+        samples.push(sample.to_string_lossy().into_owned());
+    }
+    if samples.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(Failure::Usage(
+            "no plain file to measure parsing on (compressed files are left out)".into(),
+        ));
+    }
+    let load = LoadArgs {
+        files: samples,
+        table: args.table.clone(),
+        dry_run: true,
+        jobs: Some(1),
+        quiet: true,
+        ..LoadArgs::defaults()
+    };
+    let mut dest = super::load::open_info(&resolved.info)?;
+    let before = cpu_seconds();
+    let result = super::load::load_on(&load, &mut dest);
+    let cpu = cpu_seconds() - before;
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    Ok((bytes as f64 / 1e6 / cpu.max(1e-9), bytes))
+}
+
+/// CPU time this process has used, user and system.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the struct it is given, nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_copy_buffer_is_twice_the_bandwidth_delay_product_within_bounds() {
+        // A local server: the floor.
+        assert_eq!(copy_buffer(1000.0, Duration::from_micros(50)).1, 256 << 10);
+        // 100 MB/s at 40 ms: a 4 MB product, an 8 MiB buffer.
+        let (bdp, size) = copy_buffer(100.0, Duration::from_millis(40));
+        assert_eq!(bdp, 4_000_000);
+        assert_eq!(size, 8 << 20);
+        // Never past 16 MiB.
+        assert_eq!(copy_buffer(1000.0, Duration::from_secs(1)).1, 16 << 20);
+    }
+
+    #[test]
+    fn the_knee_is_the_fewest_streams_near_the_best() {
+        let row = |streams, mb| Row {
+            streams,
+            upload_mb_per_s: 0.0,
+            store_text_mb_per_s: 0.0,
+            store_binary_mb_per_s: mb,
+            store_binary_rows_per_s: 0.0,
+        };
+        let rows = [row(1, 100.0), row(2, 190.0), row(4, 200.0), row(8, 170.0)];
+        assert_eq!(knee(&rows, |r| r.store_binary_mb_per_s).unwrap().streams, 2);
+    }
+}
