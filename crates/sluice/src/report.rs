@@ -52,6 +52,8 @@ pub struct Report {
     pub verdict: Option<crate::verdict::Verdict>,
     /// What the load's server sessions were doing, sampled while the streams ran.
     pub server_waits: ServerWaitsReport,
+    /// `--jobs auto`: the throughput measured at each stream count, and the choice.
+    pub calibration: Option<crate::load::calibrate::Calibration>,
 }
 
 /// The server's side of where the time went.
@@ -197,6 +199,7 @@ pub fn build(
                 crate::verdict::judge(plan, outcome, jobs, cores)
             })
             .flatten(),
+        calibration: outcome.calibration.clone(),
         server_waits: ServerWaitsReport {
             samples: outcome.server_waits.samples,
             events: outcome
@@ -347,6 +350,19 @@ pub fn render(report: &Report) -> String {
         if let Some(first) = &r.first {
             out.push_str(&format!("first rejected row: {first}\n"));
         }
+    }
+    if let Some(c) = &report.calibration {
+        let curve: Vec<String> = c
+            .curve
+            .iter()
+            .map(|p| format!("{} -> {:.0} MB/s", p.jobs, p.mb_per_s))
+            .collect();
+        out.push_str(&format!(
+            "jobs auto: {}; chose {} ({})\n",
+            curve.join(", "),
+            c.chosen,
+            c.why
+        ));
     }
     if let Some(v) = &report.verdict {
         out.push_str(&format!("verdict: {}\n", v.line()));

@@ -226,7 +226,7 @@ pub fn judge(plan: &Plan, outcome: &RunOutcome, jobs: usize, cores: usize) -> Op
     let top = |a: Activity| {
         w.activities
             .iter()
-            .find(|(c, _, _)| *c == a)
+            .find(|(c, _, _)| *c == a && a != Activity::Cpu)
             .map_or(String::new(), |(_, e, _)| format!(" (mostly {e})"))
     };
     let busy = [
@@ -377,6 +377,7 @@ mod tests {
             server_conversions: 0,
             strategy: "direct",
             server_waits: waits,
+            calibration: None,
         };
         (plan, outcome)
     }

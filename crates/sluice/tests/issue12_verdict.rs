@@ -195,17 +195,28 @@ fn the_probe_measures_and_recommends_without_leaving_anything() {
     let streams = p["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 2, "{p}");
     for s in streams {
-        for k in ["upload_mb_per_s", "store_text_mb_per_s", "store_binary_mb_per_s"] {
+        for k in [
+            "upload_mb_per_s",
+            "store_text_mb_per_s",
+            "store_binary_mb_per_s",
+        ] {
             assert!(s[k].as_f64().unwrap() > 0.0, "{k}: {p}");
         }
     }
     assert!(p["parse_mb_per_cpu_second"].as_f64().unwrap() > 0.0, "{p}");
-    assert!([1, 2].contains(&p["recommended_jobs"].as_u64().unwrap()), "{p}");
-    assert!(p["recommended_copy_buffer"].as_u64().unwrap() >= 256 << 10, "{p}");
+    assert!(
+        [1, 2].contains(&p["recommended_jobs"].as_u64().unwrap()),
+        "{p}"
+    );
+    assert!(
+        p["recommended_copy_buffer"].as_u64().unwrap() >= 256 << 10,
+        "{p}"
+    );
     assert!(p["expected_bottleneck"].as_str().unwrap().len() > 3, "{p}");
     // Nothing stays: no probe table, and the user's table untouched.
     assert_eq!(
-        d.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'sluice_probe%'").trim(),
+        d.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'sluice_probe%'")
+            .trim(),
         "0"
     );
     assert_eq!(d.count("t"), 0);
@@ -213,7 +224,67 @@ fn the_probe_measures_and_recommends_without_leaving_anything() {
     let out = d.sluice(&["probe", "--jobs", "1", "--seconds", "0.2"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for part in ["round trip:", "upload MB/s", "expected bottleneck:", "recommended: --jobs 1"] {
+    for part in [
+        "round trip:",
+        "upload MB/s",
+        "expected bottleneck:",
+        "recommended: --jobs 1",
+    ] {
         assert!(text.contains(part), "{part}: {text}");
     }
+}
+
+#[test]
+fn jobs_auto_adds_streams_while_they_help_and_reports_its_curve() {
+    let d = db("jobs_auto");
+    d.psql("CREATE TABLE t (a int, s text)");
+    // Rows sleep 0.2 ms on average in the server, a wait more streams share out: throughput rises
+    // with each stream, so the calibration goes on, and the load lasts long enough to measure.
+    d.psql(
+        "CREATE FUNCTION t_slow() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.a % 10 = 0 THEN PERFORM pg_sleep(0.002); END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER t_slow BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION t_slow()",
+    );
+    let mut files = Vec::new();
+    for k in 0..8 {
+        let rows: String = (0..4000)
+            .map(|i| format!("{},row {i} of {k}\n", k * 4000 + i))
+            .collect();
+        files.push(d.file(&format!("t.{k}.csv"), rows.as_bytes()));
+    }
+    let json = d.dir.join("auto.json");
+    let mut args = vec![
+        "load".to_string(),
+        "--jobs".into(),
+        "auto".into(),
+        "--report-json".into(),
+        json.to_str().unwrap().into(),
+    ];
+    args.extend(files.iter().map(|f| f.to_str().unwrap().to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = d.sluice(&args);
+    let r = report(&d, &out, &json);
+    assert_eq!(d.psql("SELECT count(DISTINCT a) FROM t").trim(), "32000");
+    assert_eq!(d.count("t"), 32_000);
+    let c = &r["calibration"];
+    let curve = c["curve"].as_array().unwrap();
+    assert!(curve.len() >= 2, "{c}");
+    assert_eq!(curve[0]["jobs"], 1, "{c}");
+    assert!(
+        curve.iter().all(|p| p["mb_per_s"].as_f64().unwrap() > 0.0),
+        "{c}"
+    );
+    let chosen = c["chosen"].as_u64().unwrap();
+    assert!(chosen >= 1 && chosen <= r["jobs"].as_u64().unwrap(), "{c}");
+    assert!(!c["why"].as_str().unwrap().is_empty(), "{c}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("jobs auto: 1 -> "), "{stdout}");
+    // Streams never admitted did nothing; the admitted ones loaded every row.
+    let loaded: u64 = r["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["rows"].as_u64().unwrap())
+        .sum();
+    assert_eq!(loaded, 32_000);
 }

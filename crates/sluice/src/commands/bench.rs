@@ -688,6 +688,7 @@ mod tests {
             ledger: None,
             rejected: None,
             verdict: None,
+            calibration: None,
             server_waits: Default::default(),
         };
         let counts: Vec<(String, u64)> = tpch::TABLES

@@ -112,8 +112,10 @@ pub struct LoadArgs {
     pub strategy: StrategyArg,
 
     /// Parallel connections. Default: this machine's cores, at least 2 and at most 8, never
-    /// more than the chunks to load or the server's free connection slots.
-    #[arg(long, short = 'j', value_name = "N", value_parser = parse_jobs)]
+    /// more than the chunks to load or the server's free connection slots. `auto`: start with
+    /// one and add streams while each raises the throughput by 10% or more (up to twice the
+    /// cores, at most 16); the summary shows the curve and the choice.
+    #[arg(long, short = 'j', value_name = "N|auto", value_parser = parse_jobs)]
     pub jobs: Option<usize>,
 
     /// Size of each COPY message (k/M suffixes).
@@ -279,6 +281,9 @@ pub fn parse_column_list(list: &str) -> Result<Vec<String>, String> {
 
 /// Parses `--jobs`: a positive number.
 pub fn parse_jobs(s: &str) -> Result<usize, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(plan::AUTO_JOBS);
+    }
     match s.trim().parse::<usize>() {
         Ok(0) => Err("--jobs must be at least 1 (it is the number of connections)".into()),
         Ok(n) => Ok(n),
@@ -580,6 +585,7 @@ fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> re
         server_conversions: 0,
         strategy: "direct",
         server_waits: Default::default(),
+        calibration: None,
     };
     let facts = report::Facts {
         target: dest.target(),
@@ -624,6 +630,7 @@ fn run_plan<D: Staging + Ledger>(
         job,
         retries: args.retries,
         rejects: rejects.clone(),
+        calibrate: args.jobs == Some(plan::AUTO_JOBS) && !args.dry_run,
     };
     if !args.quiet && !args.dry_run {
         for group in crate::load::strategy::reference_groups(&plan) {

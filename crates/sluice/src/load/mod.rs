@@ -18,6 +18,7 @@
 //! ([`ErrorKind::Conflict`]); the error then names the key and both rows ([`conflict`]).
 //! Nothing is committed in that case.
 
+pub mod calibrate;
 pub mod chunk;
 pub mod conflict;
 pub mod ledger;
@@ -71,6 +72,9 @@ pub struct RunOptions {
     /// Where rejected rows go, when some may be (`--max-errors` above 0): bad rows are
     /// isolated and counted instead of failing the load.
     pub rejects: Option<std::sync::Arc<Rejects>>,
+    /// `--jobs auto`: start with one stream and add them while throughput rises, up to
+    /// `jobs` ([`calibrate`]).
+    pub calibrate: bool,
 }
 
 /// A stream's lost connections: what each takes with it, and how many more it may survive.
@@ -239,6 +243,8 @@ pub struct RunOutcome {
     pub strategy: &'static str,
     /// What the load's server sessions were doing while the streams ran.
     pub server_waits: ServerWaits,
+    /// `--jobs auto`'s curve and choice.
+    pub calibration: Option<calibrate::Calibration>,
 }
 
 /// Words a server error that is not about one row: what happened, without blaming the
@@ -1005,11 +1011,31 @@ pub fn execute<D: Destination>(
         counters,
     };
     let staged_records: Mutex<Vec<ChunkRecord>> = Mutex::new(Vec::new());
+    let calibrating = opts.calibrate && jobs > 1;
+    let gate = calibrate::Gate::new(jobs, calibrating);
+    let streams_done = AtomicBool::new(false);
     let results: Vec<(Option<D::Stream<'_>>, StreamStats)> = std::thread::scope(|scope| {
+        if calibrating {
+            let (gate, queue, streams_done) = (&gate, &queue, &streams_done);
+            std::thread::Builder::new()
+                .name("sluice-calibrate".into())
+                .spawn_scoped(scope, move || {
+                    let work_left = || !lock(queue).is_empty();
+                    gate.calibrate(jobs, counters, work_left, streams_done)
+                })
+                .expect("spawning the calibrator");
+        }
         let handles: Vec<_> = (0..jobs)
             .map(|n| {
-                let (ctx, queue, abort, fail, conversions, staged_records) =
-                    (&ctx, &queue, &abort, &fail, &conversions, &staged_records);
+                let (ctx, queue, abort, fail, conversions, staged_records, gate) = (
+                    &ctx,
+                    &queue,
+                    &abort,
+                    &fail,
+                    &conversions,
+                    &staged_records,
+                    &gate,
+                );
                 std::thread::Builder::new()
                     .name(format!("sluice-stream-{n}"))
                     .spawn_scoped(scope, move || {
@@ -1017,6 +1043,10 @@ pub fn execute<D: Destination>(
                             stream: n,
                             ..Default::default()
                         };
+                        // Under --jobs auto, a stream runs once the calibrator admits it.
+                        if !gate.wait_admitted(n, abort) {
+                            return (None, stats);
+                        }
                         let t0 = Instant::now();
                         let mut streams: StreamPair<D::Stream<'_>> = StreamPair {
                             direct: None,
@@ -1033,7 +1063,7 @@ pub fn execute<D: Destination>(
                         };
                         'run: loop {
                             'units: loop {
-                                if abort.load(Ordering::Relaxed) {
+                                if abort.load(Ordering::Relaxed) || !gate.may_continue(n) {
                                     break;
                                 }
                                 let next = lock(queue).pop_front();
@@ -1260,10 +1290,12 @@ pub fn execute<D: Destination>(
                     .expect("spawning a stream thread")
             })
             .collect();
-        handles
+        let results = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| (None, StreamStats::default())))
-            .collect()
+            .collect();
+        streams_done.store(true, Ordering::SeqCst);
+        results
     });
     let server_waits = match watched {
         true => dest.stop_watching(),
@@ -1364,5 +1396,6 @@ pub fn execute<D: Destination>(
         server_conversions: conversions.into_inner(),
         strategy: strategy.name(),
         server_waits,
+        calibration: calibrating.then(|| gate.result()),
     })
 }

@@ -364,6 +364,12 @@ pub fn choose_jobs(
     free_slots: Option<u64>,
     dry_run: bool,
 ) -> (usize, Option<String>) {
+    // `auto` may go up to twice the cores (the server's and the client's share them, or the
+    // server is elsewhere), at most 16; the calibration decides how far.
+    let wanted = wanted.map(|w| match w {
+        AUTO_JOBS => (2 * available_cores()).min(16),
+        w => w,
+    });
     let mut jobs = wanted
         .unwrap_or_else(default_jobs)
         .max(1)
@@ -531,12 +537,18 @@ pub fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
     Ok(meta)
 }
 
-/// The default number of streams (see `--jobs`).
-fn default_jobs() -> usize {
+/// `--jobs auto`, as the parsed flag holds it.
+pub const AUTO_JOBS: usize = usize::MAX;
+
+fn available_cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
-        .clamp(2, 8)
+}
+
+/// The default number of streams (see `--jobs`).
+fn default_jobs() -> usize {
+    available_cores().clamp(2, 8)
 }
 
 /// The table a file loads into by default: its name up to the first dot.

@@ -1,0 +1,188 @@
+//! `--jobs auto`: how many streams to run, measured at the start of the load itself.
+//!
+//! More connections can make a database slower (the sqlskills series), so the right number is
+//! measured, not guessed. The load starts with one stream; every [`WINDOW`] the calibrator
+//! reads the load's throughput (input bytes converted and sent, across tables) and admits one
+//! more stream while the last one raised it by more than [`GAIN`]. A stream that seems not to
+//! is measured for a second window before it counts as the knee (one window on a shared
+//! machine can mislead). At the knee the stream that did not help is retired (it finishes
+//! its chunk and takes no other), and the streams before it load the rest. The curve and the
+//! choice go in the report.
+
+use super::chunk::Counters;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long each stream count is measured for.
+pub const WINDOW: Duration = Duration::from_millis(1000);
+/// The rise in throughput a stream must bring to be kept.
+pub const GAIN: f64 = 0.10;
+
+/// One point of the curve.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Point {
+    pub jobs: usize,
+    pub mb_per_s: f64,
+}
+
+/// What the calibration measured and chose.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Calibration {
+    pub curve: Vec<Point>,
+    /// The streams that loaded the rest.
+    pub chosen: usize,
+    /// Why it stopped there.
+    pub why: String,
+}
+
+/// Shared between the calibrator and the streams.
+pub struct Gate {
+    /// Streams `0..admitted` may take work.
+    admitted: AtomicUsize,
+    /// Streams at and above this take no new work (the knee's extra stream).
+    retired_from: AtomicUsize,
+    /// The calibration has ended: streams not admitted by now never run.
+    settled: AtomicBool,
+    result: Mutex<Calibration>,
+}
+
+impl Gate {
+    /// A gate for `max` streams; without calibration every stream is admitted at once.
+    pub fn new(max: usize, calibrate: bool) -> Gate {
+        Gate {
+            admitted: AtomicUsize::new(if calibrate { 1 } else { max }),
+            retired_from: AtomicUsize::new(max),
+            settled: AtomicBool::new(!calibrate),
+            result: Mutex::new(Calibration {
+                chosen: max,
+                ..Calibration::default()
+            }),
+        }
+    }
+
+    /// Blocks stream `n` until it is admitted (true) or the calibration ends without it
+    /// (false), or the load stops.
+    pub fn wait_admitted(&self, n: usize, abort: &AtomicBool) -> bool {
+        loop {
+            if n < self.admitted.load(Ordering::SeqCst) {
+                return true;
+            }
+            if self.settled.load(Ordering::SeqCst) || abort.load(Ordering::Relaxed) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether stream `n` may take another unit.
+    pub fn may_continue(&self, n: usize) -> bool {
+        n < self.retired_from.load(Ordering::SeqCst)
+    }
+
+    /// The calibration's outcome, once the load is done.
+    pub fn result(&self) -> Calibration {
+        super::lock(&self.result).clone()
+    }
+
+    /// Runs the calibration for up to `max` streams, reading `counters`, until it settles,
+    /// the queue runs dry (`work_left` false), or the load ends (`done`).
+    pub fn calibrate(
+        &self,
+        max: usize,
+        counters: &[Counters],
+        work_left: impl Fn() -> bool,
+        done: &AtomicBool,
+    ) {
+        let bytes = || -> u64 {
+            counters
+                .iter()
+                .map(|c| c.bytes.load(Ordering::Relaxed))
+                .sum()
+        };
+        let mut curve: Vec<Point> = Vec::new();
+        let why;
+        loop {
+            let jobs = self.admitted.load(Ordering::SeqCst);
+            // Let the new stream connect and start before measuring it.
+            if !sleep_unless(Duration::from_millis(250), done) {
+                why = "the load ended during calibration".to_string();
+                break;
+            }
+            let (b0, t0) = (bytes(), Instant::now());
+            if !sleep_unless(WINDOW, done) {
+                why = "the load ended during calibration".to_string();
+                break;
+            }
+            let mut rate = (bytes() - b0) as f64 / 1e6 / t0.elapsed().as_secs_f64();
+            let best_before = curve.iter().map(|p| p.mb_per_s).fold(0.0, f64::max);
+            if jobs > 1 && rate < best_before * (1.0 + GAIN) {
+                // A knee, or noise: a second window decides, over both.
+                if !sleep_unless(WINDOW, done) {
+                    why = "the load ended during calibration".to_string();
+                    break;
+                }
+                rate = (bytes() - b0) as f64 / 1e6 / t0.elapsed().as_secs_f64();
+            }
+            curve.push(Point {
+                jobs,
+                mb_per_s: rate,
+            });
+            if jobs > 1 && rate < best_before * (1.0 + GAIN) {
+                // The knee: the last stream brought less than GAIN; retire it.
+                self.retired_from.store(jobs - 1, Ordering::SeqCst);
+                why = format!(
+                    "stream {jobs} changed the throughput by {:+.0}%, where a stream must add \
+                     {:.0}%",
+                    (rate / best_before.max(1e-9) - 1.0) * 100.0,
+                    GAIN * 100.0
+                );
+                break;
+            }
+            if jobs >= max {
+                why = format!("every stream allowed was admitted ({max})");
+                break;
+            }
+            if !work_left() {
+                why = "no chunk left to give another stream".to_string();
+                break;
+            }
+            self.admitted.store(jobs + 1, Ordering::SeqCst);
+        }
+        self.settled.store(true, Ordering::SeqCst);
+        let admitted = self.admitted.load(Ordering::SeqCst);
+        let chosen = self.retired_from.load(Ordering::SeqCst).min(admitted);
+        *super::lock(&self.result) = Calibration { curve, chosen, why };
+    }
+}
+
+/// Sleeps `d` in short steps; false when `done` was raised meanwhile.
+fn sleep_unless(d: Duration, done: &AtomicBool) -> bool {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if done.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_wait_for_admission_and_the_unadmitted_never_run() {
+        let gate = Gate::new(4, true);
+        let abort = AtomicBool::new(false);
+        assert!(gate.wait_admitted(0, &abort));
+        gate.admitted.store(2, Ordering::SeqCst);
+        assert!(gate.wait_admitted(1, &abort));
+        gate.settled.store(true, Ordering::SeqCst);
+        assert!(!gate.wait_admitted(3, &abort));
+        let open = Gate::new(3, false);
+        assert!(open.wait_admitted(2, &abort));
+        assert!(open.may_continue(2));
+    }
+}
