@@ -106,6 +106,11 @@ pub trait Destination: Sync {
     /// the load's sessions were doing while it watched.
     fn stop_watching(&self) -> ServerWaits;
 
+    /// The server settings that matter to a bulk load, as `(name, value)`, for reports.
+    fn settings(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// The key columns of an index or constraint the server named, for finding rows by key.
     fn key_columns(&self, index: &str) -> Option<Vec<String>>;
 
@@ -139,6 +144,16 @@ pub enum Activity {
 }
 
 impl Activity {
+    /// Every class, in the order of [`ServerWaits::series`]' counts.
+    pub const ALL: [Activity; 6] = [
+        Activity::WaitingForClient,
+        Activity::Cpu,
+        Activity::Wal,
+        Activity::DiskIo,
+        Activity::Lock,
+        Activity::Other,
+    ];
+
     /// A short name, for reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -153,13 +168,16 @@ impl Activity {
 }
 
 /// What the load's sessions were doing, sampled a few times a second while the streams ran.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerWaits {
     /// Session samples taken (sessions times samples).
     pub samples: u64,
     /// Samples by activity and the destination's own name for it (PostgreSQL: the wait
     /// event, or `CPU`), most frequent first.
     pub activities: Vec<(Activity, String, u64)>,
+    /// Each sample over time: seconds since the watch began, and the sessions in each class
+    /// (in [`Activity::ALL`]'s order).
+    pub series: Vec<(f64, [u32; 6])>,
 }
 
 impl ServerWaits {

@@ -382,6 +382,41 @@ impl Destination for PgDestination {
         Ok(())
     }
 
+    fn settings(&self) -> Vec<(String, String)> {
+        const NAMES: &[&str] = &[
+            "server_version",
+            "max_connections",
+            "shared_buffers",
+            "wal_level",
+            "wal_compression",
+            "synchronous_commit",
+            "fsync",
+            "full_page_writes",
+            "min_wal_size",
+            "max_wal_size",
+            "checkpoint_timeout",
+            "wal_init_zero",
+            "maintenance_work_mem",
+            "max_parallel_maintenance_workers",
+            "autovacuum",
+        ];
+        let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
+        self.rt
+            .block_on(async {
+                let client = connect(&self.info).await.ok()?;
+                let rows = client
+                    .query(
+                        "SELECT name, current_setting(name) FROM pg_settings \
+                         WHERE name = ANY($1) ORDER BY array_position($1, name)",
+                        &[&names],
+                    )
+                    .await
+                    .ok()?;
+                Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            })
+            .unwrap_or_default()
+    }
+
     fn stream_done(&self, n: usize) {
         if let Some(w) = lock(&self.watchdog).as_ref() {
             w.stream_done(n);

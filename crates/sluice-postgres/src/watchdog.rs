@@ -52,6 +52,8 @@ struct State {
     waits: ServerWaits,
     /// Backend pids of streams with no more work, left out of `waits`.
     done: Vec<i32>,
+    /// When the watch began, for the samples' times.
+    started: Option<Instant>,
 }
 
 /// The running watchdog; [`Watchdog::stop`] ends it.
@@ -76,6 +78,7 @@ impl Watchdog {
         let client = connect(info).await?;
         let state = Arc::new(Mutex::new(State {
             pids: vec![None; streams],
+            started: Some(Instant::now()),
             ..State::default()
         }));
         let stop = Arc::new(Notify::new());
@@ -144,8 +147,13 @@ fn activity(wait_type: Option<&str>, event: Option<&str>, state: &str) -> Activi
     }
 }
 
-/// Adds one sample of a session to the tally.
-fn tally(waits: &mut ServerWaits, wait_type: Option<&str>, event: Option<&str>, state: &str) {
+/// Adds one sample of a session to the tally; returns its class.
+fn tally(
+    waits: &mut ServerWaits,
+    wait_type: Option<&str>,
+    event: Option<&str>,
+    state: &str,
+) -> Activity {
     let class = activity(wait_type, event, state);
     let name = match (class, event) {
         (Activity::Cpu, _) => "CPU".to_string(),
@@ -161,6 +169,7 @@ fn tally(waits: &mut ServerWaits, wait_type: Option<&str>, event: Option<&str>, 
         Some(entry) => entry.2 += 1,
         None => waits.activities.push((class, name, 1)),
     }
+    class
 }
 
 /// A waiting backend as one sample sees it.
@@ -188,18 +197,22 @@ async fn sample(
         .await?;
     let mut waiting = Vec::new();
     let mut s = lock(state);
+    let mut counts = [0u32; 6];
     for r in &rows {
         let pid: i32 = r.get(0);
         let wait_type: Option<String> = r.get(1);
         let event: Option<String> = r.get(2);
         let session: String = r.get(3);
         if !s.done.contains(&pid) {
-            tally(
+            let class = tally(
                 &mut s.waits,
                 wait_type.as_deref(),
                 event.as_deref(),
                 &session,
             );
+            if let Some(i) = Activity::ALL.iter().position(|a| *a == class) {
+                counts[i] += 1;
+            }
         }
         if wait_type.as_deref() == Some("Lock") {
             waiting.push(Waiting {
@@ -209,6 +222,8 @@ async fn sample(
             });
         }
     }
+    let at = s.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    s.waits.series.push((at, counts));
     Ok(waiting)
 }
 

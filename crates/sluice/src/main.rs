@@ -18,6 +18,7 @@ mod faults;
 mod load;
 mod progress;
 mod report;
+mod report_html;
 mod signals;
 mod target;
 mod tpch;

@@ -54,6 +54,8 @@ pub struct Report {
     pub server_waits: ServerWaitsReport,
     /// `--jobs auto`: the throughput measured at each stream count, and the choice.
     pub calibration: Option<crate::load::calibrate::Calibration>,
+    /// The server settings that matter to a bulk load, as the server reported them.
+    pub server_settings: Vec<(String, String)>,
 }
 
 /// The server's side of where the time went.
@@ -64,6 +66,10 @@ pub struct ServerWaitsReport {
     /// Samples by class (`waiting_for_client`, `cpu`, `wal`, `disk_io`, `lock`, `other`) and
     /// the server's own name for the wait, most frequent first.
     pub events: Vec<WaitEvent>,
+    /// The classes, in the order of each sample's counts in `series`.
+    pub classes: Vec<&'static str>,
+    /// Each sample: seconds since the watch began, and the sessions in each class.
+    pub series: Vec<(f64, [u32; 6])>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -112,6 +118,7 @@ pub struct Facts {
     pub job: Option<i64>,
     pub ledger: Option<String>,
     pub rejected: Option<RejectedReport>,
+    pub server_settings: Vec<(String, String)>,
 }
 
 pub fn build(
@@ -200,7 +207,13 @@ pub fn build(
             })
             .flatten(),
         calibration: outcome.calibration.clone(),
+        server_settings: facts.server_settings,
         server_waits: ServerWaitsReport {
+            classes: sluice_core::destination::Activity::ALL
+                .iter()
+                .map(|a| a.name())
+                .collect(),
+            series: outcome.server_waits.series.clone(),
             samples: outcome.server_waits.samples,
             events: outcome
                 .server_waits

@@ -386,6 +386,7 @@ mod tests {
         ServerWaits {
             samples: of.iter().map(|x| x.2).sum(),
             activities: of.iter().map(|(a, e, n)| (*a, e.to_string(), *n)).collect(),
+            series: Vec::new(),
         }
     }
 

@@ -288,3 +288,125 @@ fn jobs_auto_adds_streams_while_they_help_and_reports_its_curve() {
         .sum();
     assert_eq!(loaded, 32_000);
 }
+
+/// Headless Chromium: `.ci/run` installs it from Debian's packages.
+fn chromium() -> std::path::PathBuf {
+    let found = std::env::var_os("SLUICE_CHROMIUM")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            ["chromium", "chromium-browser", "google-chrome"]
+                .iter()
+                .find_map(|b| {
+                    let out = std::process::Command::new("sh")
+                        .args(["-c", &format!("command -v {b}")])
+                        .output()
+                        .ok()?;
+                    let p = String::from_utf8(out.stdout).ok()?;
+                    (!p.trim().is_empty()).then(|| std::path::PathBuf::from(p.trim()))
+                })
+        });
+    found.expect("the HTML report is tested in a real browser: install chromium (.ci/run does)")
+}
+
+#[test]
+fn the_html_report_renders_in_a_browser_with_charts_that_have_content() {
+    let d = db("html");
+    d.psql("CREATE TABLE a (a int, s text); CREATE TABLE b (a int, s text)");
+    // A second and more of server time, so that the server's activity has samples.
+    sleepy_trigger(&d, "a", 1000);
+    let mut args = vec!["load".to_string(), "-q".into(), "--jobs".into(), "2".into()];
+    for (t, n) in [("a", 3), ("b", 2)] {
+        for k in 0..n {
+            let rows: String = (0..20_000).map(|i| format!("{i},{t} {k} {i}\n")).collect();
+            args.push(
+                d.file(&format!("{t}.{k}.csv"), rows.as_bytes())
+                    .to_str()
+                    .unwrap()
+                    .into(),
+            );
+        }
+    }
+    let html = d.dir.join("report.html");
+    let json = d.dir.join("report.json");
+    args.extend(["--report-html".into(), html.to_str().unwrap().into()]);
+    args.extend(["--report-json".into(), json.to_str().unwrap().into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = d.sluice(&args);
+    let r = report(&d, &out, &json);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "nothing fetched"
+    );
+    assert!(!page.contains("<script"), "no scripts");
+    // The DOM as the browser built it.
+    let browser = chromium();
+    let url = format!("file://{}", html.display());
+    let dom = std::process::Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(dom.status.success(), "{}", stderr(&dom));
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let count = |needle: &str| dom.matches(needle).count();
+    for id in ["timeline", "throughput", "stages", "server"] {
+        assert!(dom.contains(&format!("id=\"{id}\"")), "chart {id} missing");
+    }
+    let chunks: usize = r["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["chunks"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(count("class=\"chunk\""), chunks, "a bar per chunk");
+    assert_eq!(
+        count("class=\"series\""),
+        3,
+        "a line per table and the total"
+    );
+    assert_eq!(
+        count("class=\"stage\""),
+        4 * r["streams"].as_array().unwrap().len()
+    );
+    assert!(
+        count("class=\"sample\"") > 0,
+        "the server's activity has samples"
+    );
+    assert!(
+        dom.contains(r["verdict"]["kind"].as_str().unwrap()),
+        "the verdict is shown"
+    );
+    // And it renders to pixels.
+    let png = d.dir.join("report.png");
+    let shot = std::process::Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg("--window-size=1100,2400")
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(shot.status.success(), "{}", stderr(&shot));
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
+    let (w, h) = (
+        u32::from_be_bytes(bytes[16..20].try_into().unwrap()),
+        u32::from_be_bytes(bytes[20..24].try_into().unwrap()),
+    );
+    assert_eq!((w, h), (1100, 2400));
+    assert!(
+        bytes.len() > 20_000,
+        "a page with content, not a blank one: {} bytes",
+        bytes.len()
+    );
+}

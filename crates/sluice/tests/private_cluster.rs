@@ -325,6 +325,18 @@ fn demo_end_to_end_on_the_private_cluster_and_on_a_target() {
     assert!(again.status.success(), "{}", stderr(&again));
     assert!(stderr(&again).contains("already in"), "{}", stderr(&again));
     assert!(text(&again).contains("verified"));
+    // The preflight works on the private cluster too (issue 12), and leaves nothing.
+    let probe = sluice_cmd()
+        .args(["probe", "--jobs", "1", "--seconds", "0.2", "--pg-dir"])
+        .arg(root.join("pg"))
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{}", stderr(&probe));
+    assert!(
+        text(&probe).contains("recommended: --jobs 1"),
+        "{}",
+        text(&probe)
+    );
     let _ = pg(&root.join("pg"), &["stop"]);
     // Against a target.
     let d = db("demo_target");

@@ -428,6 +428,10 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
                 ..LoadArgs::defaults()
             };
             let report = load(&load_args).map_err(|e| Failure::Local(format!("run {n}: {e}")))?;
+            // Every run's own report, to look at: its timeline, throughput and verdict.
+            let page = out.join(format!("run-{n}-jobs-{j}.html"));
+            std::fs::write(&page, crate::report_html::render(&report))
+                .map_err(|e| Failure::Local(format!("{}: {e}", page.display())))?;
             let state = inspect(&url)?;
             if let Some(c) = cluster {
                 let _ = c.destroy();
@@ -689,6 +693,7 @@ mod tests {
             rejected: None,
             verdict: None,
             calibration: None,
+            server_settings: Vec::new(),
             server_waits: Default::default(),
         };
         let counts: Vec<(String, u64)> = tpch::TABLES

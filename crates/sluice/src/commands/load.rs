@@ -166,6 +166,11 @@ pub struct LoadArgs {
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,
 
+    /// Also write the report as one self-contained HTML page (inline SVG charts: the
+    /// streams' timeline, throughput, where the time went, the server's activity).
+    #[arg(long, value_name = "PATH")]
+    pub report_html: Option<PathBuf>,
+
     /// The private cluster's directory, used when no target is given (default:
     /// $SLUICE_PG_DIR, else ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
@@ -206,6 +211,7 @@ impl LoadArgs {
             restart: false,
             quiet: true,
             report_json: None,
+            report_html: None,
             pg_dir: None,
         }
     }
@@ -362,6 +368,10 @@ pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), Failure
     if let Some(path) = &args.report_json {
         let json = serde_json::to_string_pretty(rep).expect("report serializes");
         std::fs::write(path, json + "\n")
+            .map_err(|e| Failure::Local(format!("cannot write {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &args.report_html {
+        std::fs::write(path, crate::report_html::render(rep))
             .map_err(|e| Failure::Local(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(())
@@ -597,6 +607,7 @@ fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> re
         job: None,
         ledger: Some(why),
         rejected: None,
+        server_settings: Vec::new(),
     };
     report::build(&plan, &outcome, facts, false, 0, args.copy_buffer)
 }
@@ -751,6 +762,10 @@ fn run_plan<D: Staging + Ledger>(
                 .map(|p| rejects::details_path(p).display().to_string()),
             first: r.first(&plan).map(|e| e.to_string()),
         }),
+        server_settings: match args.dry_run {
+            true => Vec::new(),
+            false => dest.settings(),
+        },
     };
     Ok(report::build(
         &plan,

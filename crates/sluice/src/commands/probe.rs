@@ -19,7 +19,7 @@ use std::time::Duration;
 #[command(after_help = "Examples:
   sluice probe                          # the private cluster
   sluice probe -t \"$URL\" --jobs 1,2,4,8
-  sluice probe -t \"$URL\" data/lineitem.1.tbl   # and how fast this machine parses it
+  sluice probe -t \"$URL\" lineitem.1.tbl   # and this machine's parse rate
 
 It measures, for each stream count: upload (COPY into a sink that stores
 nothing: the network and the server's COPY input), and storing rows in text

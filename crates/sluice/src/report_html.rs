@@ -1,0 +1,418 @@
+//! `--report-html`: the load's report as one self-contained page, to look at rather than read.
+//!
+//! Everything is inline (SVG charts, one style sheet) and nothing is fetched: the file can be
+//! mailed, archived, opened offline. It holds the summary; the verdict with its figures; a
+//! timeline of every stream's chunks coloured by table; throughput over time, overall and per
+//! table; where each stream's time went; the server's activity over time; `--jobs auto`'s
+//! curve and the rejects when there are any; and the server settings that matter.
+
+use crate::report::Report;
+use std::fmt::Write;
+
+/// Colours for tables, stages and server activities, readable on white.
+const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
+];
+const WIDTH: f64 = 960.0;
+const LEFT: f64 = 90.0;
+const RIGHT: f64 = 20.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// An x axis of `seconds` along the plot's width, with about 8 ticks, at `y`.
+fn time_axis(out: &mut String, seconds: f64, y: f64) {
+    let span = seconds.max(1e-3);
+    let step = [
+        0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    ]
+    .into_iter()
+    .find(|s| span / s <= 8.0)
+    .unwrap_or(span / 8.0);
+    let plot = WIDTH - LEFT - RIGHT;
+    let mut t = 0.0;
+    while t <= span + 1e-9 {
+        let x = LEFT + t / span * plot;
+        let _ = write!(
+            out,
+            r##"<line x1="{x:.1}" y1="{y:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/><text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
+            y + 4.0,
+            y + 16.0,
+            if step < 1.0 {
+                format!("{t:.1} s")
+            } else {
+                format!("{t:.0} s")
+            }
+        );
+        t += step;
+    }
+}
+
+/// Each stream a lane, each chunk a bar from its start to its end, coloured by table.
+fn timeline(r: &Report, tables: &[String]) -> String {
+    let lanes = r.streams.len().max(1);
+    let lane = 24.0;
+    let height = 20.0 + lanes as f64 * lane + 30.0;
+    let span = r.elapsed_seconds.max(1e-3);
+    let plot = WIDTH - LEFT - RIGHT;
+    let mut out = format!(
+        r#"<svg class="chart" id="timeline" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">"#
+    );
+    for (i, s) in r.streams.iter().enumerate() {
+        let y = 10.0 + i as f64 * lane;
+        let _ = write!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">stream {}</text>"#,
+            LEFT - 8.0,
+            y + 15.0,
+            s.stream + 1
+        );
+        for c in &s.chunks {
+            let color =
+                PALETTE[tables.iter().position(|t| *t == c.table).unwrap_or(0) % PALETTE.len()];
+            let x = LEFT + c.start / span * plot;
+            let w = ((c.end - c.start) / span * plot).max(1.0);
+            let _ = write!(
+                out,
+                r#"<rect class="chunk" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{:.1}" fill="{color}"><title>{}: {} rows, {} bytes, {:.2} s to {:.2} s</title></rect>"#,
+                lane - 6.0,
+                esc(&c.table),
+                c.rows,
+                c.bytes,
+                c.start,
+                c.end
+            );
+        }
+    }
+    time_axis(&mut out, span, 10.0 + lanes as f64 * lane + 2.0);
+    out.push_str("</svg>");
+    out
+}
+
+/// Throughput over time: each chunk's bytes spread evenly over its time, in 100 bins; one
+/// line per table and one for the whole load.
+fn throughput(r: &Report, tables: &[String]) -> String {
+    const BINS: usize = 100;
+    let span = r.elapsed_seconds.max(1e-3);
+    let bin = span / BINS as f64;
+    let mut per = vec![vec![0f64; BINS]; tables.len()];
+    for c in r.streams.iter().flat_map(|s| &s.chunks) {
+        let t = tables.iter().position(|x| *x == c.table).unwrap_or(0);
+        let d = (c.end - c.start).max(1e-6);
+        for (b, slot) in per[t].iter_mut().enumerate() {
+            let (lo, hi) = (b as f64 * bin, (b + 1) as f64 * bin);
+            let overlap = (hi.min(c.end) - lo.max(c.start)).max(0.0);
+            *slot += c.bytes as f64 * overlap / d;
+        }
+    }
+    let total: Vec<f64> = (0..BINS).map(|b| per.iter().map(|p| p[b]).sum()).collect();
+    let mbps = |v: f64| v / 1e6 / bin;
+    let top = total
+        .iter()
+        .copied()
+        .map(mbps)
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let (height, plot_h) = (260.0, 200.0);
+    let plot = WIDTH - LEFT - RIGHT;
+    let mut out = format!(
+        r#"<svg class="chart" id="throughput" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">"#
+    );
+    for k in 0..=4 {
+        let v = top * k as f64 / 4.0;
+        let y = 10.0 + plot_h - plot_h * k as f64 / 4.0;
+        let _ = write!(
+            out,
+            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{v:.0} MB/s</text>"##,
+            WIDTH - RIGHT,
+            LEFT - 6.0,
+            y + 4.0
+        );
+    }
+    let line = |series: &[f64], color: &str, width: f64, name: &str| -> String {
+        let points: Vec<String> = series
+            .iter()
+            .enumerate()
+            .map(|(b, v)| {
+                let x = LEFT + (b as f64 + 0.5) / BINS as f64 * plot;
+                let y = 10.0 + plot_h - mbps(*v) / top * plot_h;
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        format!(
+            r#"<polyline class="series" points="{}" fill="none" stroke="{color}" stroke-width="{width}"><title>{}</title></polyline>"#,
+            points.join(" "),
+            esc(name)
+        )
+    };
+    for (t, series) in per.iter().enumerate() {
+        out.push_str(&line(series, PALETTE[t % PALETTE.len()], 1.5, &tables[t]));
+    }
+    out.push_str(&line(&total, "#222", 2.5, "all tables"));
+    time_axis(&mut out, span, 10.0 + plot_h + 2.0);
+    out.push_str("</svg>");
+    out
+}
+
+/// Where each stream's time went: a stacked bar per stream.
+fn stages(r: &Report) -> String {
+    let names = ["reading", "converting", "sending", "waiting on the server"];
+    let lane = 24.0;
+    let height = 20.0 + r.streams.len().max(1) as f64 * lane + 30.0;
+    let top = r
+        .streams
+        .iter()
+        .map(|s| {
+            let t = &s.timing;
+            t.read_seconds + t.convert_seconds + t.send_seconds + t.server_seconds
+        })
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    let plot = WIDTH - LEFT - RIGHT;
+    let mut out = format!(
+        r#"<svg class="chart" id="stages" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">"#
+    );
+    for (i, s) in r.streams.iter().enumerate() {
+        let y = 10.0 + i as f64 * lane;
+        let _ = write!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">stream {}</text>"#,
+            LEFT - 8.0,
+            y + 15.0,
+            s.stream + 1
+        );
+        let t = &s.timing;
+        let mut x = LEFT;
+        for (k, v) in [
+            t.read_seconds,
+            t.convert_seconds,
+            t.send_seconds,
+            t.server_seconds,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let w = v / top * plot;
+            let _ = write!(
+                out,
+                r#"<rect class="stage" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{:.1}" fill="{}"><title>{}: {v:.2} s</title></rect>"#,
+                lane - 6.0,
+                PALETTE[k],
+                names[k]
+            );
+            x += w;
+        }
+    }
+    time_axis(
+        &mut out,
+        top,
+        10.0 + r.streams.len().max(1) as f64 * lane + 2.0,
+    );
+    out.push_str("</svg>");
+    out
+}
+
+/// The server's sessions by activity over time: one stacked column per sample.
+fn server_activity(r: &Report) -> String {
+    let w = &r.server_waits;
+    let (height, plot_h) = (200.0, 140.0);
+    let plot = WIDTH - LEFT - RIGHT;
+    let span = w
+        .series
+        .last()
+        .map_or(1.0, |s| s.0)
+        .max(r.elapsed_seconds)
+        .max(1e-3);
+    let most = w
+        .series
+        .iter()
+        .map(|(_, c)| c.iter().sum::<u32>())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let col = (plot / w.series.len().max(1) as f64).clamp(1.0, 12.0);
+    let mut out = format!(
+        r#"<svg class="chart" id="server" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">"#
+    );
+    let _ = write!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{most:.0} sessions</text>"#,
+        LEFT - 6.0,
+        14.0
+    );
+    for (t, counts) in &w.series {
+        let x = LEFT + t / span * plot;
+        let mut y = 10.0 + plot_h;
+        for (k, n) in counts.iter().enumerate() {
+            if *n == 0 {
+                continue;
+            }
+            let h = *n as f64 / most * plot_h;
+            y -= h;
+            let _ = write!(
+                out,
+                r#"<rect class="sample" x="{x:.1}" y="{y:.1}" width="{col:.1}" height="{h:.1}" fill="{}"><title>{t:.1} s: {n} {}</title></rect>"#,
+                PALETTE[k],
+                w.classes.get(k).copied().unwrap_or("?")
+            );
+        }
+    }
+    time_axis(&mut out, span, 10.0 + plot_h + 2.0);
+    out.push_str("</svg>");
+    out
+}
+
+fn legend(items: &[(&str, &str)]) -> String {
+    let mut out = String::from(r#"<p class="legend">"#);
+    for (name, color) in items {
+        let _ = write!(
+            out,
+            r#"<span><i style="background:{color}"></i>{}</span>"#,
+            esc(name)
+        );
+    }
+    out.push_str("</p>");
+    out
+}
+
+/// The whole page.
+pub fn render(r: &Report) -> String {
+    let tables: Vec<String> = r.tables.iter().map(|t| t.table.clone()).collect();
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sluice load report</title><style>
+body{{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#222}}
+h1{{font-size:22px}} h2{{font-size:17px;margin-top:28px}}
+table{{border-collapse:collapse;margin:8px 0}} td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}
+.verdict{{border-left:5px solid #e15759;background:#fafafa;padding:10px 14px}}
+.kind{{font-weight:bold;font-size:16px}}
+.tick{{font-size:11px;fill:#555}} .label{{font-size:12px;fill:#222}}
+.legend span{{margin-right:14px;white-space:nowrap}} .legend i{{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}}
+</style></head><body><h1>sluice load report</h1><p>{} &middot; strategy {} &middot; {} stream(s) &middot; {} chunk(s) &middot; COPY messages of {} bytes</p>"#,
+        esc(&r.target),
+        r.strategy,
+        r.jobs,
+        r.chunks,
+        r.copy_buffer_bytes
+    );
+    h.push_str("<h2>Summary</h2><table><tr><th>table</th><th>files</th><th>rows</th><th>bytes</th><th>seconds</th><th>MB/s</th></tr>");
+    for t in r.tables.iter().chain(std::iter::once(&r.total)) {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td></tr>",
+            esc(&t.table),
+            t.files,
+            crate::progress::thousands(t.rows),
+            crate::progress::human_bytes(t.bytes),
+            t.seconds,
+            t.mb_per_s
+        );
+    }
+    h.push_str("</table>");
+    match &r.verdict {
+        Some(v) => {
+            let _ = write!(
+                h,
+                r#"<h2>Verdict</h2><div class="verdict"><div class="kind">{}</div><p>{}</p><p><b>Next:</b> {}</p></div><table><tr><th>figure</th><th>value</th></tr>"#,
+                v.kind,
+                esc(&v.because),
+                esc(&v.next_step)
+            );
+            for (k, x) in &v.figures {
+                let shown = if *k == "server_samples" {
+                    format!("{x:.0}")
+                } else if k.ends_with("seconds") {
+                    format!("{x:.2} s")
+                } else {
+                    format!("{:.1}%", x * 100.0)
+                };
+                let _ = write!(h, "<tr><td>{k}</td><td>{shown}</td></tr>");
+            }
+            h.push_str("</table>");
+        }
+        None => h.push_str("<h2>Verdict</h2><p>Too short (or a dry run) to judge.</p>"),
+    }
+    let table_legend: Vec<(&str, &str)> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), PALETTE[i % PALETTE.len()]))
+        .collect();
+    h.push_str("<h2>Timeline: each stream's chunks</h2>");
+    h.push_str(&legend(&table_legend));
+    h.push_str(&timeline(r, &tables));
+    h.push_str("<h2>Throughput over time</h2>");
+    let mut with_total = table_legend.clone();
+    with_total.push(("all tables", "#222"));
+    h.push_str(&legend(&with_total));
+    h.push_str(&throughput(r, &tables));
+    h.push_str("<h2>Where each stream's time went</h2>");
+    h.push_str(&legend(&[
+        ("reading", PALETTE[0]),
+        ("converting", PALETTE[1]),
+        ("sending (socket full)", PALETTE[2]),
+        ("waiting on the server", PALETTE[3]),
+    ]));
+    h.push_str(&stages(r));
+    let _ = write!(
+        h,
+        "<h2>The server's sessions over time</h2><p>{} session samples.</p>",
+        r.server_waits.samples
+    );
+    let classes: Vec<(&str, &str)> = r
+        .server_waits
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (*c, PALETTE[i % PALETTE.len()]))
+        .collect();
+    h.push_str(&legend(&classes));
+    h.push_str(&server_activity(r));
+    if !r.server_waits.events.is_empty() {
+        h.push_str("<table><tr><th>event</th><th>class</th><th>samples</th></tr>");
+        for e in &r.server_waits.events {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&e.event),
+                e.class,
+                e.samples
+            );
+        }
+        h.push_str("</table>");
+    }
+    if let Some(c) = &r.calibration {
+        h.push_str("<h2>--jobs auto</h2><table><tr><th>streams</th><th>MB/s</th></tr>");
+        for p in &c.curve {
+            let _ = write!(h, "<tr><td>{}</td><td>{:.1}</td></tr>", p.jobs, p.mb_per_s);
+        }
+        let _ = write!(h, "</table><p>Chose {}: {}.</p>", c.chosen, esc(&c.why));
+    }
+    if let Some(rej) = r.rejected.as_ref().filter(|x| x.rows > 0) {
+        let _ = write!(
+            h,
+            "<h2>Rejected rows</h2><p>{} row(s), within --max-errors {}.</p><table><tr><th>cause</th><th>rows</th></tr>",
+            rej.rows,
+            esc(&rej.max_errors)
+        );
+        for (c, n) in &rej.by_cause {
+            let _ = write!(h, "<tr><td>{c}</td><td>{n}</td></tr>");
+        }
+        h.push_str("</table>");
+    }
+    if !r.server_settings.is_empty() {
+        h.push_str("<h2>Server settings</h2><table><tr><th>setting</th><th>value</th></tr>");
+        for (k, v) in &r.server_settings {
+            let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(v));
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("</body></html>\n");
+    h
+}
