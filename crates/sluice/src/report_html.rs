@@ -53,6 +53,17 @@ fn time_axis(out: &mut String, seconds: f64, y: f64) {
     }
 }
 
+/// A stream's name at the left of its lane.
+fn lane_label(out: &mut String, y: f64, stream: usize) {
+    let _ = write!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">stream {}</text>"#,
+        LEFT - 8.0,
+        y + 15.0,
+        stream + 1
+    );
+}
+
 /// Each stream a lane, each chunk a bar from its start to its end, coloured by table.
 fn timeline(r: &Report, tables: &[String]) -> String {
     let lanes = r.streams.len().max(1);
@@ -65,13 +76,7 @@ fn timeline(r: &Report, tables: &[String]) -> String {
     );
     for (i, s) in r.streams.iter().enumerate() {
         let y = 10.0 + i as f64 * lane;
-        let _ = write!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">stream {}</text>"#,
-            LEFT - 8.0,
-            y + 15.0,
-            s.stream + 1
-        );
+        lane_label(&mut out, y, s.stream);
         for c in &s.chunks {
             let color =
                 PALETTE[tables.iter().position(|t| *t == c.table).unwrap_or(0) % PALETTE.len()];
@@ -179,13 +184,7 @@ fn stages(r: &Report) -> String {
     );
     for (i, s) in r.streams.iter().enumerate() {
         let y = 10.0 + i as f64 * lane;
-        let _ = write!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">stream {}</text>"#,
-            LEFT - 8.0,
-            y + 15.0,
-            s.stream + 1
-        );
+        lane_label(&mut out, y, s.stream);
         let t = &s.timing;
         let mut x = LEFT;
         for (k, v) in [

@@ -252,80 +252,52 @@ pub fn judge(plan: &Plan, outcome: &RunOutcome, jobs: usize, cores: usize) -> Op
             false => format!("; also {}", parts.join(", ")),
         }
     };
-    let (kind, because, next_step) = match main {
-        Some((Activity::Lock, what)) => (
+    let mut because = match main {
+        Some((a, what)) => format!("{seen}: {what} {}{}{}", pct(share(a)), top(a), detail(a)),
+        None => seen.clone(),
+    };
+    let wal_segments = w
+        .activities
+        .iter()
+        .find(|(c, _, _)| *c == Activity::Wal)
+        .is_some_and(|(_, e, _)| e.starts_with("WALInit"));
+    let (kind, next_step) = match main.map(|m| m.0) {
+        Some(Activity::Lock) => (
             "lock-bound",
-            format!(
-                "{seen}: {what} {}{}{}",
-                pct(share(Activity::Lock)),
-                top(Activity::Lock),
-                detail(Activity::Lock)
-            ),
             "another session holds the tables' locks, or the streams contend on one table \
-             (`extend` is the lock for growing a table): fewer --jobs, or load when it is quiet"
-                .to_string(),
+             (`extend` is the lock for growing a table): fewer --jobs, or load when it is quiet",
         ),
-        Some((Activity::Wal, what)) => {
-            let init = w
-                .activities
-                .iter()
-                .find(|(c, _, _)| *c == Activity::Wal)
-                .is_some_and(|(_, e, _)| e.starts_with("WALInit"));
-            (
-                "WAL-bound",
-                format!(
-                    "{seen}: {what} {}{}{}",
-                    pct(share(Activity::Wal)),
-                    top(Activity::Wal),
-                    detail(Activity::Wal)
-                ),
-                if init {
-                    "the server is creating new WAL segments: a larger min_wal_size lets it \
-                     recycle them (and wal_init_zero = off on copy-on-write filesystems); the \
-                     stage strategy writes almost no WAL under wal_level = minimal"
-                        .to_string()
-                } else {
-                    "the stage strategy writes almost no WAL into new staging tables under \
-                     wal_level = minimal; else a faster WAL disk, or wal_compression"
-                        .to_string()
-                },
-            )
-        }
-        Some((Activity::DiskIo, what)) => (
+        Some(Activity::Wal) if wal_segments => (
+            "WAL-bound",
+            "the server is creating new WAL segments: a larger min_wal_size lets it recycle \
+             them (and wal_init_zero = off on copy-on-write filesystems); the stage strategy \
+             writes almost no WAL under wal_level = minimal",
+        ),
+        Some(Activity::Wal) => (
+            "WAL-bound",
+            "the stage strategy writes almost no WAL into new staging tables under wal_level = \
+             minimal; else a faster WAL disk, or wal_compression",
+        ),
+        Some(Activity::DiskIo) => (
             "disk-write-bound",
-            format!(
-                "{seen}: {what} {}{}{}",
-                pct(share(Activity::DiskIo)),
-                top(Activity::DiskIo),
-                detail(Activity::DiskIo)
-            ),
             "the server's disk is the limit: faster storage, or fewer indexes during the load \
-             (build them after)"
-                .to_string(),
+             (build them after)",
         ),
-        main => (
+        _ if cores <= 2 => (
             "server-bound",
-            match main {
-                Some((a, what)) => format!(
-                    "{seen}: {what} {}{}{}, so more client speed would not help",
-                    pct(share(a)),
-                    top(a),
-                    detail(a)
-                ),
-                None => format!("{seen}, so more client speed would not help"),
-            },
-            if cores <= 2 {
-                format!(
-                    "with {cores} cores shared by client and server, fewer client cycles \
-                     leave more to the server; triggers, checks and indexes cost it most"
-                )
-            } else {
-                "more --jobs help only while the server has idle cores; triggers, checks \
-                 and indexes cost it most"
-                    .to_string()
-            },
+            "with the cores shared by client and server, fewer client cycles leave more to the \
+             server; triggers, checks and indexes cost it most",
+        ),
+        _ => (
+            "server-bound",
+            "more --jobs help only while the server has idle cores; triggers, checks and \
+             indexes cost it most",
         ),
     };
+    if kind == "server-bound" {
+        because.push_str(", so more client speed would not help");
+    }
+    let next_step = next_step.to_string();
     Some(Verdict {
         kind,
         because,
