@@ -257,6 +257,9 @@ fn jobs_auto_adds_streams_while_they_help_and_reports_its_curve() {
         "load".to_string(),
         "--jobs".into(),
         "auto".into(),
+        // Small messages: the throughput is counted as they go, not in lumps.
+        "--copy-buffer".into(),
+        "4k".into(),
         "--report-json".into(),
         json.to_str().unwrap().into(),
     ];
@@ -270,10 +273,9 @@ fn jobs_auto_adds_streams_while_they_help_and_reports_its_curve() {
     let curve = c["curve"].as_array().unwrap();
     assert!(curve.len() >= 2, "{c}");
     assert_eq!(curve[0]["jobs"], 1, "{c}");
-    assert!(
-        curve.iter().all(|p| p["mb_per_s"].as_f64().unwrap() > 0.0),
-        "{c}"
-    );
+    // One stream and two moved data (a later window may find the load ending).
+    let moved = |p: &serde_json::Value| p["mb_per_s"].as_f64().unwrap() > 0.0;
+    assert!(curve[..2].iter().all(moved), "{c}");
     let chosen = c["chosen"].as_u64().unwrap();
     assert!(chosen >= 1 && chosen <= r["jobs"].as_u64().unwrap(), "{c}");
     assert!(!c["why"].as_str().unwrap().is_empty(), "{c}");
