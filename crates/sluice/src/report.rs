@@ -370,10 +370,14 @@ pub fn render(report: &Report) -> String {
             .iter()
             .map(|p| format!("{} -> {:.0} MB/s", p.jobs, p.mb_per_s))
             .collect();
+        let knee = match c.knee {
+            Some(k) if k != c.chosen => format!("knee at {k}, kept {}", c.chosen),
+            Some(k) => format!("knee at {k}"),
+            None => format!("chose {}", c.chosen),
+        };
         out.push_str(&format!(
-            "jobs auto: {}; chose {} ({})\n",
+            "jobs auto: {}; {knee} ({})\n",
             curve.join(", "),
-            c.chosen,
             c.why
         ));
     }

@@ -391,7 +391,13 @@ td:first-child,th:first-child{{text-align:left}}
         for p in &c.curve {
             let _ = write!(h, "<tr><td>{}</td><td>{:.1}</td></tr>", p.jobs, p.mb_per_s);
         }
-        let _ = write!(h, "</table><p>Chose {}: {}.</p>", c.chosen, esc(&c.why));
+        let knee = c.knee.map_or(String::new(), |k| format!("Knee at {k}; "));
+        let _ = write!(
+            h,
+            "</table><p>{knee}{} stream(s) loaded the rest: {}.</p>",
+            c.chosen,
+            esc(&c.why)
+        );
     }
     if let Some(rej) = r.rejected.as_ref().filter(|x| x.rows > 0) {
         let _ = write!(

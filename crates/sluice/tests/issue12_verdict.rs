@@ -278,6 +278,10 @@ fn jobs_auto_adds_streams_while_they_help_and_reports_its_curve() {
     assert!(curve[..2].iter().all(moved), "{c}");
     let chosen = c["chosen"].as_u64().unwrap();
     assert!(chosen >= 1 && chosen <= r["jobs"].as_u64().unwrap(), "{c}");
+    if let Some(knee) = c["knee"].as_u64() {
+        // The stream after the knee stays unless it slowed the load.
+        assert!(chosen == knee || chosen == knee + 1, "{c}");
+    }
     assert!(!c["why"].as_str().unwrap().is_empty(), "{c}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("jobs auto: 1 -> "), "{stdout}");

@@ -35,7 +35,11 @@ pub struct Point {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Calibration {
     pub curve: Vec<Point>,
-    /// The streams that loaded the rest.
+    /// The last stream count that raised the throughput by [`GAIN`] (`None` if the
+    /// calibration ended before finding one).
+    pub knee: Option<usize>,
+    /// The streams that loaded the rest: the knee, or one more when that one did not slow
+    /// the load.
     pub chosen: usize,
     /// Why it stopped there.
     pub why: String,
@@ -106,6 +110,7 @@ impl Gate {
                 .sum()
         };
         let mut curve: Vec<Point> = Vec::new();
+        let mut knee = None;
         let why;
         loop {
             let jobs = self.admitted.load(Ordering::SeqCst);
@@ -136,6 +141,7 @@ impl Gate {
             if jobs > 1 && rate < best_before * (1.0 + GAIN) {
                 // The knee: the last stream brought less than GAIN. Retire it only if it made
                 // things worse.
+                knee = Some(jobs - 1);
                 if rate < best_before * (1.0 - LOSS) {
                     self.retired_from.store(jobs - 1, Ordering::SeqCst);
                 }
@@ -160,7 +166,12 @@ impl Gate {
         self.settled.store(true, Ordering::SeqCst);
         let admitted = self.admitted.load(Ordering::SeqCst);
         let chosen = self.retired_from.load(Ordering::SeqCst).min(admitted);
-        *super::lock(&self.result) = Calibration { curve, chosen, why };
+        *super::lock(&self.result) = Calibration {
+            curve,
+            knee,
+            chosen,
+            why,
+        };
     }
 }
 
