@@ -270,26 +270,62 @@ pub(crate) fn absolute_line(plan: &Plan, chunk: &Chunk, err: &mut InputError) {
     let (Some(line), true) = (err.line, chunk.start > 0) else {
         return;
     };
-    let input = &plan.inputs[chunk.input];
-    let head = Chunk {
-        id: chunk.id,
-        input: chunk.input,
-        start: 0,
-        end: Some(chunk.start),
-    };
-    let Ok(mut r) = source::open_chunk(input, &head) else {
-        return;
-    };
-    let nl = input.dialect.line_ending.terminator();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut before = 0u64;
-    while let Ok(k) = r.read(&mut buf) {
-        if k == 0 {
-            break;
-        }
-        before += memchr::memchr_iter(nl, &buf[..k]).count() as u64;
+    if let Some(Some(at)) = lines_at(plan, chunk.input, &[chunk.start]).first() {
+        err.line = Some(line + at - 1);
     }
-    err.line = Some(line + before);
+}
+
+/// The 1-based line on which each of `offsets` (ascending) of input `input` falls, counting
+/// line ends in one read of the input up to the last offset (only on the error path). `None`
+/// where the input cannot be read again (standard input).
+pub(crate) fn lines_at(plan: &Plan, input: usize, offsets: &[u64]) -> Vec<Option<u64>> {
+    let source = &plan.inputs[input];
+    let head = Chunk {
+        id: 0,
+        input,
+        start: 0,
+        end: Some(offsets.last().copied().unwrap_or(0)),
+    };
+    let Ok(mut reader) = source::open_chunk(source, &head) else {
+        return vec![None; offsets.len()];
+    };
+    let nl = source.dialect.line_ending.terminator();
+    let mut out = Vec::with_capacity(offsets.len());
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut pos, mut lines) = (0u64, 1u64);
+    while out.len() < offsets.len() {
+        let k = match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => k,
+        };
+        let block = &buf[..k];
+        let mut from = 0usize;
+        while let Some(&want) = offsets.get(out.len()).filter(|&&o| o < pos + k as u64) {
+            let upto = (want - pos) as usize;
+            lines += memchr::memchr_iter(nl, &block[from..upto]).count() as u64;
+            from = upto;
+            out.push(Some(lines));
+        }
+        lines += memchr::memchr_iter(nl, &block[from..]).count() as u64;
+        pos += k as u64;
+    }
+    // Offsets at the very end of what was read (or past it): the line so far.
+    out.resize(offsets.len(), Some(lines));
+    out
+}
+
+/// The column a server error names, among the table's loaded ones: its index, and how a
+/// message shows it (`name (type)`).
+fn server_column(table: &plan::TablePlan, e: &DestinationError) -> (Option<usize>, Option<String>) {
+    let i = e
+        .column
+        .as_ref()
+        .and_then(|c| table.columns.iter().position(|col| &col.name == c));
+    let shown = i.map(|i| {
+        let c = &table.columns[i];
+        format!("{} ({})", c.name, c.type_name)
+    });
+    (i, shown)
 }
 
 /// What every chunk of a run shares.
@@ -326,10 +362,7 @@ impl<D: Destination> RunContext<'_, D> {
         let plan = self.plan;
         let input = &plan.inputs[chunk.input];
         let table = &plan.tables[input.table];
-        let col_idx = e
-            .column
-            .as_ref()
-            .and_then(|c| table.columns.iter().position(|col| &col.name == c));
+        let (col_idx, column) = server_column(table, e);
         // A sibling's key: the columns of the index it waited on, to show the key.
         let key_cols: Vec<(String, usize)> = match e.kind {
             ErrorKind::Conflict { .. } => e
@@ -383,10 +416,7 @@ impl<D: Destination> RunContext<'_, D> {
         let mut err = InputError::new(&input.display, reason);
         err.line = Some(rec.at.line);
         err.offset = Some(rec.at.offset);
-        err.column = col_idx.map(|i| {
-            let c = &table.columns[i];
-            format!("{} ({})", c.name, c.type_name)
-        });
+        err.column = column;
         err.value = col_idx.and_then(|_| rec.values.first().cloned().flatten());
         let cause = match e.kind {
             ErrorKind::Conflict { .. } => "unique_violation",
@@ -449,15 +479,9 @@ impl<D: Destination> RunContext<'_, D> {
         }
         let n = e.record.unwrap_or_default();
         let table = &plan.tables[input.table];
-        let col_idx = e
-            .column
-            .as_ref()
-            .and_then(|c| table.columns.iter().position(|col| &col.name == c));
+        let (col_idx, column) = server_column(table, &e);
         let mut err = InputError::new(&input.display, format!("rejected by the server: {e}"));
-        err.column = col_idx.map(|i| {
-            let c = &table.columns[i];
-            format!("{} ({})", c.name, c.type_name)
-        });
+        err.column = column;
         let cols: Vec<usize> = col_idx.into_iter().collect();
         match locate_record(plan, chunk, n, &cols) {
             Some((at, values)) => {

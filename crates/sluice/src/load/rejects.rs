@@ -11,12 +11,11 @@
 //! sorted by input and offset, with line numbers counted in one pass over each input: a load
 //! that expects millions of bad rows is better fixed first.
 
-use super::plan::{Chunk, Plan};
-use super::source;
+use super::plan::Plan;
 use crate::failure::Failure;
 use sluice_core::error::InputError;
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -153,15 +152,12 @@ impl Rejects {
     /// to be exceeded whatever the rest of the input holds. Past the threshold, the error
     /// is the row that crossed it.
     pub fn add(&self, r: Reject, seen: (u64, u64)) -> Result<(), Failure> {
-        let count = {
-            let mut found = super::lock(&self.found);
-            if !found.seen.insert((r.input, r.offset)) {
-                // The same row again, in a chunk redone after a lost connection.
-                return Ok(());
-            }
-            found.rows.push(r.clone());
-            self.count.fetch_add(1, Ordering::Relaxed) + 1
-        };
+        let mut found = super::lock(&self.found);
+        if !found.seen.insert((r.input, r.offset)) {
+            // The same row again, in a chunk redone after a lost connection.
+            return Ok(());
+        }
+        let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         let exceeded = match self.threshold {
             Threshold::Count(n) => count > n,
             Threshold::Share(share) => {
@@ -174,10 +170,12 @@ impl Rejects {
                 })
             }
         };
-        if exceeded {
-            return Err(self.too_many(r.error, count, None));
+        let error = exceeded.then(|| r.error.clone());
+        found.rows.push(r);
+        match error {
+            Some(e) => Err(self.too_many(e, count, None)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// At the end, before anything commits: whether the rejects stay within the threshold
@@ -234,9 +232,7 @@ impl Rejects {
         let found = super::lock(&self.found);
         let r = found.rows.iter().min_by_key(|r| (r.input, r.offset))?;
         let mut e = r.error.clone();
-        e.line = Some(r.chunk_line);
-        let chunk = chunk_at(plan, r.input, r.offset);
-        super::absolute_line(plan, &chunk, &mut e);
+        e.line = super::lines_at(plan, r.input, &[r.offset])[0].or(Some(r.chunk_line));
         Some(e)
     }
 
@@ -246,9 +242,11 @@ impl Rejects {
         let Some(path) = &self.path else {
             return Ok(());
         };
-        let mut rows = super::lock(&self.found).rows.clone();
-        rows.sort_by_key(|r| (r.input, r.offset));
-        let lines = absolute_lines(plan, &rows);
+        // Sorted in place: the load is over, nothing adds rejects now.
+        let mut found = super::lock(&self.found);
+        found.rows.sort_by_key(|r| (r.input, r.offset));
+        let rows = &found.rows;
+        let lines = absolute_lines(plan, rows);
         let mut data = BufWriter::new(std::fs::File::create(path)?);
         let mut details = BufWriter::new(std::fs::File::create(details_path(path))?);
         let mut at = 0u64;
@@ -290,80 +288,13 @@ pub fn details_path(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// The plan's chunk of `input` that holds `offset`.
-fn chunk_at(plan: &Plan, input: usize, offset: u64) -> Chunk {
-    plan.chunks
-        .iter()
-        .filter(|c| c.input == input && c.start <= offset)
-        .max_by_key(|c| c.start)
-        .cloned()
-        .unwrap_or(Chunk {
-            id: 0,
-            input,
-            start: 0,
-            end: None,
-        })
-}
-
 /// The line each reject starts on (`rows` sorted by input and offset): one pass over each
-/// input, up to its last reject, counting line ends. `None` where the input cannot be read
-/// again (standard input).
+/// input, up to its last reject.
 fn absolute_lines(plan: &Plan, rows: &[Reject]) -> Vec<Option<u64>> {
     let mut out = Vec::with_capacity(rows.len());
-    let mut i = 0;
-    while i < rows.len() {
-        let input_ix = rows[i].input;
-        let end = rows[i..]
-            .iter()
-            .position(|r| r.input != input_ix)
-            .map_or(rows.len(), |k| i + k);
-        let group = &rows[i..end];
-        let input = &plan.inputs[input_ix];
-        let head = Chunk {
-            id: 0,
-            input: input_ix,
-            start: 0,
-            end: Some(group.last().map_or(0, |r| r.offset)),
-        };
-        let nl = input.dialect.line_ending.terminator();
-        match source::open_chunk(input, &head) {
-            Ok(mut reader) => {
-                let mut buf = vec![0u8; 1 << 20];
-                let (mut pos, mut lines) = (0u64, 1u64);
-                let mut next = 0;
-                'read: loop {
-                    let k = match reader.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(k) => k,
-                    };
-                    let block = &buf[..k];
-                    let mut from = 0usize;
-                    while next < group.len() {
-                        let want = group[next].offset;
-                        if want >= pos + k as u64 {
-                            break;
-                        }
-                        let upto = (want - pos) as usize;
-                        lines += memchr::memchr_iter(nl, &block[from..upto]).count() as u64;
-                        from = upto;
-                        out.push(Some(lines));
-                        next += 1;
-                    }
-                    if next == group.len() {
-                        break 'read;
-                    }
-                    lines += memchr::memchr_iter(nl, &block[from..]).count() as u64;
-                    pos += k as u64;
-                }
-                // Rejects at the very end of what was read (or past it): the line so far.
-                while next < group.len() {
-                    out.push(Some(lines));
-                    next += 1;
-                }
-            }
-            Err(_) => out.extend(group.iter().map(|_| None)),
-        }
-        i = end;
+    for group in rows.chunk_by(|a, b| a.input == b.input) {
+        let offsets: Vec<u64> = group.iter().map(|r| r.offset).collect();
+        out.extend(super::lines_at(plan, group[0].input, &offsets));
     }
     out
 }
