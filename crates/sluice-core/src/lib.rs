@@ -7,6 +7,7 @@
 //!
 //! - [`dialect`]: the input formats (tbl, CSV, text) and their options;
 //! - [`records`]: splitting bytes into records and fields with COPY's exact rules;
+//! - [`swar`]: short fields read and checked a machine word at a time;
 //! - [`tokens`]: finding delimiters 64 bytes at a time for the record splitter;
 //! - [`boundary`]: where a big file may be cut into chunks for parallel streams;
 //! - [`primitives`]: digits, integers, calendar dates and exact decimals, read fast and
@@ -26,4 +27,5 @@ pub mod error;
 pub mod ledger;
 pub mod primitives;
 pub mod records;
+pub mod swar;
 pub mod tokens;

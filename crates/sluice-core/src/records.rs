@@ -18,15 +18,48 @@
 //! - tbl: text format with one trailing delimiter removed from each line.
 
 use crate::dialect::{Dialect, Format, LineEnding};
-use crate::tokens::Tokens;
+use crate::tokens::window_masks;
 use memchr::{memchr, memchr2, memchr3};
 
-/// Where one field's bytes are.
+/// Where one field's bytes are: `start..end` of the parser's input, or of the scratch
+/// buffer when `start` carries [`Span::SCRATCH`], or NULL when `end` is [`Span::NULL`]. Two
+/// words rather than an enum's three, since a record's spans are written once per field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Span {
-    Null,
-    Input(usize, usize),
-    Scratch(usize, usize),
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    const SCRATCH: usize = 1 << (usize::BITS - 1);
+    const NULL: usize = usize::MAX;
+
+    const fn null() -> Span {
+        Span {
+            start: 0,
+            end: Span::NULL,
+        }
+    }
+
+    const fn input(start: usize, end: usize) -> Span {
+        Span { start, end }
+    }
+
+    const fn scratch(start: usize, end: usize) -> Span {
+        Span {
+            start: start | Span::SCRATCH,
+            end,
+        }
+    }
+
+    /// The value's length (0 for NULL).
+    fn len(self) -> usize {
+        if self.end == Span::NULL {
+            0
+        } else {
+            self.end - (self.start & !Span::SCRATCH)
+        }
+    }
 }
 
 /// The fields of one record. Reused across records to avoid allocation.
@@ -34,6 +67,8 @@ enum Span {
 pub struct Fields {
     spans: Vec<Span>,
     scratch: Vec<u8>,
+    /// The bytes of all field values together: what a writer reserves for a record.
+    bytes: usize,
 }
 
 impl Fields {
@@ -52,24 +87,53 @@ impl Fields {
     /// The value of field `i` (`None` for NULL). `input` is the slice given to the parser.
     #[inline]
     pub fn get<'a>(&'a self, i: usize, input: &'a [u8]) -> Option<&'a [u8]> {
-        match self.spans[i] {
-            Span::Null => None,
-            Span::Input(s, e) => Some(&input[s..e]),
-            Span::Scratch(s, e) => Some(&self.scratch[s..e]),
+        let Span { start, end } = self.spans[i];
+        if end == Span::NULL {
+            None
+        } else if start & Span::SCRATCH == 0 {
+            Some(&input[start..end])
+        } else {
+            Some(&self.scratch[start & !Span::SCRATCH..end])
         }
     }
 
     /// The byte offset of field `i` within the parser's input, when it is a plain slice of it.
     pub fn input_offset(&self, i: usize) -> Option<usize> {
-        match self.spans[i] {
-            Span::Input(s, _) => Some(s),
-            _ => None,
-        }
+        let Span { start, end } = self.spans[i];
+        (end != Span::NULL && start & Span::SCRATCH == 0).then_some(start)
+    }
+
+    /// The bytes of all the record's values together (unescaped), so that an encoder can
+    /// reserve room for a whole record at once.
+    #[inline]
+    pub fn value_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    #[inline(always)]
+    fn push(&mut self, span: Span) {
+        self.bytes += span.len();
+        self.spans.push(span);
+    }
+
+    /// [`Fields::push`] without the capacity check, for the text scanner, which reserves
+    /// room for a whole window's fields at once.
+    ///
+    /// # Safety
+    /// The spans have spare capacity for one more.
+    #[inline(always)]
+    unsafe fn push_reserved(&mut self, span: Span) {
+        debug_assert!(self.spans.len() < self.spans.capacity());
+        self.bytes += span.len();
+        let len = self.spans.len();
+        self.spans.as_mut_ptr().add(len).write(span);
+        self.spans.set_len(len + 1);
     }
 
     fn clear(&mut self) {
         self.spans.clear();
         self.scratch.clear();
+        self.bytes = 0;
     }
 }
 
@@ -145,6 +209,9 @@ pub struct RecordParser {
     crlf: bool,
     /// The line-ending byte that may not appear raw in data (`\r` for LF/CRLF files).
     stray: u8,
+    /// NULL's spelling holds a backslash (text's `\N`): then only a field with an escape can
+    /// be NULL, and the others skip the comparison.
+    null_escaped: bool,
 }
 
 impl RecordParser {
@@ -160,6 +227,7 @@ impl RecordParser {
             newline,
             crlf,
             stray: if newline == b'\n' { b'\r' } else { b'\n' },
+            null_escaped: dialect.null.contains(&b'\\'),
         }
     }
 
@@ -199,9 +267,11 @@ impl RecordParser {
         self.parse_input(&self.input(bytes, eof), start, fields)
     }
 
-    /// Splits one text-format line in a single pass: one `memchr3` iterator finds the
-    /// delimiters, backslashes and the line end together, so a 16-field line costs one
-    /// vectorised scan instead of 16 short ones.
+    /// Splits one text-format line in a single pass. Each 64-byte window gives two bit
+    /// masks ([`window_masks`]): delimiters, and the bytes that need a decision (a backslash,
+    /// the line end, a stray line-end byte). The delimiters before the next such byte are
+    /// fields, pushed in a tight loop with no byte loaded or compared; the scan stops only at
+    /// the special bytes, which clean data has one of per line.
     fn parse_text(
         &self,
         inp: &Input<'_>,
@@ -212,48 +282,78 @@ impl RecordParser {
         let mut field_start = start;
         let mut escaped = false;
         let mut line_end = None;
-        // The stray line-end byte is a fourth needle: finding it costs nothing on clean data.
-        let needles = [self.delimiter, b'\\', self.newline, self.stray];
-        let mut tokens = Tokens::new(&input[start..], needles);
-        while let Some(hit) = tokens.next() {
-            let p = start + hit;
-            let b = input[p];
-            if b == b'\\' {
-                match input.get(p + 1) {
-                    None if !inp.eof => return Ok(Step::NeedMore),
-                    Some(b'.') => {
-                        let line_end = match memchr(self.newline, &input[p..]) {
-                            Some(i) => p + i,
-                            None if inp.eof => input.len(),
-                            None => return Ok(Step::NeedMore),
-                        };
-                        let mut le = line_end;
-                        if self.crlf && le > p && input[le - 1] == b'\r' {
-                            le -= 1;
-                        }
-                        return self.end_marker(input, fields, p, le);
-                    }
-                    _ => {}
-                }
-                escaped = true;
-                tokens.skip_to(hit + 2);
-            } else if b == self.delimiter {
-                self.push_text_field(input, field_start, p, escaped, fields);
-                field_start = p + 1;
-                escaped = false;
-            } else if b == self.stray {
-                // Part of a CRLF line end, or data that should have been escaped.
-                let crlf_end = self.crlf && input.get(p + 1) == Some(&b'\n');
-                if !crlf_end {
-                    if p + 1 == input.len() && self.crlf && !inp.eof {
-                        return Ok(Step::NeedMore);
-                    }
-                    return Err(self.stray_error(p));
-                }
-            } else {
-                line_end = Some(p);
-                break;
+        let specials = [b'\\', self.newline, self.stray];
+        let mut base = start;
+        // A backslash at a window's last byte escapes the next window's first.
+        let mut skip_first = false;
+        'scan: while base < input.len() {
+            let (mut delims, mut special) = window_masks(&input[base..], self.delimiter, specials);
+            if skip_first {
+                delims &= !1;
+                special &= !1;
+                skip_first = false;
             }
+            // A window holds at most 64 delimiters, and the line one field more.
+            fields.spans.reserve(65);
+            loop {
+                let lowest = special & special.wrapping_neg();
+                let mut before = delims & lowest.wrapping_sub(1);
+                delims &= !before;
+                while before != 0 {
+                    let p = base + before.trailing_zeros() as usize;
+                    // SAFETY: room for 65 spans was reserved for this window.
+                    unsafe { self.push_text_field(input, field_start, p, escaped, fields) };
+                    field_start = p + 1;
+                    escaped = false;
+                    before &= before - 1;
+                }
+                if special == 0 {
+                    break;
+                }
+                special &= special - 1;
+                let bit = lowest.trailing_zeros() as usize;
+                let p = base + bit;
+                let b = input[p];
+                if b == b'\\' {
+                    match input.get(p + 1) {
+                        None if !inp.eof => return Ok(Step::NeedMore),
+                        Some(b'.') => {
+                            let line_end = match memchr(self.newline, &input[p..]) {
+                                Some(i) => p + i,
+                                None if inp.eof => input.len(),
+                                None => return Ok(Step::NeedMore),
+                            };
+                            let mut le = line_end;
+                            if self.crlf && le > p && input[le - 1] == b'\r' {
+                                le -= 1;
+                            }
+                            return self.end_marker(input, fields, p, le);
+                        }
+                        _ => {}
+                    }
+                    escaped = true;
+                    // The escaped byte is data, whatever it is.
+                    if bit == 63 {
+                        skip_first = true;
+                    } else {
+                        delims &= !(lowest << 1);
+                        special &= !(lowest << 1);
+                    }
+                } else if b == self.stray {
+                    // Part of a CRLF line end, or data that should have been escaped.
+                    let crlf_end = self.crlf && input.get(p + 1) == Some(&b'\n');
+                    if !crlf_end {
+                        if p + 1 == input.len() && self.crlf && !inp.eof {
+                            return Ok(Step::NeedMore);
+                        }
+                        return Err(self.stray_error(p));
+                    }
+                } else {
+                    line_end = Some(p);
+                    break 'scan;
+                }
+            }
+            base += 64;
         }
         let (mut end, next, lines) = match line_end {
             Some(nl) => (nl, nl + 1, 1),
@@ -276,13 +376,17 @@ impl RecordParser {
             && end > start
             && input[end - 1] == self.delimiter;
         if !trailing {
-            self.push_text_field(input, field_start, end, escaped, fields);
+            fields.spans.reserve(1);
+            // SAFETY: room for one more span was just reserved.
+            unsafe { self.push_text_field(input, field_start, end, escaped, fields) };
         }
         Ok(Step::Record { end: next, lines })
     }
 
+    /// # Safety
+    /// The spans have spare capacity for one more.
     #[inline(always)]
-    fn push_text_field(
+    unsafe fn push_text_field(
         &self,
         input: &[u8],
         s: usize,
@@ -290,15 +394,19 @@ impl RecordParser {
         escaped: bool,
         fields: &mut Fields,
     ) {
+        if !escaped && self.null_escaped {
+            fields.push_reserved(Span::input(s, e));
+            return;
+        }
         let raw = &input[s..e];
-        if raw.len() == self.null.len() && raw == self.null.as_slice() {
-            fields.spans.push(Span::Null);
+        if raw == self.null.as_slice() {
+            fields.push_reserved(Span::null());
         } else if escaped {
             let at = fields.scratch.len();
             unescape_text(raw, &mut fields.scratch);
-            fields.spans.push(Span::Scratch(at, fields.scratch.len()));
+            fields.push_reserved(Span::scratch(at, fields.scratch.len()));
         } else {
-            fields.spans.push(Span::Input(s, e));
+            fields.push_reserved(Span::input(s, e));
         }
     }
 
@@ -428,9 +536,9 @@ impl RecordParser {
             return Err(self.stray_error(s + i));
         }
         if raw == self.null.as_slice() {
-            fields.spans.push(Span::Null);
+            fields.push(Span::null());
         } else {
-            fields.spans.push(Span::Input(s, e));
+            fields.push(Span::input(s, e));
         }
         Ok(())
     }
@@ -526,7 +634,7 @@ impl RecordParser {
                         return Err(self.stray_error(pos + i));
                     }
                     fields.scratch.extend_from_slice(seg);
-                    fields.spans.push(Span::Scratch(s, fields.scratch.len()));
+                    fields.push(Span::scratch(s, fields.scratch.len()));
                     return Ok(QuotedEnd::Record(input.len(), false));
                 }
                 Some(i) => {
@@ -551,7 +659,7 @@ impl RecordParser {
                         return Err(self.stray_error(pos + i));
                     }
                     fields.scratch.extend_from_slice(seg);
-                    fields.spans.push(Span::Scratch(s, fields.scratch.len()));
+                    fields.push(Span::scratch(s, fields.scratch.len()));
                     return Ok(if input[at] == self.delimiter {
                         QuotedEnd::Delimiter(at + 1)
                     } else {

@@ -82,6 +82,60 @@ impl Iterator for Tokens<'_> {
     }
 }
 
+/// Two bit masks over the window at the start of `bytes` (64 bytes, or what is left): bit
+/// `i` of the first is set where byte `i` is `delimiter`, of the second where it is one of
+/// `specials`. The text scanner walks the delimiters of a record in a tight loop and stops
+/// only at a special byte (an escape, the line end, a stray line-end byte).
+#[inline(always)]
+pub fn window_masks(bytes: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
+    if bytes.len() >= 64 {
+        return masks64(&bytes[..64], delimiter, specials);
+    }
+    let (mut d, mut s) = (0u64, 0u64);
+    for (i, &b) in bytes.iter().enumerate() {
+        d |= u64::from(b == delimiter) << i;
+        s |= u64::from(specials.contains(&b)) << i;
+    }
+    (d, s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn masks64(w: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
+    use std::arch::x86_64::*;
+    debug_assert!(w.len() >= 64);
+    // SAFETY: SSE2 is part of the x86-64 baseline; the four unaligned 16-byte loads stay
+    // within `w`, which holds at least 64 bytes.
+    unsafe {
+        let d = _mm_set1_epi8(delimiter as i8);
+        let a = _mm_set1_epi8(specials[0] as i8);
+        let b = _mm_set1_epi8(specials[1] as i8);
+        let c = _mm_set1_epi8(specials[2] as i8);
+        let (mut dm, mut sm) = (0u64, 0u64);
+        for i in 0..4 {
+            let v = _mm_loadu_si128(w.as_ptr().add(16 * i) as *const __m128i);
+            let hit = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, a), _mm_cmpeq_epi8(v, b)),
+                _mm_cmpeq_epi8(v, c),
+            );
+            dm |= u64::from(_mm_movemask_epi8(_mm_cmpeq_epi8(v, d)) as u16) << (16 * i);
+            sm |= u64::from(_mm_movemask_epi8(hit) as u16) << (16 * i);
+        }
+        (dm, sm)
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn masks64(w: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
+    let (mut d, mut s) = (0u64, 0u64);
+    for (i, &b) in w[..64].iter().enumerate() {
+        d |= u64::from(b == delimiter) << i;
+        s |= u64::from(specials.contains(&b)) << i;
+    }
+    (d, s)
+}
+
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn mask64(w: &[u8], needles: [u8; 4]) -> u64 {
@@ -141,6 +195,23 @@ mod tests {
             let n = [b'|', b'\\', b'\n', b'z'];
             let got: Vec<usize> = Tokens::new(&data[..len], n).collect();
             assert_eq!(got, naive(&data[..len], n), "len {len}");
+        }
+    }
+
+    #[test]
+    fn window_masks_agree_with_a_naive_scan() {
+        let mut data = Vec::new();
+        for i in 0..200u32 {
+            data.push(b"ab|c\\\nxyz\r"[(i as usize * 7 + i as usize / 3) % 10]);
+        }
+        for start in [0, 1, 5, 100, 137, 150, 199, 200] {
+            let w = &data[start..];
+            let (d, s) = window_masks(w, b'|', [b'\\', b'\n', b'\r']);
+            let n = w.len().min(64);
+            let bits =
+                |set: &[u8]| (0..n).fold(0u64, |m, i| m | (u64::from(set.contains(&w[i])) << i));
+            assert_eq!(d, bits(b"|"), "start {start}");
+            assert_eq!(s, bits(b"\\\n\r"), "start {start}");
         }
     }
 

@@ -9,6 +9,7 @@
 
 use super::convert::ConvertError;
 use sluice_core::primitives::{parse_decimal, trim_c_space, Decimal};
+use sluice_core::swar;
 
 const NUMERIC_POS: u16 = 0x0000;
 const NUMERIC_NEG: u16 = 0x4000;
@@ -18,23 +19,22 @@ const NUMERIC_NINF: u16 = 0xF000;
 /// PostgreSQL's limit on the exponent in numeric input.
 const MAX_EXPONENT: i64 = 1000;
 
-/// The inlined fast path: a plain `-?digits[.digits]` value that fits [`encode_small`] and
-/// is valid. False, with `out` untouched, when the general path is needed.
+/// The inlined fast path: a plain `-?digits[.digits]` value of at most 16 bytes that
+/// [`encode_plain`] takes and that is valid, read with word operations (`window` as in
+/// [`swar::head16`]). `None` when the general path is needed, which also words every error.
 #[inline(always)]
-pub fn encode_numeric_fast(value: &[u8], typmod: Option<(i32, i32)>, out: &mut Vec<u8>) -> bool {
+pub fn encode_numeric_fast(
+    value: &[u8],
+    window: &[u8],
+    typmod: Option<(i32, i32)>,
+    dst: &mut [u8; 32],
+) -> Option<usize> {
     let (negative, body) = match value.first() {
         Some(b'-') => (true, &value[1..]),
         _ => (false, value),
     };
-    let mark = out.len();
-    match encode_small(negative, body, typmod, out) {
-        Some(Ok(())) => true,
-        Some(Err(_)) => {
-            out.truncate(mark);
-            false
-        }
-        None => false,
-    }
+    let plain = scan_plain_swar(body, window)?;
+    encode_plain(negative, plain, typmod, dst)?.ok()
 }
 
 /// Encodes `value` as binary numeric into `out`, applying `typmod` (precision, scale).
@@ -57,8 +57,9 @@ pub fn encode_numeric(
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    if let Some(done) = encode_small(negative, body, typmod, out) {
-        return done;
+    let mut buf = [0u8; 32];
+    if let Some(done) = scan_plain(body).and_then(|p| encode_plain(negative, p, typmod, &mut buf)) {
+        return done.map(|len| out.extend_from_slice(&buf[..len]));
     }
     if body.eq_ignore_ascii_case(b"infinity") || body.eq_ignore_ascii_case(b"inf") {
         if let Some((p, sc)) = typmod {
@@ -122,16 +123,18 @@ const POW10: [u64; 20] = [
     10_000_000_000_000_000_000,
 ];
 
-/// The fast path for the values flat files are made of (`-123.45`): at most 18 digits, no
-/// exponent, a scale of 0 to 16. Works in one u64 and writes the groups directly; returns
-/// `None` for anything else, which the general path handles. Same rules, same results.
-#[inline]
-fn encode_small(
-    negative: bool,
-    s: &[u8],
-    typmod: Option<(i32, i32)>,
-    out: &mut Vec<u8>,
-) -> Option<Result<(), ConvertError>> {
+/// A plain decimal's digits as one integer: the value is `m / 10^frac`; `digits` counts
+/// every digit written, leading zeros included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plain {
+    m: u64,
+    digits: usize,
+    frac: usize,
+}
+
+/// `digits[.digits]` (at most 18 digits, at least one) as a [`Plain`], a byte at a time:
+/// the general path's reading, and the reference for [`scan_plain_swar`].
+fn scan_plain(s: &[u8]) -> Option<Plain> {
     let mut m: u64 = 0;
     let mut digits = 0usize;
     let mut frac: usize = 0;
@@ -152,9 +155,65 @@ fn encode_small(
             return None;
         }
     }
-    if digits == 0 {
+    (digits > 0).then_some(Plain { m, digits, frac })
+}
+
+/// [`scan_plain`] for values of up to 16 bytes, with word operations: the point is found
+/// in one step and each side's digits are read eight at a time. `None` for anything longer
+/// or anything [`scan_plain`] would refuse.
+#[inline(always)]
+fn scan_plain_swar(s: &[u8], window: &[u8]) -> Option<Plain> {
+    let n = s.len();
+    if n == 0 || n > 16 {
         return None;
     }
+    let x = swar::head16(s, window);
+    let others = swar::nondigits(x, n);
+    if others == 0 {
+        return Some(Plain {
+            m: swar::value16(x, n),
+            digits: n,
+            frac: 0,
+        });
+    }
+    // One byte that is not a digit, and it is the point.
+    if others & (others - 1) != 0 || swar::equal(x, n, b'.') != others {
+        return None;
+    }
+    let dot = others.trailing_zeros() as usize;
+    let frac = n - dot - 1;
+    if dot + frac == 0 {
+        return None;
+    }
+    let int = if dot == 0 { 0 } else { swar::value16(x, dot) };
+    let fraction = if frac == 0 {
+        0
+    } else {
+        swar::value16(x >> (8 * (dot + 1)), frac)
+    };
+    Some(Plain {
+        m: int * POW10[frac] + fraction,
+        digits: dot + frac,
+        frac,
+    })
+}
+
+/// Encodes a [`Plain`] with the typmod's rounding and overflow check into `dst`, in u64
+/// arithmetic: the length written, or `None` for a scale outside 0..=16 or a value whose
+/// aligned digits pass 64 bits, which the general path handles. Same rules, same results.
+/// `dst` may be the output's own reserved room: nothing is staged on the stack.
+#[inline(always)]
+fn encode_plain(
+    negative: bool,
+    plain: Plain,
+    typmod: Option<(i32, i32)>,
+    dst: &mut [u8; 32],
+) -> Option<Result<usize, ConvertError>> {
+    let Plain {
+        mut m,
+        digits,
+        frac,
+    } = plain;
     let dscale = match typmod {
         None => frac,
         Some((precision, scale)) => {
@@ -172,11 +231,12 @@ fn encode_small(
                 }
                 m *= POW10[scale - frac];
             }
-            let allowed = precision - scale as i32;
-            if allowed < 0 {
+            if precision < scale as i32 {
                 return None;
             }
-            if allowed < 19 && m / POW10[scale] >= POW10[allowed as usize] {
+            // m / 10^scale >= 10^(precision - scale), without the division.
+            if precision <= 19 && m >= POW10[precision as usize] {
+                let allowed = precision - scale as i32;
                 return Some(Err(ConvertError::invalid(format!(
                     "numeric field overflow: numeric({precision},{scale}) must round to an \
                      absolute value less than 10^{allowed}"
@@ -188,49 +248,36 @@ fn encode_small(
     if dscale > 16 {
         return None;
     }
+    let sign = if negative { NUMERIC_NEG } else { NUMERIC_POS };
     if m == 0 {
-        out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
-        out.extend_from_slice(&(dscale as u16).to_be_bytes());
-        return Some(Ok(()));
+        dst[..8].copy_from_slice(&(u64::from(dscale as u16)).to_be_bytes());
+        return Some(Ok(8));
     }
-    // Align the point to a group boundary: value = big / 10000^frac_groups.
+    // Align the point to a group boundary: value = v / 10000^frac_groups.
     let frac_groups = dscale.div_ceil(4);
-    let pad = POW10[frac_groups * 4 - dscale];
-    let mut groups = [0u16; 10];
-    let mut n = 0;
-    // u64 arithmetic when it fits (always, for values of up to 16 digits), else u128.
-    match m.checked_mul(pad) {
-        Some(mut v) => {
-            while v > 0 {
-                groups[n] = (v % 10_000) as u16;
-                v /= 10_000;
-                n += 1;
-            }
-        }
-        None => {
-            let mut v = u128::from(m) * u128::from(pad);
-            while v > 0 {
-                groups[n] = (v % 10_000) as u16;
-                v /= 10_000;
-                n += 1;
-            }
-        }
+    let mut v = m.checked_mul(POW10[frac_groups * 4 - dscale])?;
+    // Base-10000 digits: how many, then the trailing zero groups dropped.
+    let mut groups = 1;
+    while groups < 5 && v >= POW10[4 * groups] {
+        groups += 1;
     }
-    // groups[0] is the least significant; drop trailing (least significant) zero groups.
     let mut low = 0;
-    while groups[low] == 0 {
+    while v % 10_000 == 0 {
+        v /= 10_000;
         low += 1;
     }
-    let weight = n as i32 - frac_groups as i32 - 1;
-    out.extend_from_slice(&((n - low) as i16).to_be_bytes());
-    out.extend_from_slice(&(weight as i16).to_be_bytes());
-    let sign = if negative { NUMERIC_NEG } else { NUMERIC_POS };
-    out.extend_from_slice(&sign.to_be_bytes());
-    out.extend_from_slice(&(dscale as u16).to_be_bytes());
-    for g in groups[low..n].iter().rev() {
-        out.extend_from_slice(&g.to_be_bytes());
+    let ndigits = groups - low;
+    let weight = groups as i64 - frac_groups as i64 - 1;
+    let header = ((ndigits as u64) << 48)
+        | ((weight as u16 as u64) << 32)
+        | (u64::from(sign) << 16)
+        | dscale as u64;
+    dst[..8].copy_from_slice(&header.to_be_bytes());
+    for k in (0..ndigits).rev() {
+        dst[8 + 2 * k..10 + 2 * k].copy_from_slice(&((v % 10_000) as u16).to_be_bytes());
+        v /= 10_000;
     }
-    Some(Ok(()))
+    Some(Ok(8 + 2 * ndigits))
 }
 
 fn write_special(out: &mut Vec<u8>, sign: u16) -> Result<(), ConvertError> {
@@ -455,9 +502,18 @@ mod tests {
                     Some(b) => (true, b),
                     None => (false, c),
                 };
-                let Some(fast_result) = encode_small(neg, body.as_bytes(), t, &mut fast) else {
+                let plain = scan_plain(body.as_bytes());
+                assert_eq!(
+                    scan_plain_swar(body.as_bytes(), &[]),
+                    plain.filter(|_| body.len() <= 16),
+                    "{c}"
+                );
+                let mut buf = [0u8; 32];
+                let Some(fast_result) = plain.and_then(|p| encode_plain(neg, p, t, &mut buf))
+                else {
                     continue;
                 };
+                let fast_result = fast_result.map(|len| fast.extend_from_slice(&buf[..len]));
                 let mut general = Vec::new();
                 let general_result =
                     encode_general(neg, body.as_bytes(), t, &mut Vec::new(), &mut general);
@@ -474,6 +530,45 @@ mod tests {
     fn syntax_errors() {
         for bad in ["", "abc", "1.2.3", "--1", "1 2", "0x10", "."] {
             assert!(enc(bad, None).is_err(), "{bad:?} should fail");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5000))]
+
+        /// The word-at-a-time reading of a plain decimal equals the byte-at-a-time one, and
+        /// both encodings equal the general path's, on generated values and garbage.
+        #[test]
+        fn plain_scans_agree(
+            int in proptest::collection::vec(b'0'..=b'9', 0..12),
+            frac in proptest::option::of(proptest::collection::vec(b'0'..=b'9', 0..10)),
+            noise in proptest::option::of((0usize..20, proptest::prelude::any::<u8>())),
+            scale in 0i32..8,
+        ) {
+            let mut v = int;
+            if let Some(f) = frac {
+                v.push(b'.');
+                v.extend_from_slice(&f);
+            }
+            if let Some((at, b)) = noise {
+                if at < v.len() {
+                    v[at] = b;
+                }
+            }
+            let plain = scan_plain(&v);
+            let mut padded = v.clone();
+            padded.extend_from_slice(b"|.5|12345678901234");
+            let swar = scan_plain_swar(&padded[..v.len()], &padded);
+            proptest::prop_assert_eq!(swar, plain.filter(|_| v.len() <= 16));
+            for t in [None, Some((15, scale)), Some((4, scale.min(3)))] {
+                let mut buf = [0u8; 32];
+                let Some(Ok(len)) = plain.and_then(|p| encode_plain(false, p, t, &mut buf)) else {
+                    continue;
+                };
+                let mut general = Vec::new();
+                encode_general(false, &v, t, &mut Vec::new(), &mut general).unwrap();
+                proptest::prop_assert_eq!(&buf[..len], &general[..]);
+            }
         }
     }
 }
