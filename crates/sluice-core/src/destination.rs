@@ -13,7 +13,7 @@
 
 use crate::error::RecordError;
 use crate::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
-use crate::records::Fields;
+use crate::records::{Fields, RecordParser};
 use std::fmt;
 
 /// A table as a destination describes it, in the terms every destination shares: what the
@@ -311,6 +311,21 @@ pub trait RecordEncoder {
         input: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError>;
+
+    /// The fast path: encodes the record at `start` of `input` straight from its bytes, as
+    /// [`RecordParser::plain_fields`] gives them, without splitting it into [`Fields`]
+    /// first. Returns the record's end, or `None` when the record or one of its values needs
+    /// the general path; `out` may then hold part of the record, which the caller truncates
+    /// before calling [`RecordEncoder::encode`]. The default declines every record.
+    fn encode_plain(
+        &mut self,
+        _parser: &RecordParser,
+        _input: &[u8],
+        _start: usize,
+        _out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        None
+    }
 
     /// One value of column `column` in a comparable form (its encoding), or `None` when it
     /// cannot be converted: used to match a key the server names with the input's rows,

@@ -18,6 +18,7 @@
 //! - tbl: text format with one trailing delimiter removed from each line.
 
 use crate::dialect::{Dialect, Format, LineEnding};
+use crate::swar;
 use crate::tokens::window_masks;
 use memchr::{memchr, memchr2, memchr3};
 
@@ -69,6 +70,8 @@ pub struct Fields {
     scratch: Vec<u8>,
     /// The bytes of all field values together: what a writer reserves for a record.
     bytes: usize,
+    /// The end of the last field taken from the input: every input span ends there or before.
+    input_end: usize,
 }
 
 impl Fields {
@@ -97,6 +100,36 @@ impl Fields {
         }
     }
 
+    /// Each field's value (`None` for NULL) with its first 16 bytes as one little-endian
+    /// word ([`swar::head16`]; past the value's end they are unspecified), for converters
+    /// that read fields a word at a time. When the input has 16 bytes past the record's last
+    /// field, as it has for every record but one per window, the words are read from the
+    /// input directly, with no check per field.
+    #[inline]
+    pub fn values<'a>(
+        &'a self,
+        input: &'a [u8],
+    ) -> impl Iterator<Item = Option<(&'a [u8], u128)>> + 'a {
+        let padded = self.input_end + 16 <= input.len();
+        self.spans.iter().map(move |&Span { start, end }| {
+            if end == Span::NULL {
+                return None;
+            }
+            if start & Span::SCRATCH != 0 {
+                let v = &self.scratch[start & !Span::SCRATCH..end];
+                return Some((v, swar::head16(v, &[])));
+            }
+            let v = &input[start..end];
+            if !padded {
+                return Some((v, swar::head16(v, input)));
+            }
+            // SAFETY: an input span ends at `input_end` or before, so `start + 16` is at most
+            // `input_end + 16`, which `padded` found within `input`.
+            let word = unsafe { input.as_ptr().add(start).cast::<[u8; 16]>().read() };
+            Some((v, u128::from_le_bytes(word)))
+        })
+    }
+
     /// The byte offset of field `i` within the parser's input, when it is a plain slice of it.
     pub fn input_offset(&self, i: usize) -> Option<usize> {
         let Span { start, end } = self.spans[i];
@@ -112,8 +145,17 @@ impl Fields {
 
     #[inline(always)]
     fn push(&mut self, span: Span) {
-        self.bytes += span.len();
+        self.note(span);
         self.spans.push(span);
+    }
+
+    /// Counts a span's bytes and where the input spans end.
+    #[inline(always)]
+    fn note(&mut self, span: Span) {
+        self.bytes += span.len();
+        if span.end != Span::NULL && span.start & Span::SCRATCH == 0 {
+            self.input_end = span.end;
+        }
     }
 
     /// [`Fields::push`] without the capacity check, for the text scanner, which reserves
@@ -124,7 +166,7 @@ impl Fields {
     #[inline(always)]
     unsafe fn push_reserved(&mut self, span: Span) {
         debug_assert!(self.spans.len() < self.spans.capacity());
-        self.bytes += span.len();
+        self.note(span);
         let len = self.spans.len();
         self.spans.as_mut_ptr().add(len).write(span);
         self.spans.set_len(len + 1);
@@ -134,6 +176,7 @@ impl Fields {
         self.spans.clear();
         self.scratch.clear();
         self.bytes = 0;
+        self.input_end = 0;
     }
 }
 
@@ -265,6 +308,40 @@ impl RecordParser {
         fields: &mut Fields,
     ) -> Result<Step, SyntaxError> {
         self.parse_input(&self.input(bytes, eof), start, fields)
+    }
+
+    /// The fast path for the records flat files are made of: LF line ends, no escape, no
+    /// quote, no NULL. Returns a cursor over the fields of the record at `start`, read
+    /// straight from the delimiter masks without building [`Fields`]; `None` when this
+    /// dialect or position always needs [`RecordParser::parse_input`]. See [`PlainFields`].
+    #[inline(always)]
+    pub fn plain_fields<'a>(&'a self, input: &'a [u8], start: usize) -> Option<PlainFields<'a>> {
+        let csv = self.format == Format::Csv;
+        // `\.` at the start of a CSV line may end the data.
+        if self.crlf || start >= input.len() || (csv && input[start] == b'\\') {
+            return None;
+        }
+        Some(PlainFields {
+            input,
+            start,
+            delimiter: self.delimiter,
+            newline: self.newline,
+            specials: [
+                if csv { self.quote } else { b'\\' },
+                self.newline,
+                self.stray,
+            ],
+            tbl: self.format == Format::Tbl,
+            // NULL is spelled with a backslash in text, so no field without one is NULL;
+            // other spellings (CSV's empty field) are compared with every field.
+            null: (!self.null_escaped).then_some(self.null.as_slice()),
+            base: start,
+            next_window: start,
+            before: 0,
+            line_end: None,
+            field_start: start,
+            last_given: false,
+        })
     }
 
     /// Splits one text-format line in a single pass. Each 64-byte window gives two bit
@@ -671,6 +748,102 @@ impl RecordParser {
     }
 }
 
+/// One step of [`PlainFields`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlainField<'a> {
+    /// A field's value, with its first 16 bytes as one little-endian word
+    /// ([`swar::head16`]; past the value's end they are unspecified).
+    Value(&'a [u8], u128),
+    /// The record ended; the next one starts here.
+    End(usize),
+    /// The record needs the general path: an escape, a quote, a NULL, a CR, or no line end
+    /// in the input.
+    Bail,
+}
+
+/// A cursor over one plain record's fields, for a converter's fast path: it pulls each
+/// field in its own loop, so that the field's conversion is inlined there, and stops at the
+/// first thing that needs [`RecordParser::parse_input`] ([`PlainField::Bail`]); the caller
+/// then discards what it wrote and takes the general path, which gives the same fields, or
+/// the error. Where it gives a record, the fields are the general path's: the equivalence
+/// is tested on generated input.
+pub struct PlainFields<'a> {
+    input: &'a [u8],
+    start: usize,
+    delimiter: u8,
+    newline: u8,
+    specials: [u8; 3],
+    tbl: bool,
+    null: Option<&'a [u8]>,
+    /// The window being walked, and the next one's start.
+    base: usize,
+    next_window: usize,
+    /// The window's delimiters still to hand over (those before its first special byte).
+    before: u64,
+    line_end: Option<usize>,
+    field_start: usize,
+    last_given: bool,
+}
+
+impl<'a> PlainFields<'a> {
+    #[allow(clippy::should_implement_trait)]
+    #[inline(always)]
+    pub fn next(&mut self) -> PlainField<'a> {
+        loop {
+            if self.before != 0 {
+                let p = self.base + self.before.trailing_zeros() as usize;
+                self.before &= self.before - 1;
+                let s = std::mem::replace(&mut self.field_start, p + 1);
+                return self.value(s, p);
+            }
+            if let Some(end) = self.line_end {
+                if std::mem::replace(&mut self.last_given, true) {
+                    return PlainField::End(end + 1);
+                }
+                // tbl: the one trailing delimiter dbgen writes ends the line, not a field.
+                let trailing = self.tbl
+                    && end == self.field_start
+                    && end > self.start
+                    && self.input[end - 1] == self.delimiter;
+                if trailing {
+                    return PlainField::End(end + 1);
+                }
+                return self.value(self.field_start, end);
+            }
+            if self.next_window >= self.input.len() {
+                return PlainField::Bail;
+            }
+            self.base = self.next_window;
+            self.next_window += 64;
+            let (delims, special) =
+                window_masks(&self.input[self.base..], self.delimiter, self.specials);
+            let lowest = special & special.wrapping_neg();
+            self.before = delims & lowest.wrapping_sub(1);
+            if special != 0 {
+                let end = self.base + lowest.trailing_zeros() as usize;
+                if self.input[end] != self.newline {
+                    return PlainField::Bail;
+                }
+                self.line_end = Some(end);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn value(&self, s: usize, e: usize) -> PlainField<'a> {
+        let input = self.input;
+        let v = &input[s..e];
+        if self.null.is_some_and(|n| v == n) {
+            return PlainField::Bail;
+        }
+        let head = match input.get(s..s + 16) {
+            Some(w) => u128::from_le_bytes(w.try_into().unwrap_or([0; 16])),
+            None => swar::head16(v, input),
+        };
+        PlainField::Value(v, head)
+    }
+}
+
 enum QuotedEnd {
     NeedMore,
     Delimiter(usize),
@@ -889,5 +1062,117 @@ mod tests {
             p.parse(b"\"a\nb\nc\",d\nx", 0, true, &mut f).unwrap(),
             Step::Record { end: 10, lines: 3 }
         );
+    }
+
+    /// The fields the fast path hands over for the record at `start`, and where it ends.
+    fn plain(p: &RecordParser, input: &[u8], start: usize) -> Option<(Vec<Vec<u8>>, usize)> {
+        let mut cursor = p.plain_fields(input, start)?;
+        let mut got = Vec::new();
+        loop {
+            match cursor.next() {
+                PlainField::Value(v, head) => {
+                    assert_eq!(
+                        head & mask(v.len()),
+                        swar::head16(v, &[]) & mask(v.len()),
+                        "head of {v:?}"
+                    );
+                    got.push(v.to_vec());
+                }
+                PlainField::End(end) => return Some((got, end)),
+                PlainField::Bail => return None,
+            }
+        }
+    }
+
+    fn mask(n: usize) -> u128 {
+        if n >= 16 {
+            u128::MAX
+        } else {
+            (1u128 << (8 * n)) - 1
+        }
+    }
+
+    /// Wherever the fast path takes a record, the general path gives the same fields and
+    /// end; on every input of the general path's own tests, and more.
+    fn fast_equals_general(d: &Dialect, input: &[u8]) {
+        let p = RecordParser::new(d);
+        let mut f = Fields::new();
+        let mut pos = 0;
+        while pos < input.len() {
+            let general = p.parse(input, pos, true, &mut f);
+            let fast = plain(&p, input, pos);
+            let Ok(Step::Record { end, .. }) = general else {
+                assert!(
+                    fast.is_none(),
+                    "fast path took what the general path refused"
+                );
+                return;
+            };
+            if let Some((values, fast_end)) = fast {
+                assert_eq!(fast_end, end);
+                let want: Vec<Option<Vec<u8>>> = (0..f.len())
+                    .map(|i| f.get(i, input).map(<[u8]>::to_vec))
+                    .collect();
+                assert_eq!(values.into_iter().map(Some).collect::<Vec<_>>(), want);
+            }
+            pos = end;
+        }
+    }
+
+    #[test]
+    fn fast_path_agrees_with_the_general_path() {
+        let cases: &[&[u8]] = &[
+            b"1|a b|2.5|\n2||x|\n",
+            b"a\\tb\t\\N\t\\\\N\t\\101\n",
+            b"a\tb\nc\td\n\n\t\n",
+            b"a\rb\tc\n",
+            b"1,\"a,b\",,x\n2,ab,,\n,\n",
+            b"\\.\n1,2\n",
+            b"x|y\r\n",
+        ];
+        for format in [Format::Tbl, Format::Text, Format::Csv] {
+            let d = Dialect::new(format);
+            for &c in cases {
+                fast_equals_general(&d, c);
+            }
+            let mut long = Vec::new();
+            for i in 0..300 {
+                long.extend_from_slice(format!("{i}|{}|{i}.5|\n", "w".repeat(i % 70)).as_bytes());
+            }
+            fast_equals_general(&d, &long);
+        }
+        let d = Dialect::new(Format::Tbl);
+        let p = RecordParser::new(&d);
+        assert_eq!(
+            plain(&p, b"1|ab|2.5|\nnext", 0),
+            Some((vec![b"1".to_vec(), b"ab".to_vec(), b"2.5".to_vec()], 10)),
+            "so the comparison above is not vacuous"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn fast_path_agrees_on_generated_input(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    8 => proptest::prelude::Just(b'a'),
+                    3 => proptest::prelude::Just(b'|'),
+                    3 => proptest::prelude::Just(b','),
+                    3 => proptest::prelude::Just(b'\t'),
+                    2 => proptest::prelude::Just(b'\n'),
+                    1 => proptest::prelude::Just(b'\\'),
+                    1 => proptest::prelude::Just(b'"'),
+                    1 => proptest::prelude::Just(b'\r'),
+                    1 => proptest::prelude::Just(b'N'),
+                ],
+                0..300,
+            ),
+        ) {
+            for format in [Format::Tbl, Format::Text, Format::Csv] {
+                fast_equals_general(&Dialect::new(format), &bytes);
+            }
+        }
     }
 }

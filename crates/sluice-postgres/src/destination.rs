@@ -31,7 +31,7 @@ use sluice_core::destination::{
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
-use sluice_core::records::Fields;
+use sluice_core::records::{Fields, RecordParser};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
@@ -762,6 +762,20 @@ impl RecordEncoder for PgEncoder {
         } else {
             self.converter.encode_text_record(fields, input, out)
         }
+    }
+
+    #[inline]
+    fn encode_plain(
+        &mut self,
+        parser: &RecordParser,
+        input: &[u8],
+        start: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        if !self.binary {
+            return None;
+        }
+        self.converter.encode_plain(parser, input, start, out)
     }
 
     fn encode_field(&mut self, column: usize, raw: &[u8]) -> Option<Vec<u8>> {

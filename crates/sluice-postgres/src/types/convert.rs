@@ -18,7 +18,7 @@ use super::datetime::{encode_date, encode_time, encode_timestamp, SessionZone};
 use super::numeric::encode_numeric;
 pub use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::primitives::{ascii_uint, is_c_space, parse_i64, trim_c_space, IntError};
-use sluice_core::records::Fields;
+use sluice_core::records::{Fields, PlainField, RecordParser};
 use sluice_core::swar;
 use std::fmt;
 
@@ -59,6 +59,9 @@ pub struct Converter {
     /// The most bytes a record's encoding takes beyond its values' own bytes on the fast
     /// path: the tuple header, each column's [`Hot::bound`] and [`SLACK`].
     bound: usize,
+    /// The most room one value takes beyond its own bytes on the fast path: the widest
+    /// [`Hot::bound`] and [`SLACK`].
+    field_room: usize,
     zone: SessionZone,
     scratch: Vec<u8>,
 }
@@ -67,10 +70,12 @@ impl Converter {
     pub fn new(columns: Vec<Column>, zone: SessionZone) -> Converter {
         let hot: Vec<Hot> = columns.iter().map(|c| Hot::of(&c.ty)).collect();
         let bound = 2 + SLACK + hot.iter().map(|h| h.bound()).sum::<usize>();
+        let field_room = SLACK + hot.iter().map(|h| h.bound()).max().unwrap_or(0);
         Converter {
             columns,
             hot,
             bound,
+            field_room,
             zone,
             scratch: Vec::new(),
         }
@@ -110,9 +115,10 @@ impl Converter {
 
     /// Appends one binary COPY tuple for the record to `out`. On error `out` is left as it was.
     ///
-    /// Room for the whole record is reserved once; the fast path then writes each value with
-    /// no capacity check per write ([`Room`]). A value it does not take goes through
-    /// [`encode_value`] on the vector itself, after which room is reserved again.
+    /// Room for the whole record is reserved once; the fast path ([`encode_hot`]) then
+    /// writes each value through a raw pointer with no capacity check. A value it does not
+    /// take goes through [`encode_value`] on the vector itself, after which room is reserved
+    /// again.
     pub fn encode_record(
         &mut self,
         fields: &Fields,
@@ -123,13 +129,18 @@ impl Converter {
         self.check_count(fields)?;
         let rollback = out.len();
         let bound = self.bound + fields.value_bytes();
-        let mut room = Room::reserve(out, bound);
-        // SAFETY (every write to `room` below): `bound` is the tuple header, each column's
-        // `Hot::bound` plus its value's bytes, and `SLACK` for the words a write stores past
-        // what it keeps; room for all of it is reserved after each general-path value.
-        unsafe { room.put((self.columns.len() as i16).to_be_bytes()) };
-        for (i, col) in self.columns.iter().enumerate() {
-            let Some(v) = fields.get(i, input) else {
+        out.reserve(bound);
+        let mut base = out.as_mut_ptr();
+        let mut len = out.len();
+        // SAFETY (every write through `base` below): `bound` bytes were reserved past `len`:
+        // the tuple header, each column's `Hot::bound` plus its value's bytes, and `SLACK`
+        // for the words a write stores past what it keeps. After a general-path value, room
+        // for all of it is reserved again.
+        unsafe { store(base.add(len), (self.columns.len() as i16).to_be_bytes()) };
+        len += 2;
+        let columns = self.columns.iter().zip(&self.hot);
+        for (i, ((col, &hot), value)) in columns.zip(fields.values(input)).enumerate() {
+            let Some((v, x)) = value else {
                 if col.not_null {
                     out.truncate(rollback);
                     return Err(RecordError {
@@ -138,13 +149,17 @@ impl Converter {
                         value: None,
                     });
                 }
-                unsafe { room.put((-1i32).to_be_bytes()) };
+                unsafe { store(base.add(len), (-1i32).to_be_bytes()) };
+                len += 4;
                 continue;
             };
-            if unsafe { encode_hot(self.hot[i], v, input, &mut room) } {
+            let kept = unsafe { encode_hot(hot, v, x, base.add(len)) };
+            if kept > 0 {
+                len += kept;
                 continue;
             }
-            unsafe { room.close(out) };
+            // SAFETY: everything up to `len` was written.
+            unsafe { out.set_len(len) };
             let general = encode_general(col, &self.zone, v, &mut self.scratch, out, &mut server);
             if let Err(reason) = general {
                 out.truncate(rollback);
@@ -154,10 +169,67 @@ impl Converter {
                     value: Some(v.to_vec()),
                 });
             }
-            room = Room::reserve(out, bound);
+            out.reserve(bound);
+            base = out.as_mut_ptr();
+            len = out.len();
         }
-        unsafe { room.close(out) };
+        // SAFETY: everything up to `len` was written, within the reserved capacity.
+        unsafe { out.set_len(len) };
         Ok(())
+    }
+
+    /// The fast path for a whole record: the fields [`RecordParser::plain_fields`] gives go
+    /// straight to [`encode_hot`], with no [`Fields`] in between and one capacity check per
+    /// field. Returns the record's end, or `None` when the record or a value needs
+    /// [`Converter::encode_record`]; `out` may then hold part of the record, which the
+    /// caller truncates.
+    #[inline]
+    pub fn encode_plain(
+        &mut self,
+        parser: &RecordParser,
+        input: &[u8],
+        start: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let mut fields = parser.plain_fields(input, start)?;
+        let columns = self.hot.len();
+        out.reserve(2 + self.field_room);
+        let mut base = out.as_mut_ptr();
+        let mut len = out.len();
+        let mut room = out.capacity() - len;
+        // SAFETY (every write through `base` below): `room` bytes are reserved past `len`,
+        // and each field first makes sure of `field_room` (its column's `Hot::bound` and
+        // `SLACK` at most) plus its value's bytes.
+        unsafe { store(base.add(len), (columns as i16).to_be_bytes()) };
+        len += 2;
+        room -= 2;
+        let mut taken = true;
+        for &hot in &self.hot {
+            let PlainField::Value(v, x) = fields.next() else {
+                taken = false;
+                break;
+            };
+            if room < self.field_room + v.len() {
+                // SAFETY: everything up to `len` was written.
+                unsafe { out.set_len(len) };
+                out.reserve(self.field_room + v.len());
+                base = out.as_mut_ptr();
+                room = out.capacity() - len;
+            }
+            let kept = unsafe { encode_hot(hot, v, x, base.add(len)) };
+            if kept == 0 {
+                taken = false;
+                break;
+            }
+            len += kept;
+            room -= kept;
+        }
+        // SAFETY: everything up to `len` was written, within the reserved capacity.
+        unsafe { out.set_len(len) };
+        match fields.next() {
+            PlainField::End(end) if taken => Some(end),
+            _ => None,
+        }
     }
 
     /// Appends one COPY text-format line for the record to `out`, after validating the columns
@@ -343,193 +415,123 @@ impl Hot {
     }
 }
 
-/// Appends with no capacity check per write, into room reserved beforehand for a record.
-/// Writes go through a raw pointer to the vector's spare capacity; [`Room::close`] sets the
-/// vector's length to what was kept.
-struct Room {
-    at: *mut u8,
-    len: usize,
-    #[cfg(debug_assertions)]
-    cap: usize,
-}
-
-impl Room {
-    #[inline(always)]
-    fn reserve(out: &mut Vec<u8>, bound: usize) -> Room {
-        out.reserve(bound);
-        Room {
-            at: out.as_mut_ptr(),
-            len: out.len(),
-            #[cfg(debug_assertions)]
-            cap: out.capacity(),
-        }
-    }
-
-    /// Stores `N` bytes and keeps the first `keep`.
-    ///
-    /// # Safety
-    /// `N` bytes of reserved room remain past what was kept so far.
-    #[inline(always)]
-    unsafe fn put_word<const N: usize>(&mut self, bytes: [u8; N], keep: usize) {
-        #[cfg(debug_assertions)]
-        assert!(self.len + N <= self.cap, "room overrun");
-        self.at
-            .add(self.len)
-            .cast::<[u8; N]>()
-            .write_unaligned(bytes);
-        self.len += keep;
-    }
-
-    /// The `N` bytes of room that start `skip` bytes past what was kept, for a writer that
-    /// stores into it directly and then advances [`Room::len`].
-    ///
-    /// # Safety
-    /// `skip + N` bytes of reserved room remain.
-    #[inline(always)]
-    unsafe fn word<const N: usize>(&mut self, skip: usize) -> &mut [u8; N] {
-        #[cfg(debug_assertions)]
-        assert!(self.len + skip + N <= self.cap, "room overrun");
-        &mut *self.at.add(self.len + skip).cast::<[u8; N]>()
-    }
-
-    /// # Safety
-    /// As for [`Room::put_word`].
-    #[inline(always)]
-    unsafe fn put<const N: usize>(&mut self, bytes: [u8; N]) {
-        self.put_word(bytes, N);
-    }
-
-    /// # Safety
-    /// `s.len()` bytes of reserved room remain.
-    #[inline(always)]
-    unsafe fn put_slice(&mut self, s: &[u8]) {
-        #[cfg(debug_assertions)]
-        assert!(self.len + s.len() <= self.cap, "room overrun");
-        std::ptr::copy_nonoverlapping(s.as_ptr(), self.at.add(self.len), s.len());
-        self.len += s.len();
-    }
-
-    /// Appends `n` spaces, 16 at a time.
-    ///
-    /// # Safety
-    /// `n` rounded up to a multiple of 16 bytes of reserved room remain.
-    #[inline(always)]
-    unsafe fn spaces(&mut self, n: usize) {
-        let mut left = n as isize;
-        while left > 0 {
-            self.put_word([b' '; 16], 16);
-            left -= 16;
-        }
-        self.len = (self.len as isize + left) as usize;
-    }
-
-    /// Sets `out`'s length to everything kept.
-    ///
-    /// # Safety
-    /// `out` is the vector this room was reserved in, unchanged since.
-    #[inline(always)]
-    unsafe fn close(self, out: &mut Vec<u8>) {
-        out.set_len(self.len);
-    }
+/// Stores `N` bytes at `dst`.
+///
+/// # Safety
+/// `dst` is valid for `N` bytes of writes.
+#[inline(always)]
+unsafe fn store<const N: usize>(dst: *mut u8, bytes: [u8; N]) {
+    dst.cast::<[u8; N]>().write_unaligned(bytes);
 }
 
 /// The inlined fast path for the values flat files are made of: plain digits, ISO dates,
-/// short decimals and ASCII strings that fit, read with word operations ([`swar`]) and
-/// written with the length prefix in one store. Returns false, having kept nothing, when the
-/// value needs the general path, which also words every error.
+/// short decimals and ASCII strings that fit, read with word operations from `x` (the
+/// value's first 16 bytes, [`swar::head16`]) and written at `dst` with the length prefix,
+/// with no capacity check. Returns the bytes kept, or 0 when the value needs the general
+/// path (which also words every error); a write may store up to [`SLACK`] bytes past what
+/// it keeps.
 ///
 /// # Safety
-/// `room` has [`Hot::bound`] + `v.len()` + [`SLACK`] bytes reserved.
+/// `dst` is valid for [`Hot::bound`] + `v.len()` + [`SLACK`] bytes of writes.
 #[inline(always)]
-unsafe fn encode_hot(hot: Hot, v: &[u8], window: &[u8], room: &mut Room) -> bool {
+unsafe fn encode_hot(hot: Hot, v: &[u8], x: u128, dst: *mut u8) -> usize {
+    let n = v.len();
     match hot {
         Hot::Int4 => {
-            let Some(n) = swar::uint(v, window, 9) else {
-                return false;
-            };
-            room.put(((4u64 << 32) | (n as u32 as u64)).to_be_bytes());
+            if n == 0 || n > 9 || swar::nondigits(x, n) != 0 {
+                return 0;
+            }
+            let value = swar::value16(x, n);
+            store(dst, ((4u64 << 32) | value).to_be_bytes());
+            8
         }
         Hot::Int8 => {
-            let Some(n) = swar::uint(v, window, 16) else {
-                return false;
-            };
-            room.put(8u32.to_be_bytes());
-            room.put(n.to_be_bytes());
-        }
-        Hot::Int2 => match swar::uint(v, window, 5) {
-            Some(n) if n <= i16::MAX as u64 => {
-                room.put_word(((2u64 << 32) | (n << 16)).to_be_bytes(), 6);
+            if n == 0 || n > 16 || swar::nondigits(x, n) != 0 {
+                return 0;
             }
-            _ => return false,
-        },
+            store(dst, 8u32.to_be_bytes());
+            store(dst.add(4), swar::value16(x, n).to_be_bytes());
+            12
+        }
+        Hot::Int2 => {
+            if n == 0 || n > 5 || swar::nondigits(x, n) != 0 {
+                return 0;
+            }
+            let value = swar::value16(x, n);
+            if value > i16::MAX as u64 {
+                return 0;
+            }
+            store(dst, ((2u64 << 32) | (value << 16)).to_be_bytes());
+            6
+        }
         Hot::Date => {
-            let Some(days) = super::datetime::iso_date_days(v, window) else {
-                return false;
+            let Some(days) = super::datetime::iso_date_days(v, x) else {
+                return 0;
             };
-            room.put(((4u64 << 32) | u64::from(days as u32)).to_be_bytes());
+            store(dst, ((4u64 << 32) | u64::from(days as u32)).to_be_bytes());
+            8
         }
         Hot::Numeric(typmod) => {
-            let Some(len) = super::numeric::encode_numeric_fast(v, window, typmod, room.word(4))
-            else {
-                return false;
-            };
-            room.put((len as u32).to_be_bytes());
-            room.len += len;
-        }
-        Hot::Text => return put_ascii(v, window, room),
-        Hot::Varchar(n) => return v.len() <= n && put_ascii(v, window, room),
-        Hot::Char(n) => {
-            if v.len() > n {
-                return false;
+            let word = &mut *dst.add(4).cast::<[u8; 32]>();
+            match super::numeric::encode_numeric_fast(v, x, typmod, word) {
+                Some(len) => {
+                    store(dst, (len as u32).to_be_bytes());
+                    4 + len
+                }
+                None => 0,
             }
-            let x = swar::head16(v, window);
-            let ascii = if v.len() <= 16 {
-                swar::plain_ascii16(x, v.len())
-            } else {
-                swar::plain_ascii(v, window)
-            };
-            if !ascii {
-                return false;
-            }
-            room.put((n as u32).to_be_bytes());
-            put_bytes(v, x, room);
-            room.spaces(n - v.len());
         }
-        Hot::None => return false,
+        Hot::Text => put_ascii(v, x, dst),
+        Hot::Varchar(limit) if n <= limit => put_ascii(v, x, dst),
+        Hot::Char(width) if n <= width && ascii(v, x) => {
+            store(dst, (width as u32).to_be_bytes());
+            put_bytes(v, x, dst.add(4));
+            // Pad with spaces, 16 at a time.
+            let mut at = 4 + n;
+            while at < 4 + width {
+                store(dst.add(at), [b' '; 16]);
+                at += 16;
+            }
+            4 + width
+        }
+        _ => 0,
     }
-    true
 }
 
-/// A text value that is plain ASCII, with its length prefix; false (nothing kept) otherwise.
+/// Whether `v` (whose first 16 bytes are `x`) is plain ASCII without NUL.
+#[inline(always)]
+fn ascii(v: &[u8], x: u128) -> bool {
+    if v.len() <= 16 {
+        swar::plain_ascii16(x, v.len())
+    } else {
+        swar::plain_ascii(v, v)
+    }
+}
+
+/// A text value that is plain ASCII, with its length prefix: the bytes kept, or 0.
 ///
 /// # Safety
 /// As for [`encode_hot`].
 #[inline(always)]
-unsafe fn put_ascii(v: &[u8], window: &[u8], room: &mut Room) -> bool {
-    let x = swar::head16(v, window);
-    let ascii = if v.len() <= 16 {
-        swar::plain_ascii16(x, v.len())
-    } else {
-        swar::plain_ascii(v, window)
-    };
-    if !ascii {
-        return false;
+unsafe fn put_ascii(v: &[u8], x: u128, dst: *mut u8) -> usize {
+    if !ascii(v, x) {
+        return 0;
     }
-    room.put((v.len() as u32).to_be_bytes());
-    put_bytes(v, x, room);
-    true
+    store(dst, (v.len() as u32).to_be_bytes());
+    put_bytes(v, x, dst.add(4));
+    4 + v.len()
 }
 
 /// `v`'s bytes: a short value as the 16-byte word already loaded (`x`), a long one copied.
 ///
 /// # Safety
-/// `v.len()` bytes, and at least 16, of reserved room remain.
+/// `dst` is valid for `v.len()` bytes of writes, and at least 16.
 #[inline(always)]
-unsafe fn put_bytes(v: &[u8], x: u128, room: &mut Room) {
+unsafe fn put_bytes(v: &[u8], x: u128, dst: *mut u8) {
     if v.len() <= 16 {
-        room.put_word(x.to_le_bytes(), v.len());
+        store(dst, x.to_le_bytes());
     } else {
-        room.put_slice(v);
+        std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len());
     }
 }
 
@@ -1011,17 +1013,19 @@ mod tests {
 
     /// The fast path's whole field for `v` (read inside `window`), or `None` when it declines.
     fn hot(ty: &PgType, v: &[u8], window: &[u8]) -> Option<Vec<u8>> {
-        let mut out = vec![0xaa; 3];
-        let mut room = Room::reserve(&mut out, Hot::of(ty).bound() + v.len() + SLACK);
-        // SAFETY: the room is reserved as `encode_hot` requires, and closed on `out`.
-        let took = unsafe { encode_hot(Hot::of(ty), v, window, &mut room) };
-        unsafe { room.close(&mut out) };
+        let room = Hot::of(ty).bound() + v.len() + SLACK;
+        let mut out = vec![0xaa; 3 + room];
+        // SAFETY: `room` bytes follow the three guard bytes.
+        let kept = unsafe {
+            encode_hot(
+                Hot::of(ty),
+                v,
+                swar::head16(v, window),
+                out.as_mut_ptr().add(3),
+            )
+        };
         assert_eq!(&out[..3], &[0xaa; 3], "the fast path wrote before its room");
-        if !took {
-            assert_eq!(out.len(), 3, "a declined value kept bytes");
-            return None;
-        }
-        Some(out[3..].to_vec())
+        (kept > 0).then(|| out[3..3 + kept].to_vec())
     }
 
     /// The general path's whole field for `v`, length prefix included.

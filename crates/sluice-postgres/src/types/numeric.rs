@@ -25,15 +25,16 @@ const MAX_EXPONENT: i64 = 1000;
 #[inline(always)]
 pub fn encode_numeric_fast(
     value: &[u8],
-    window: &[u8],
+    head: u128,
     typmod: Option<(i32, i32)>,
     dst: &mut [u8; 32],
 ) -> Option<usize> {
-    let (negative, body) = match value.first() {
-        Some(b'-') => (true, &value[1..]),
-        _ => (false, value),
+    let negative = head as u8 == b'-' && !value.is_empty();
+    let plain = if negative {
+        scan_plain_swar(value.len() - 1, head >> 8)?
+    } else {
+        scan_plain_swar(value.len(), head)?
     };
-    let plain = scan_plain_swar(body, window)?;
     encode_plain(negative, plain, typmod, dst)?.ok()
 }
 
@@ -158,16 +159,15 @@ fn scan_plain(s: &[u8]) -> Option<Plain> {
     (digits > 0).then_some(Plain { m, digits, frac })
 }
 
-/// [`scan_plain`] for values of up to 16 bytes, with word operations: the point is found
+/// [`scan_plain`] for values of up to 16 bytes (`n` of them, the first 16 in `x`), with
+/// word operations: the point is found
 /// in one step and each side's digits are read eight at a time. `None` for anything longer
 /// or anything [`scan_plain`] would refuse.
 #[inline(always)]
-fn scan_plain_swar(s: &[u8], window: &[u8]) -> Option<Plain> {
-    let n = s.len();
+fn scan_plain_swar(n: usize, x: u128) -> Option<Plain> {
     if n == 0 || n > 16 {
         return None;
     }
-    let x = swar::head16(s, window);
     let others = swar::nondigits(x, n);
     if others == 0 {
         return Some(Plain {
@@ -255,8 +255,9 @@ fn encode_plain(
     }
     // Align the point to a group boundary: value = v / 10000^frac_groups.
     let frac_groups = dscale.div_ceil(4);
-    let mut v = m.checked_mul(POW10[frac_groups * 4 - dscale])?;
+    let v = m.checked_mul(POW10[frac_groups * 4 - dscale])?;
     // Base-10000 digits: how many, then the trailing zero groups dropped.
+    let mut v = v;
     let mut groups = 1;
     while groups < 5 && v >= POW10[4 * groups] {
         groups += 1;
@@ -504,7 +505,7 @@ mod tests {
                 };
                 let plain = scan_plain(body.as_bytes());
                 assert_eq!(
-                    scan_plain_swar(body.as_bytes(), &[]),
+                    scan_plain_swar(body.len(), swar::head16(body.as_bytes(), &[])),
                     plain.filter(|_| body.len() <= 16),
                     "{c}"
                 );
@@ -558,7 +559,7 @@ mod tests {
             let plain = scan_plain(&v);
             let mut padded = v.clone();
             padded.extend_from_slice(b"|.5|12345678901234");
-            let swar = scan_plain_swar(&padded[..v.len()], &padded);
+            let swar = scan_plain_swar(v.len(), swar::head16(&padded[..v.len()], &padded));
             proptest::prop_assert_eq!(swar, plain.filter(|_| v.len() <= 16));
             for t in [None, Some((15, scale)), Some((4, scale.min(3)))] {
                 let mut buf = [0u8; 32];

@@ -175,6 +175,78 @@ impl<'a> LineTracker<'a> {
     }
 }
 
+/// What a walk over a chunk's records does with each one.
+trait RecordVisitor {
+    /// Takes the record at `at` of `data` (whose absolute offset is `base`) whole, straight
+    /// from its bytes, when it can (the encoder's fast path): its end, or `None` to have it
+    /// split into fields and handed to [`RecordVisitor::record`].
+    fn plain(
+        &mut self,
+        _parser: &RecordParser,
+        _data: &[u8],
+        _base: u64,
+        _at: usize,
+    ) -> Result<Option<usize>, Failure> {
+        Ok(None)
+    }
+
+    /// One record: its fields, the slice they refer to, that slice's absolute offset and the
+    /// record's position. False stops the walk.
+    fn record(
+        &mut self,
+        fields: &Fields,
+        data: &[u8],
+        base: u64,
+        pos: Position,
+    ) -> Result<bool, Failure>;
+}
+
+impl<V: RecordVisitor> RecordVisitor for &mut V {
+    #[inline]
+    fn plain(
+        &mut self,
+        parser: &RecordParser,
+        data: &[u8],
+        base: u64,
+        at: usize,
+    ) -> Result<Option<usize>, Failure> {
+        (**self).plain(parser, data, base, at)
+    }
+
+    fn record(
+        &mut self,
+        fields: &Fields,
+        data: &[u8],
+        base: u64,
+        pos: Position,
+    ) -> Result<bool, Failure> {
+        (**self).record(fields, data, base, pos)
+    }
+}
+
+/// A visitor that takes every record through its fields.
+struct Each<F>(F);
+
+/// Visits each record's fields with `f`.
+fn each<F>(f: F) -> Each<F>
+where
+    F: FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+{
+    Each(f)
+}
+
+impl<F: FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>> RecordVisitor for Each<F> {
+    fn record(
+        &mut self,
+        fields: &Fields,
+        data: &[u8],
+        base: u64,
+        pos: Position,
+    ) -> Result<bool, Failure> {
+        (self.0)(fields, data, base, pos)
+    }
+}
+
 /// Walks the records of a chunk, calling `visit` for each with its fields, the slice they
 /// refer to, that slice's absolute offset and the record's position; `visit` returns false to
 /// stop. Shared by conversion and by locating a server-reported record. Returns the bytes
@@ -184,7 +256,7 @@ fn walk_records(
     chunk: &Chunk,
     abort: Option<&AtomicBool>,
     read: &mut Duration,
-    visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+    visit: impl RecordVisitor,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     match (&input.source, input.compression) {
@@ -212,7 +284,7 @@ fn walk_mapped(
     path: &std::path::Path,
     abort: Option<&AtomicBool>,
     read: &mut Duration,
-    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+    mut visit: impl RecordVisitor,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     let io = |e: std::io::Error| Failure::Local(format!("cannot read {}: {e}", input.display));
@@ -271,6 +343,13 @@ fn walk_mapped(
         let base = chunk.start + pos as u64;
         let mut at = 0usize;
         loop {
+            if !lines_seen.header {
+                if let Some(end) = visit.plain(&parser, slice, base, at)? {
+                    lines_seen.line += 1;
+                    at = end;
+                    continue;
+                }
+            }
             let step = parser
                 .parse_input(&inp, at, &mut fields)
                 .map_err(|e| lines_seen.syntax(e, base))?;
@@ -279,7 +358,7 @@ fn walk_mapped(
                     if let Some(here) =
                         lines_seen.record(base + at as u64, base + end as u64, lines)
                     {
-                        if !visit(&fields, slice, base, here)? {
+                        if !visit.record(&fields, slice, base, here)? {
                             return Ok((pos + end) as u64);
                         }
                     }
@@ -324,7 +403,7 @@ fn walk_blocks(
     (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
     abort: Option<&AtomicBool>,
     read: &mut Duration,
-    mut visit: impl FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+    mut visit: impl RecordVisitor,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     let mut parser: Option<RecordParser> = None;
@@ -379,7 +458,7 @@ fn walk_blocks(
                         if let Some(here) =
                             lines_seen.record(tail_base, tail_base + end as u64, lines)
                         {
-                            if !visit(&fields, &stitch, tail_base, here)? {
+                            if !visit.record(&fields, &stitch, tail_base, here)? {
                                 return Ok(base - chunk.start);
                             }
                         }
@@ -402,6 +481,13 @@ fn walk_blocks(
         }
         let whole = parser.input(&block, eof);
         while !done {
+            if !lines_seen.header {
+                if let Some(end) = visit.plain(parser, &block, base, pos)? {
+                    lines_seen.line += 1;
+                    pos = end;
+                    continue;
+                }
+            }
             match parser
                 .parse_input(&whole, pos, &mut fields)
                 .map_err(|e| lines_seen.syntax(e, base))?
@@ -410,7 +496,7 @@ fn walk_blocks(
                     if let Some(here) =
                         lines_seen.record(base + pos as u64, base + end as u64, lines)
                     {
-                        if !visit(&fields, &block, base, here)? {
+                        if !visit.record(&fields, &block, base, here)? {
                             return Ok(base - chunk.start);
                         }
                     }
@@ -497,10 +583,129 @@ fn record_error(
     (err, cause)
 }
 
+/// One chunk's conversion as it walks the records: the encoder, the message being filled,
+/// and the counts the progress display and a retry need.
+struct Converting<'a, 'b, E: RecordEncoder, M> {
+    plan: &'a Plan,
+    chunk: &'a Chunk,
+    encoder: &'a mut E,
+    copy_buffer: usize,
+    abort: &'a AtomicBool,
+    counters: &'a Counters,
+    added: &'b mut Added,
+    select: Option<Selection<'b>>,
+    on_reject: Option<&'b mut dyn FnMut(ClientReject) -> Result<(), Failure>>,
+    out: Vec<u8>,
+    records: u64,
+    index: u64,
+    emit: M,
+}
+
+impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> Converting<'_, '_, E, M> {
+    /// Counts a record encoded at absolute `offset`, and hands the message over once full.
+    #[inline]
+    fn encoded(&mut self, offset: u64) -> Result<(), Failure> {
+        self.records += 1;
+        if self.out.len() >= self.copy_buffer {
+            let capacity = self.copy_buffer + self.copy_buffer / 4;
+            let full = std::mem::replace(&mut self.out, Vec::with_capacity(capacity));
+            (self.emit)(full)?;
+            let bytes = offset - self.chunk.start;
+            let (counters, added) = (self.counters, &mut *self.added);
+            counters
+                .bytes
+                .fetch_add(bytes - added.bytes, Ordering::Relaxed);
+            counters
+                .rows
+                .fetch_add(self.records - added.rows, Ordering::Relaxed);
+            added.bytes = bytes;
+            added.rows = self.records;
+            if self.abort.load(Ordering::Relaxed) {
+                return Err(Failure::Aborted);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> RecordVisitor
+    for Converting<'_, '_, E, M>
+{
+    #[inline]
+    fn plain(
+        &mut self,
+        parser: &RecordParser,
+        data: &[u8],
+        base: u64,
+        at: usize,
+    ) -> Result<Option<usize>, Failure> {
+        if self.select.is_some() {
+            return Ok(None);
+        }
+        let before = self.out.len();
+        let Some(end) = self.encoder.encode_plain(parser, data, at, &mut self.out) else {
+            self.out.truncate(before);
+            return Ok(None);
+        };
+        self.index += 1;
+        self.encoded(base + at as u64)?;
+        Ok(Some(end))
+    }
+
+    fn record(
+        &mut self,
+        fields: &Fields,
+        data: &[u8],
+        data_base: u64,
+        pos: Position,
+    ) -> Result<bool, Failure> {
+        self.index += 1;
+        let index = self.index;
+        if let Some(sel) = &self.select {
+            if index >= sel.hi {
+                return Ok(false);
+            }
+            if !sel.sends(index) {
+                return Ok(true);
+            }
+        }
+        let before = self.out.len();
+        let result = self.encoder.encode(fields, data, &mut self.out);
+        if let Err(e) = result {
+            self.out.truncate(before);
+            let field_offset = e
+                .column
+                .filter(|&i| i < fields.len())
+                .and_then(|i| fields.input_offset(i))
+                .map(|o| data_base + o as u64);
+            let from = (pos.offset - data_base) as usize;
+            let to = ((pos.end - data_base) as usize).min(data.len());
+            let record = data.get(from..to).unwrap_or_default();
+            let (error, cause) = record_error(self.plan, self.chunk, e, pos, field_offset, record);
+            return match self.on_reject.as_mut() {
+                None => Err(Failure::Input(Box::new(error))),
+                Some(reject) => {
+                    reject(ClientReject {
+                        index,
+                        chunk_line: pos.line,
+                        offset: pos.offset,
+                        raw: record.to_vec(),
+                        error,
+                        cause,
+                    })?;
+                    Ok(true)
+                }
+            };
+        }
+        self.encoded(pos.offset)?;
+        Ok(true)
+    }
+}
+
 /// Converts one chunk, handing each full message to `emit`.
 pub fn convert_chunk<E: RecordEncoder>(
     job: ChunkJob<'_, '_, E>,
-    mut emit: impl FnMut(Vec<u8>) -> Result<(), Failure>,
+    emit: impl FnMut(Vec<u8>) -> Result<(), Failure>,
 ) -> Result<ChunkOutcome, Failure> {
     let ChunkJob {
         plan,
@@ -512,77 +717,35 @@ pub fn convert_chunk<E: RecordEncoder>(
         counters,
         added,
         select,
-        mut on_reject,
+        on_reject,
         read,
     } = job;
     let capacity = copy_buffer + copy_buffer / 4;
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(prefix);
-    let mut records = 0u64;
-    let mut index = 0u64;
-    let consumed = walk_records(
+    let mut converting = Converting {
         plan,
         chunk,
-        Some(abort),
-        read,
-        |fields, data, data_base, pos| {
-            index += 1;
-            if let Some(sel) = &select {
-                if index >= sel.hi {
-                    return Ok(false);
-                }
-                if !sel.sends(index) {
-                    return Ok(true);
-                }
-            }
-            let before = out.len();
-            let result = encoder.encode(fields, data, &mut out);
-            if let Err(e) = result {
-                out.truncate(before);
-                let field_offset = e
-                    .column
-                    .filter(|&i| i < fields.len())
-                    .and_then(|i| fields.input_offset(i))
-                    .map(|o| data_base + o as u64);
-                let from = (pos.offset - data_base) as usize;
-                let to = ((pos.end - data_base) as usize).min(data.len());
-                let record = data.get(from..to).unwrap_or_default();
-                let (error, cause) = record_error(plan, chunk, e, pos, field_offset, record);
-                return match on_reject.as_mut() {
-                    None => Err(Failure::Input(Box::new(error))),
-                    Some(reject) => {
-                        reject(ClientReject {
-                            index,
-                            chunk_line: pos.line,
-                            offset: pos.offset,
-                            raw: record.to_vec(),
-                            error,
-                            cause,
-                        })?;
-                        Ok(true)
-                    }
-                };
-            }
-            records += 1;
-            if out.len() >= copy_buffer {
-                let full = std::mem::replace(&mut out, Vec::with_capacity(capacity));
-                emit(full)?;
-                let bytes = pos.offset - chunk.start;
-                counters
-                    .bytes
-                    .fetch_add(bytes - added.bytes, Ordering::Relaxed);
-                counters
-                    .rows
-                    .fetch_add(records - added.rows, Ordering::Relaxed);
-                added.bytes = bytes;
-                added.rows = records;
-                if abort.load(Ordering::Relaxed) {
-                    return Err(Failure::Aborted);
-                }
-            }
-            Ok(true)
-        },
-    )?;
+        encoder,
+        copy_buffer,
+        abort,
+        counters,
+        added,
+        select,
+        on_reject,
+        out,
+        records: 0,
+        index: 0,
+        emit,
+    };
+    let consumed = walk_records(plan, chunk, Some(abort), read, &mut converting)?;
+    let Converting {
+        mut out,
+        mut emit,
+        records,
+        added,
+        ..
+    } = converting;
     out.extend_from_slice(suffix);
     emit(out)?;
     counters
@@ -604,10 +767,16 @@ pub fn convert_chunk<E: RecordEncoder>(
 pub fn count_records(plan: &Plan, chunk: &Chunk) -> Result<u64, Failure> {
     let mut n = 0u64;
     let mut unused = Duration::ZERO;
-    walk_records(plan, chunk, None, &mut unused, |_, _, _, _| {
-        n += 1;
-        Ok(true)
-    })?;
+    walk_records(
+        plan,
+        chunk,
+        None,
+        &mut unused,
+        each(|_, _, _, _| {
+            n += 1;
+            Ok(true)
+        }),
+    )?;
     Ok(n)
 }
 
@@ -636,31 +805,37 @@ pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Optio
     let mut seen = 0u64;
     let mut found = None;
     let mut unused = Duration::ZERO;
-    let _ = walk_records(plan, chunk, None, &mut unused, |fields, data, base, pos| {
-        seen += 1;
-        if seen == n {
-            let values = columns
-                .iter()
-                .map(|&i| {
-                    (i < fields.len())
-                        .then(|| fields.get(i, data).map(<[u8]>::to_vec))
-                        .flatten()
-                })
-                .collect();
-            let from = (pos.offset - base) as usize;
-            let to = ((pos.end - base) as usize).min(data.len());
-            found = Some(RecordAt {
-                at: Found {
-                    line: pos.line,
-                    offset: pos.offset,
-                },
-                values,
-                raw: data.get(from..to).unwrap_or_default().to_vec(),
-            });
-            return Ok(false);
-        }
-        Ok(true)
-    });
+    let _ = walk_records(
+        plan,
+        chunk,
+        None,
+        &mut unused,
+        each(|fields, data, base, pos| {
+            seen += 1;
+            if seen == n {
+                let values = columns
+                    .iter()
+                    .map(|&i| {
+                        (i < fields.len())
+                            .then(|| fields.get(i, data).map(<[u8]>::to_vec))
+                            .flatten()
+                    })
+                    .collect();
+                let from = (pos.offset - base) as usize;
+                let to = ((pos.end - base) as usize).min(data.len());
+                found = Some(RecordAt {
+                    at: Found {
+                        line: pos.line,
+                        offset: pos.offset,
+                    },
+                    values,
+                    raw: data.get(from..to).unwrap_or_default().to_vec(),
+                });
+                return Ok(false);
+            }
+            Ok(true)
+        }),
+    );
     found
 }
 
@@ -723,17 +898,23 @@ pub fn find_key(
 ) -> Vec<Found> {
     let mut found = Vec::new();
     let mut unused = Duration::ZERO;
-    let _ = walk_records(plan, chunk, None, &mut unused, |fields, data, _, pos| {
-        if probe.matches(encoder, fields, data) {
-            found.push(Found {
-                line: pos.line,
-                offset: pos.offset,
-            });
-            if found.len() >= limit {
-                return Ok(false);
+    let _ = walk_records(
+        plan,
+        chunk,
+        None,
+        &mut unused,
+        each(|fields, data, _, pos| {
+            if probe.matches(encoder, fields, data) {
+                found.push(Found {
+                    line: pos.line,
+                    offset: pos.offset,
+                });
+                if found.len() >= limit {
+                    return Ok(false);
+                }
             }
-        }
-        Ok(std::time::Instant::now() < deadline)
-    });
+            Ok(std::time::Instant::now() < deadline)
+        }),
+    );
     found
 }
