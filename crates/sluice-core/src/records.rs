@@ -311,7 +311,7 @@ impl RecordParser {
     }
 
     /// The fast path for the records flat files are made of: LF line ends, no escape, no
-    /// quote, no NULL. Returns a cursor over the fields of the record at `start`, read
+    /// NULL, and in CSV no quote but around a whole field. Returns a cursor over the fields of the record at `start`, read
     /// straight from the delimiter masks without building [`Fields`]; `None` when this
     /// dialect or position always needs [`RecordParser::parse_input`]. See [`PlainFields`].
     #[inline(always)]
@@ -338,9 +338,10 @@ impl RecordParser {
             base: start,
             next_window: start,
             before: 0,
-            line_end: None,
+            stop: Stop::Open,
             field_start: start,
-            last_given: false,
+            csv,
+            escape: self.escape,
         })
     }
 
@@ -756,8 +757,8 @@ pub enum PlainField<'a> {
     Value(&'a [u8], u128),
     /// The record ended; the next one starts here.
     End(usize),
-    /// The record needs the general path: an escape, a quote, a NULL, a CR, or no line end
-    /// in the input.
+    /// The record needs the general path: an escape, a quote inside a field, a NULL, a CR,
+    /// or no line end in the input.
     Bail,
 }
 
@@ -780,9 +781,25 @@ pub struct PlainFields<'a> {
     next_window: usize,
     /// The window's delimiters still to hand over (those before its first special byte).
     before: u64,
-    line_end: Option<usize>,
+    /// What ends the delimiters being handed over.
+    stop: Stop,
     field_start: usize,
-    last_given: bool,
+    csv: bool,
+    /// CSV's escape inside quotes: a value that holds one takes the general path.
+    escape: u8,
+}
+
+/// Where [`PlainFields`] is in a record, past the window's delimiters.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// No special byte yet: read the next window.
+    Open,
+    /// The line end at this offset: the last field ends there.
+    LineEnd(usize),
+    /// A CSV quote at this offset.
+    Quote(usize),
+    /// Every field is out; the next record starts here.
+    Done(usize),
 }
 
 impl<'a> PlainFields<'a> {
@@ -796,19 +813,24 @@ impl<'a> PlainFields<'a> {
                 let s = std::mem::replace(&mut self.field_start, p + 1);
                 return self.value(s, p);
             }
-            if let Some(end) = self.line_end {
-                if std::mem::replace(&mut self.last_given, true) {
-                    return PlainField::End(end + 1);
+            match self.stop {
+                Stop::Open => {}
+                Stop::LineEnd(end) => {
+                    self.stop = Stop::Done(end + 1);
+                    // tbl: the one trailing delimiter dbgen writes ends the line, not a field.
+                    let trailing = self.tbl
+                        && end == self.field_start
+                        && end > self.start
+                        && self.input[end - 1] == self.delimiter;
+                    if trailing {
+                        return PlainField::End(end + 1);
+                    }
+                    return self.value(self.field_start, end);
                 }
-                // tbl: the one trailing delimiter dbgen writes ends the line, not a field.
-                let trailing = self.tbl
-                    && end == self.field_start
-                    && end > self.start
-                    && self.input[end - 1] == self.delimiter;
-                if trailing {
-                    return PlainField::End(end + 1);
+                Stop::Done(next) => return PlainField::End(next),
+                Stop::Quote(q) => {
+                    return self.quoted(q).unwrap_or(PlainField::Bail);
                 }
-                return self.value(self.field_start, end);
             }
             if self.next_window >= self.input.len() {
                 return PlainField::Bail;
@@ -820,13 +842,51 @@ impl<'a> PlainFields<'a> {
             let lowest = special & special.wrapping_neg();
             self.before = delims & lowest.wrapping_sub(1);
             if special != 0 {
-                let end = self.base + lowest.trailing_zeros() as usize;
-                if self.input[end] != self.newline {
+                let at = self.base + lowest.trailing_zeros() as usize;
+                let b = self.input[at];
+                if b == self.newline {
+                    self.stop = Stop::LineEnd(at);
+                } else if self.csv && b == self.specials[0] {
+                    self.stop = Stop::Quote(at);
+                } else {
                     return PlainField::Bail;
                 }
-                self.line_end = Some(end);
             }
         }
+    }
+
+    /// A CSV field that opens with a quote at `q` and closes with the next quote, right
+    /// before a delimiter or the line end: its value is what the quotes hold. Anything else
+    /// (a quote inside the field, a doubled quote, an escape, a line end inside the quotes)
+    /// is `None`, for the general path. Scanning goes on after the field.
+    #[inline(always)]
+    fn quoted(&mut self, q: usize) -> Option<PlainField<'a>> {
+        let input = self.input;
+        let quote = self.specials[0];
+        if q != self.field_start {
+            return None;
+        }
+        let close = q + 1 + memchr::memchr(quote, &input[q + 1..])?;
+        let inside = &input[q + 1..close];
+        if memchr::memchr3(self.newline, self.specials[2], self.escape, inside).is_some() {
+            return None;
+        }
+        let after = *input.get(close + 1)?;
+        if after == self.newline {
+            self.stop = Stop::Done(close + 2);
+        } else if after == self.delimiter {
+            self.stop = Stop::Open;
+            self.field_start = close + 2;
+            self.next_window = close + 2;
+        } else {
+            return None;
+        }
+        // A quoted value is never NULL.
+        let head = match input.get(q + 1..q + 17) {
+            Some(w) => u128::from_le_bytes(w.try_into().unwrap_or([0; 16])),
+            None => swar::head16(inside, input),
+        };
+        Some(PlainField::Value(inside, head))
     }
 
     #[inline(always)]
@@ -1127,6 +1187,7 @@ mod tests {
             b"a\tb\nc\td\n\n\t\n",
             b"a\rb\tc\n",
             b"1,\"a,b\",,x\n2,ab,,\n,\n",
+            b"1,\"abc\"\n\"x\",\"\",2\n\"a\"\"b\",c\n\"a\nb\",c\n\"q\"x,y\n",
             b"\\.\n1,2\n",
             b"x|y\r\n",
         ];
@@ -1147,6 +1208,13 @@ mod tests {
             plain(&p, b"1|ab|2.5|\nnext", 0),
             Some((vec![b"1".to_vec(), b"ab".to_vec(), b"2.5".to_vec()], 10)),
             "so the comparison above is not vacuous"
+        );
+        let d = Dialect::new(Format::Csv);
+        let p = RecordParser::new(&d);
+        assert_eq!(
+            plain(&p, b"1,\"a,b\",x\n", 0),
+            Some((vec![b"1".to_vec(), b"a,b".to_vec(), b"x".to_vec()], 10)),
+            "a quoted field"
         );
     }
 

@@ -185,6 +185,26 @@ fn scan_plain_swar(n: usize, x: u128) -> Option<Plain> {
     if dot + frac == 0 {
         return None;
     }
+    if n <= 9 {
+        // Up to 8 digits around the point: close the gap (the bytes after the point move
+        // down one) and read them as one number.
+        const BELOW: [u64; 9] = {
+            let mut t = [0u64; 9];
+            let mut i = 1;
+            while i <= 8 {
+                t[i] = u64::MAX >> (64 - 8 * i);
+                i += 1;
+            }
+            t
+        };
+        let below = BELOW[dot];
+        let joined = (x as u64 & below) | ((x >> 8) as u64 & !below);
+        return Some(Plain {
+            m: swar::value16(u128::from(joined), dot + frac),
+            digits: dot + frac,
+            frac,
+        });
+    }
     let int = if dot == 0 { 0 } else { swar::value16(x, dot) };
     let fraction = if frac == 0 {
         0
