@@ -163,16 +163,6 @@ pub fn digits16(x: u128, n: usize) -> Option<u64> {
     Some(value16(x, n))
 }
 
-/// The value of `v` when it is 1 to `max_digits` ASCII digits (at most 16) and nothing else.
-#[inline(always)]
-pub fn uint(v: &[u8], window: &[u8], max_digits: usize) -> Option<u64> {
-    debug_assert!(max_digits <= 16);
-    if v.is_empty() || v.len() > max_digits {
-        return None;
-    }
-    digits16(head16(v, window), v.len())
-}
-
 /// Whether every one of the first `n` (at most 16) bytes of `x` is in 1..=0x7f: ASCII
 /// without NUL, so valid text whose length is its character count.
 #[inline(always)]
@@ -265,14 +255,12 @@ mod tests {
             b"12345678\x00",
         ];
         for &c in cases {
-            for max in [1, 8, 9, 16] {
-                assert_eq!(
-                    uint(c, c, max),
-                    ascii_uint(c, max),
-                    "{:?} max {max}",
-                    String::from_utf8_lossy(c)
-                );
-            }
+            assert_eq!(
+                digits16(head16(c, c), c.len()),
+                ascii_uint(c, 16),
+                "{:?}",
+                String::from_utf8_lossy(c)
+            );
         }
     }
 
@@ -326,12 +314,13 @@ mod tests {
 
         proptest! {
             #[test]
-            fn uint_matches(v in proptest::collection::vec(
-                prop_oneof![b'0'..=b'9', any::<u8>()], 0..20), max in 1usize..=16) {
-                prop_assert_eq!(uint(&v, &v, max), ascii_uint(&v, max));
+            fn digits_match(v in proptest::collection::vec(
+                prop_oneof![b'0'..=b'9', any::<u8>()], 0..20)) {
+                let scalar = ascii_uint(&v, 16).filter(|_| v.len() <= 16);
+                prop_assert_eq!(digits16(head16(&v, &v), v.len()), scalar);
                 let mut padded = v.clone();
                 padded.extend_from_slice(b"|9999999999999999");
-                prop_assert_eq!(uint(&padded[..v.len()], &padded, max), ascii_uint(&v, max));
+                prop_assert_eq!(digits16(head16(&padded[..v.len()], &padded), v.len()), scalar);
             }
 
             #[test]

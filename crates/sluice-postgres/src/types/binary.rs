@@ -15,11 +15,6 @@ pub fn begin_tuple(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&(n as i16).to_be_bytes());
 }
 
-#[inline]
-pub fn write_null(out: &mut Vec<u8>) {
-    out.extend_from_slice(&(-1i32).to_be_bytes());
-}
-
 /// A field whose length is patched in when it is finished.
 #[must_use = "a field must be finished to patch its length"]
 pub struct FieldWriter {
@@ -63,7 +58,7 @@ mod tests {
         let w = FieldWriter::begin(&mut out);
         out.extend_from_slice(b"abc");
         w.finish(&mut out);
-        write_null(&mut out);
+        out.extend_from_slice(&(-1i32).to_be_bytes());
         assert_eq!(out, b"\x00\x02\x00\x00\x00\x03abc\xff\xff\xff\xff");
     }
 }

@@ -437,33 +437,28 @@ unsafe fn store<const N: usize>(dst: *mut u8, bytes: [u8; N]) {
 unsafe fn encode_hot(hot: Hot, v: &[u8], x: u128, dst: *mut u8) -> usize {
     let n = v.len();
     match hot {
-        Hot::Int4 => {
-            if n == 0 || n > 9 || swar::nondigits(x, n) != 0 {
-                return 0;
+        Hot::Int4 => match swar::digits16(x, n) {
+            Some(value) if n <= 9 => {
+                store(dst, ((4u64 << 32) | value).to_be_bytes());
+                8
             }
-            let value = swar::value16(x, n);
-            store(dst, ((4u64 << 32) | value).to_be_bytes());
-            8
-        }
-        Hot::Int8 => {
-            if n == 0 || n > 16 || swar::nondigits(x, n) != 0 {
-                return 0;
+            _ => 0,
+        },
+        Hot::Int8 => match swar::digits16(x, n) {
+            Some(value) => {
+                store(dst, 8u32.to_be_bytes());
+                store(dst.add(4), value.to_be_bytes());
+                12
             }
-            store(dst, 8u32.to_be_bytes());
-            store(dst.add(4), swar::value16(x, n).to_be_bytes());
-            12
-        }
-        Hot::Int2 => {
-            if n == 0 || n > 5 || swar::nondigits(x, n) != 0 {
-                return 0;
+            None => 0,
+        },
+        Hot::Int2 => match swar::digits16(x, n) {
+            Some(value) if n <= 5 && value <= i16::MAX as u64 => {
+                store(dst, ((2u64 << 32) | (value << 16)).to_be_bytes());
+                6
             }
-            let value = swar::value16(x, n);
-            if value > i16::MAX as u64 {
-                return 0;
-            }
-            store(dst, ((2u64 << 32) | (value << 16)).to_be_bytes());
-            6
-        }
+            _ => 0,
+        },
         Hot::Date => {
             let Some(days) = super::datetime::iso_date_days(v, x) else {
                 return 0;
