@@ -276,6 +276,31 @@ fn encode_plain(
     // Align the point to a group boundary: value = v / 10000^frac_groups.
     let frac_groups = dscale.div_ceil(4);
     let v = m.checked_mul(POW10[frac_groups * 4 - dscale])?;
+    if v < 1_000_000_000_000 {
+        // Up to three base-10000 digits, as flat files' prices and rates have: computed with
+        // two constant divisions and written with one store.
+        let (g0, t) = (v % 10_000, v / 10_000);
+        let (g1, g2) = (t % 10_000, t / 10_000);
+        let groups = 1 + usize::from(t != 0) + usize::from(g2 != 0);
+        let low = if g0 != 0 {
+            0
+        } else if g1 != 0 {
+            1
+        } else {
+            2
+        };
+        let ndigits = groups - low;
+        let weight = groups as i64 - frac_groups as i64 - 1;
+        let header = ((ndigits as u64) << 48)
+            | ((weight as u16 as u64) << 32)
+            | (u64::from(sign) << 16)
+            | dscale as u64;
+        dst[..8].copy_from_slice(&header.to_be_bytes());
+        // The significant groups at the top of one word, most significant first.
+        let packed = ((g2 << 32) | (g1 << 16) | g0) << (16 * (4 - groups));
+        dst[8..16].copy_from_slice(&packed.to_be_bytes());
+        return Some(Ok(8 + 2 * ndigits));
+    }
     // Base-10000 digits: how many, then the trailing zero groups dropped.
     let mut v = v;
     let mut groups = 1;
