@@ -290,12 +290,7 @@ fn encode_plain(
             2
         };
         let ndigits = groups - low;
-        let weight = groups as i64 - frac_groups as i64 - 1;
-        let header = ((ndigits as u64) << 48)
-            | ((weight as u16 as u64) << 32)
-            | (u64::from(sign) << 16)
-            | dscale as u64;
-        dst[..8].copy_from_slice(&header.to_be_bytes());
+        dst[..8].copy_from_slice(&header(ndigits, groups, frac_groups, sign, dscale));
         // The significant groups at the top of one word, most significant first.
         let packed = ((g2 << 32) | (g1 << 16) | g0) << (16 * (4 - groups));
         dst[8..16].copy_from_slice(&packed.to_be_bytes());
@@ -313,17 +308,26 @@ fn encode_plain(
         low += 1;
     }
     let ndigits = groups - low;
-    let weight = groups as i64 - frac_groups as i64 - 1;
-    let header = ((ndigits as u64) << 48)
-        | ((weight as u16 as u64) << 32)
-        | (u64::from(sign) << 16)
-        | dscale as u64;
-    dst[..8].copy_from_slice(&header.to_be_bytes());
+    dst[..8].copy_from_slice(&header(ndigits, groups, frac_groups, sign, dscale));
     for k in (0..ndigits).rev() {
         dst[8 + 2 * k..10 + 2 * k].copy_from_slice(&((v % 10_000) as u16).to_be_bytes());
         v /= 10_000;
     }
     Some(Ok(8 + 2 * ndigits))
+}
+
+/// A numeric's header, for a value of `groups` base-10000 digits (from its most significant
+/// one down to the last of its `frac_groups` fraction digits), of which `ndigits` are kept
+/// (trailing zero digits dropped): the digit count, the weight (the first digit's power of
+/// 10000), the sign and the display scale.
+#[inline(always)]
+fn header(ndigits: usize, groups: usize, frac_groups: usize, sign: u16, dscale: usize) -> [u8; 8] {
+    let weight = groups as i64 - frac_groups as i64 - 1;
+    (((ndigits as u64) << 48)
+        | ((weight as u16 as u64) << 32)
+        | (u64::from(sign) << 16)
+        | dscale as u64)
+        .to_be_bytes()
 }
 
 fn write_special(out: &mut Vec<u8>, sign: u16) -> Result<(), ConvertError> {
