@@ -133,10 +133,20 @@ pub fn iso_date(s: &[u8]) -> Option<(i64, i64, i64)> {
     let n = |a: u8, b: u8| i64::from(a - b'0') * 10 + i64::from(b - b'0');
     let year = n(y0, y1) * 100 + n(y2, y3);
     let (month, day) = (n(m0, m1), n(d0, d1));
-    if year == 0 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
+    is_calendar_date(year, month, day).then_some((year, month, day))
+}
+
+/// Whether year 1 to 9999 (as read from four digits), `month` and `day` name a real day of
+/// the proleptic Gregorian calendar.
+#[inline(always)]
+pub fn is_calendar_date(year: i64, month: i64, day: i64) -> bool {
+    // Days per month with February at 29, so that only the 29th of February asks about
+    // leap years.
+    const LONGEST: [i64; 13] = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    if year == 0 || !(1..=12).contains(&month) || day < 1 || day > LONGEST[month as usize] {
+        return false;
     }
-    Some((year, month, day))
+    month != 2 || day != 29 || is_leap(year)
 }
 
 /// `Y-M-D` at the start of `s` with `min_year_digits` to 9 year digits and 1 or 2 month and

@@ -311,9 +311,10 @@ impl RecordParser {
     }
 
     /// The fast path for the records flat files are made of: LF line ends, no escape, no
-    /// NULL, and in CSV no quote but around a whole field. Returns a cursor over the fields of the record at `start`, read
-    /// straight from the delimiter masks without building [`Fields`]; `None` when this
-    /// dialect or position always needs [`RecordParser::parse_input`]. See [`PlainFields`].
+    /// NULL, and in CSV no quote but around a whole field. Returns a cursor over the fields
+    /// of the record at `start`, read straight from the delimiter masks without building
+    /// [`Fields`]; `None` when this dialect or position always needs
+    /// [`RecordParser::parse_input`]. See [`PlainFields`].
     #[inline(always)]
     pub fn plain_fields<'a>(&'a self, input: &'a [u8], start: usize) -> Option<PlainFields<'a>> {
         let csv = self.format == Format::Csv;
@@ -448,12 +449,8 @@ impl RecordParser {
                 });
             }
         }
-        // tbl: the one trailing delimiter dbgen writes ends the line, not a field.
-        let trailing = self.format == Format::Tbl
-            && end == field_start
-            && end > start
-            && input[end - 1] == self.delimiter;
-        if !trailing {
+        let trailing = trailing_bar(input, start, field_start, end, self.delimiter);
+        if !(self.format == Format::Tbl && trailing) {
             fields.spans.reserve(1);
             // SAFETY: room for one more span was just reserved.
             unsafe { self.push_text_field(input, field_start, end, escaped, fields) };
@@ -749,6 +746,13 @@ impl RecordParser {
     }
 }
 
+/// tbl: whether the line `start..end`, whose last field would start at `field_start`,
+/// ends with the one trailing `delimiter` dbgen writes, which ends the line, not a field.
+#[inline(always)]
+fn trailing_bar(input: &[u8], start: usize, field_start: usize, end: usize, delimiter: u8) -> bool {
+    end == field_start && end > start && input[end - 1] == delimiter
+}
+
 /// One step of [`PlainFields`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlainField<'a> {
@@ -817,12 +821,9 @@ impl<'a> PlainFields<'a> {
                 Stop::Open => {}
                 Stop::LineEnd(end) => {
                     self.stop = Stop::Done(end + 1);
-                    // tbl: the one trailing delimiter dbgen writes ends the line, not a field.
-                    let trailing = self.tbl
-                        && end == self.field_start
-                        && end > self.start
-                        && self.input[end - 1] == self.delimiter;
-                    if trailing {
+                    let (input, start) = (self.input, self.start);
+                    if self.tbl && trailing_bar(input, start, self.field_start, end, self.delimiter)
+                    {
                         return PlainField::End(end + 1);
                     }
                     return self.value(self.field_start, end);
@@ -866,9 +867,9 @@ impl<'a> PlainFields<'a> {
         if q != self.field_start {
             return None;
         }
-        let close = q + 1 + memchr::memchr(quote, &input[q + 1..])?;
+        let close = q + 1 + memchr(quote, &input[q + 1..])?;
         let inside = &input[q + 1..close];
-        if memchr::memchr3(self.newline, self.specials[2], self.escape, inside).is_some() {
+        if memchr3(self.newline, self.specials[2], self.escape, inside).is_some() {
             return None;
         }
         let after = *input.get(close + 1)?;
@@ -882,11 +883,7 @@ impl<'a> PlainFields<'a> {
             return None;
         }
         // A quoted value is never NULL.
-        let head = match input.get(q + 1..q + 17) {
-            Some(w) => u128::from_le_bytes(w.try_into().unwrap_or([0; 16])),
-            None => swar::head16(inside, input),
-        };
-        Some(PlainField::Value(inside, head))
+        Some(PlainField::Value(inside, swar::head16(inside, input)))
     }
 
     #[inline(always)]
@@ -896,11 +893,7 @@ impl<'a> PlainFields<'a> {
         if self.null.is_some_and(|n| v == n) {
             return PlainField::Bail;
         }
-        let head = match input.get(s..s + 16) {
-            Some(w) => u128::from_le_bytes(w.try_into().unwrap_or([0; 16])),
-            None => swar::head16(v, input),
-        };
-        PlainField::Value(v, head)
+        PlainField::Value(v, swar::head16(v, input))
     }
 }
 

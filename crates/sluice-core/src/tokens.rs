@@ -16,8 +16,14 @@ pub fn window_masks(bytes: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64
     if bytes.len() >= 64 {
         return masks64(&bytes[..64], delimiter, specials);
     }
+    scalar_masks(bytes, delimiter, specials)
+}
+
+/// The masks a byte at a time, for a window's last few bytes and for other architectures.
+#[inline]
+fn scalar_masks(bytes: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
     let (mut d, mut s) = (0u64, 0u64);
-    for (i, &b) in bytes.iter().enumerate() {
+    for (i, &b) in bytes.iter().take(64).enumerate() {
         d |= u64::from(b == delimiter) << i;
         s |= u64::from(specials.contains(&b)) << i;
     }
@@ -53,12 +59,7 @@ fn masks64(w: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
 fn masks64(w: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
-    let (mut d, mut s) = (0u64, 0u64);
-    for (i, &b) in w[..64].iter().enumerate() {
-        d |= u64::from(b == delimiter) << i;
-        s |= u64::from(specials.contains(&b)) << i;
-    }
-    (d, s)
+    scalar_masks(w, delimiter, specials)
 }
 
 #[cfg(test)]

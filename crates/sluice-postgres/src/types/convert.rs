@@ -476,58 +476,37 @@ unsafe fn encode_hot(hot: Hot, v: &[u8], x: u128, dst: *mut u8) -> usize {
                 None => 0,
             }
         }
-        Hot::Text => put_ascii(v, x, dst),
-        Hot::Varchar(limit) if n <= limit => put_ascii(v, x, dst),
-        Hot::Char(width) if n <= width && ascii(v, x) => {
-            store(dst, (width as u32).to_be_bytes());
-            put_bytes(v, x, dst.add(4));
-            // Pad with spaces, 16 at a time.
-            let mut at = 4 + n;
-            while at < 4 + width {
-                store(dst.add(at), [b' '; 16]);
-                at += 16;
-            }
-            4 + width
-        }
+        Hot::Text => put_ascii(v, x, dst, n),
+        Hot::Varchar(limit) if n <= limit => put_ascii(v, x, dst, n),
+        Hot::Char(width) if n <= width => put_ascii(v, x, dst, width),
         _ => 0,
     }
 }
 
-/// Whether `v` (whose first 16 bytes are `x`) is plain ASCII without NUL.
-#[inline(always)]
-fn ascii(v: &[u8], x: u128) -> bool {
-    if v.len() <= 16 {
-        swar::plain_ascii16(x, v.len())
-    } else {
-        swar::plain_ascii(v, v)
-    }
-}
-
-/// A text value that is plain ASCII, with its length prefix: the bytes kept, or 0.
+/// A text value that is plain ASCII, blank-padded to `width` (at least its length) behind
+/// its length prefix: the bytes kept, or 0. A short value is stored as the 16-byte word
+/// already loaded (`x`), a long one copied; the padding goes 16 spaces at a time.
 ///
 /// # Safety
 /// As for [`encode_hot`].
 #[inline(always)]
-unsafe fn put_ascii(v: &[u8], x: u128, dst: *mut u8) -> usize {
-    if !ascii(v, x) {
+unsafe fn put_ascii(v: &[u8], x: u128, dst: *mut u8, width: usize) -> usize {
+    let n = v.len();
+    if !swar::plain_ascii(v, x) {
         return 0;
     }
-    store(dst, (v.len() as u32).to_be_bytes());
-    put_bytes(v, x, dst.add(4));
-    4 + v.len()
-}
-
-/// `v`'s bytes: a short value as the 16-byte word already loaded (`x`), a long one copied.
-///
-/// # Safety
-/// `dst` is valid for `v.len()` bytes of writes, and at least 16.
-#[inline(always)]
-unsafe fn put_bytes(v: &[u8], x: u128, dst: *mut u8) {
-    if v.len() <= 16 {
-        store(dst, x.to_le_bytes());
+    store(dst, (width as u32).to_be_bytes());
+    if n <= 16 {
+        store(dst.add(4), x.to_le_bytes());
     } else {
-        std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len());
+        std::ptr::copy_nonoverlapping(v.as_ptr(), dst.add(4), n);
     }
+    let mut at = 4 + n;
+    while at < 4 + width {
+        store(dst.add(at), [b' '; 16]);
+        at += 16;
+    }
+    4 + width
 }
 
 /// Encodes one non-NULL value of type `ty` (the binary `send` form) onto `out`.

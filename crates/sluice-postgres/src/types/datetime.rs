@@ -18,7 +18,9 @@ use super::convert::ConvertError;
 use chrono::{NaiveDate, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::Tz;
 
-use sluice_core::primitives::{days_in_month, digits, iso_date, julian_day, ymd_prefix};
+use sluice_core::primitives::{
+    days_in_month, digits, is_calendar_date, iso_date, julian_day, ymd_prefix,
+};
 use sluice_core::swar;
 
 const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
@@ -278,13 +280,7 @@ pub fn iso_date_days(value: &[u8], head: u128) -> Option<i32> {
         return None;
     }
     let (y, m, d) = swar::iso_date_digits(head)?;
-    // Days per month with February at 29, so that only the 29th of February asks about
-    // leap years.
-    const LONGEST: [i64; 13] = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    if y == 0 || !(1..=12).contains(&m) || d < 1 || d > LONGEST[m as usize] {
-        return None;
-    }
-    if m == 2 && d == 29 && d > days_in_month(y, m) {
+    if !is_calendar_date(y, m, d) {
         return None;
     }
     Some((julian_day(y, m, d) - POSTGRES_EPOCH_JDATE) as i32)

@@ -20,8 +20,9 @@ const NUMERIC_NINF: u16 = 0xF000;
 const MAX_EXPONENT: i64 = 1000;
 
 /// The inlined fast path: a plain `-?digits[.digits]` value of at most 16 bytes that
-/// [`encode_plain`] takes and that is valid, read with word operations (`window` as in
-/// [`swar::head16`]). `None` when the general path is needed, which also words every error.
+/// [`encode_plain`] takes and that is valid, read with word operations from `head`, its
+/// first 16 bytes ([`swar::head16`]), into `dst`: the length written, or `None` when the
+/// general path is needed, which also words every error.
 #[inline(always)]
 pub fn encode_numeric_fast(
     value: &[u8],
@@ -127,7 +128,7 @@ const POW10: [u64; 20] = [
 /// A plain decimal's digits as one integer: the value is `m / 10^frac`; `digits` counts
 /// every digit written, leading zeros included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plain {
+struct Plain {
     m: u64,
     digits: usize,
     frac: usize,
@@ -160,9 +161,8 @@ fn scan_plain(s: &[u8]) -> Option<Plain> {
 }
 
 /// [`scan_plain`] for values of up to 16 bytes (`n` of them, the first 16 in `x`), with
-/// word operations: the point is found
-/// in one step and each side's digits are read eight at a time. `None` for anything longer
-/// or anything [`scan_plain`] would refuse.
+/// word operations: the point is found in one step and the digits are read eight at a time.
+/// `None` for anything longer or anything [`scan_plain`] would refuse.
 #[inline(always)]
 fn scan_plain_swar(n: usize, x: u128) -> Option<Plain> {
     if n == 0 || n > 16 {
@@ -275,7 +275,7 @@ fn encode_plain(
     }
     // Align the point to a group boundary: value = v / 10000^frac_groups.
     let frac_groups = dscale.div_ceil(4);
-    let v = m.checked_mul(POW10[frac_groups * 4 - dscale])?;
+    let mut v = m.checked_mul(POW10[frac_groups * 4 - dscale])?;
     if v < 1_000_000_000_000 {
         // Up to three base-10000 digits, as flat files' prices and rates have: computed with
         // two constant divisions and written with one store.
@@ -297,7 +297,6 @@ fn encode_plain(
         return Some(Ok(8 + 2 * ndigits));
     }
     // Base-10000 digits: how many, then the trailing zero groups dropped.
-    let mut v = v;
     let mut groups = 1;
     while groups < 5 && v >= POW10[4 * groups] {
         groups += 1;

@@ -201,29 +201,6 @@ trait RecordVisitor {
     ) -> Result<bool, Failure>;
 }
 
-impl<V: RecordVisitor> RecordVisitor for &mut V {
-    #[inline]
-    fn plain(
-        &mut self,
-        parser: &RecordParser,
-        data: &[u8],
-        base: u64,
-        at: usize,
-    ) -> Result<Option<usize>, Failure> {
-        (**self).plain(parser, data, base, at)
-    }
-
-    fn record(
-        &mut self,
-        fields: &Fields,
-        data: &[u8],
-        base: u64,
-        pos: Position,
-    ) -> Result<bool, Failure> {
-        (**self).record(fields, data, base, pos)
-    }
-}
-
 /// A visitor that takes every record through its fields.
 struct Each<F>(F);
 
@@ -256,7 +233,7 @@ fn walk_records(
     chunk: &Chunk,
     abort: Option<&AtomicBool>,
     read: &mut Duration,
-    visit: impl RecordVisitor,
+    visit: &mut impl RecordVisitor,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     match (&input.source, input.compression) {
@@ -284,7 +261,7 @@ fn walk_mapped(
     path: &std::path::Path,
     abort: Option<&AtomicBool>,
     read: &mut Duration,
-    mut visit: impl RecordVisitor,
+    visit: &mut impl RecordVisitor,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     let io = |e: std::io::Error| Failure::Local(format!("cannot read {}: {e}", input.display));
@@ -403,7 +380,7 @@ fn walk_blocks(
     (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
     abort: Option<&AtomicBool>,
     read: &mut Duration,
-    mut visit: impl RecordVisitor,
+    visit: &mut impl RecordVisitor,
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     let mut parser: Option<RecordParser> = None;
@@ -583,6 +560,11 @@ fn record_error(
     (err, cause)
 }
 
+/// A message buffer's capacity: the message size and room for the record that crosses it.
+fn message_capacity(copy_buffer: usize) -> usize {
+    copy_buffer + copy_buffer / 4
+}
+
 /// One chunk's conversion as it walks the records: the encoder, the message being filled,
 /// and the counts the progress display and a retry need.
 struct Converting<'a, 'b, E: RecordEncoder, M> {
@@ -607,7 +589,7 @@ impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> Converting<'_, 
     fn encoded(&mut self, offset: u64) -> Result<(), Failure> {
         self.records += 1;
         if self.out.len() >= self.copy_buffer {
-            let capacity = self.copy_buffer + self.copy_buffer / 4;
+            let capacity = message_capacity(self.copy_buffer);
             let full = std::mem::replace(&mut self.out, Vec::with_capacity(capacity));
             (self.emit)(full)?;
             let bytes = offset - self.chunk.start;
@@ -720,8 +702,7 @@ pub fn convert_chunk<E: RecordEncoder>(
         on_reject,
         read,
     } = job;
-    let capacity = copy_buffer + copy_buffer / 4;
-    let mut out = Vec::with_capacity(capacity);
+    let mut out = Vec::with_capacity(message_capacity(copy_buffer));
     out.extend_from_slice(prefix);
     let mut converting = Converting {
         plan,
@@ -772,7 +753,7 @@ pub fn count_records(plan: &Plan, chunk: &Chunk) -> Result<u64, Failure> {
         chunk,
         None,
         &mut unused,
-        each(|_, _, _, _| {
+        &mut each(|_, _, _, _| {
             n += 1;
             Ok(true)
         }),
@@ -810,7 +791,7 @@ pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Optio
         chunk,
         None,
         &mut unused,
-        each(|fields, data, base, pos| {
+        &mut each(|fields, data, base, pos| {
             seen += 1;
             if seen == n {
                 let values = columns
@@ -903,7 +884,7 @@ pub fn find_key(
         chunk,
         None,
         &mut unused,
-        each(|fields, data, _, pos| {
+        &mut each(|fields, data, _, pos| {
             if probe.matches(encoder, fields, data) {
                 found.push(Found {
                     line: pos.line,
