@@ -87,6 +87,8 @@ pub struct PgDestination {
     stage_seq: AtomicU32,
     /// Staging tables finished and waiting for the publish.
     staged: Mutex<Vec<Staged>>,
+    /// The partitions switched in by the publish, with their streams' statistics.
+    analyzed: Mutex<Vec<String>>,
 }
 
 impl PgDestination {
@@ -135,6 +137,7 @@ impl PgDestination {
             partitions: Mutex::new(Vec::new()),
             stage_seq: AtomicU32::new(0),
             staged: Mutex::new(Vec::new()),
+            analyzed: Mutex::new(Vec::new()),
         })
     }
 
@@ -485,15 +488,6 @@ fn db_error(e: tokio_postgres::Error) -> DestinationError {
     DestinationError::new(kind, e.to_string())
 }
 
-impl PgDestination {
-    /// Whether `ANALYZE ONLY parent` exists (PostgreSQL 17): then each stream analyzes its
-    /// staging table and the parent adds only its own statistics; before 17, analyzing the
-    /// parent analyzes every partition, so the streams leave it to that.
-    fn analyze_only(&self) -> bool {
-        self.session.server_version_num >= 170_000
-    }
-}
-
 impl Staging for PgDestination {
     fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
         let id = self.load_id;
@@ -561,29 +555,47 @@ impl Staging for PgDestination {
         stream.stage_table = None;
         let client = stream.stream.client();
         let mut times = StageTimes::default();
+        let mut committed = false;
         let result = self.rt.block_on(async {
             let t = std::time::Instant::now();
             stage::build_indexes(client, &staged.parent, &staged.staging).await?;
             times.index = t.elapsed();
-            if self.analyze_only() {
-                let t = std::time::Instant::now();
-                stage::analyze(client, &staged.staging).await?;
-                times.analyze = t.elapsed();
-            }
-            client.batch_execute("COMMIT; BEGIN").await
+            // The commit's row counts reach the server's statistics before the ANALYZE
+            // below, which then leaves nothing for autovacuum to analyze again: with the
+            // ANALYZE inside the loading transaction, every partition would show all its
+            // rows as changed since, and be analyzed a second time a minute later.
+            client
+                .batch_execute(if self.session.server_version_num >= 150_000 {
+                    "SELECT pg_stat_force_next_flush(); COMMIT"
+                } else {
+                    "COMMIT"
+                })
+                .await?;
+            committed = true;
+            // Here, in parallel with the other streams, rather than in the parents'
+            // ANALYZE after the publish (see `stage::analyze_parents`).
+            let t = std::time::Instant::now();
+            stage::analyze(client, &staged.staging).await?;
+            times.analyze = t.elapsed();
+            client.batch_execute("BEGIN").await
         });
+        let partition = staged.partition.qualified();
+        // Once committed, the staging table is the publish's (or, on failure, the discard's).
+        if committed {
+            lock(&self.staged).push(staged);
+        }
         result.map_err(|e| {
             // The staging table's name means nothing to the user; its partition does.
             let mut err = self.error(stream.n, ServerError::from_pg(&e));
-            let what = format!(
-                "building the indexes of partition {}",
-                staged.partition.qualified()
-            );
+            let what = if committed {
+                format!("gathering the statistics of partition {partition}")
+            } else {
+                format!("building the indexes of partition {partition}")
+            };
             err.summary = format!("{what}: {}", err.summary);
             err.message = format!("{what}: {}", err.message);
             err
         })?;
-        lock(&self.staged).push(staged);
         Ok(times)
     }
 
@@ -606,7 +618,8 @@ impl Staging for PgDestination {
 
     fn switch_in(&self, stream: &mut PgStream<'_>) -> Result<PublishTimes, DestinationError> {
         let staged = lock(&self.staged).clone();
-        self.rt
+        let times = self
+            .rt
             .block_on(stage::switch_in(stream.stream.client(), &staged))
             .map_err(|e| match e {
                 PublishError::Db(e) => {
@@ -622,7 +635,15 @@ impl Staging for PgDestination {
                         stage::PUBLISH_ATTEMPTS
                     ),
                 ),
-            })
+            })?;
+        // A switched-in partition keeps the statistics its stream gathered; an appended one
+        // lost them with its staging table and is analyzed with its parent.
+        *lock(&self.analyzed) = staged
+            .iter()
+            .map(|s| s.partition.qualified())
+            .filter(|p| !times.appended.contains(p))
+            .collect();
+        Ok(times)
     }
 
     fn gather_statistics(&self, parallel: usize) -> std::time::Duration {
@@ -631,11 +652,9 @@ impl Staging for PgDestination {
         parents.sort_unstable();
         parents.dedup();
         let started = std::time::Instant::now();
+        let analyzed = lock(&self.analyzed).clone();
         if let Err(e) = self.rt.block_on(stage::analyze_parents(
-            &self.info,
-            &parents,
-            parallel,
-            self.analyze_only(),
+            &self.info, &parents, &analyzed, parallel,
         )) {
             // The data is in and visible; only the statistics are missing.
             (self.warn)(format!(

@@ -508,3 +508,54 @@ fn a_redone_file_that_repeats_a_staged_key_leaves_nothing_visible() {
     assert_eq!(d.count("other"), 0, "{err}");
     assert_eq!(leftovers(&d), 0);
 }
+
+/// Each partition's statistics are gathered once: a staged one by its stream (after its
+/// commit, so that autovacuum does not redo it), one loaded otherwise by its parent's ANALYZE, which also adds the parent's own (inherited) statistics
+/// without analyzing the staged partitions a second time.
+#[test]
+fn statistics_are_gathered_once_per_partition_and_for_the_parent() {
+    let d = db("stage_stats");
+    three_partitions(&d, false);
+    d.psql("INSERT INTO t VALUES (2000, 'already here')");
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1700).as_bytes());
+    let c = d.file("c.csv", rows(2001, 2300).as_bytes());
+    let out = ok(&load(
+        &d,
+        &[
+            "--table",
+            "t",
+            "--jobs",
+            "2",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            c.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert_has(&out, &["partition \"public\".\"t_3\" is not empty"]);
+    let counts = d.psql(
+        "SELECT string_agg(relname || '=' || analyze_count, ' ' ORDER BY relname) \
+         FROM pg_stat_user_tables WHERE relname IN ('t', 't_1', 't_2', 't_3')",
+    );
+    assert_eq!(counts.trim(), "t=1 t_1=1 t_2=1 t_3=1");
+    // The staged partitions were analyzed after their rows were counted, so autovacuum has
+    // nothing to analyze again.
+    let pending = d.psql(
+        "SELECT string_agg(relname || '=' || n_mod_since_analyze, ' ' ORDER BY relname) \
+         FROM pg_stat_user_tables WHERE relname IN ('t_1', 't_2')",
+    );
+    assert_eq!(pending.trim(), "t_1=0 t_2=0");
+    // The statistics describe the published rows: the partitions' own and the parent's.
+    let tuples = d.psql(
+        "SELECT string_agg(relname || '=' || reltuples::bigint, ' ' ORDER BY relname) \
+         FROM pg_class WHERE relname IN ('t_1', 't_2', 't_3')",
+    );
+    assert_eq!(tuples.trim(), "t_1=899 t_2=700 t_3=300");
+    let inherited = d.psql(
+        "SELECT string_agg(attname || '=' || n_distinct, ' ' ORDER BY attname) FROM pg_stats \
+         WHERE schemaname = 'public' AND tablename = 't' AND inherited",
+    );
+    assert_eq!(inherited.trim(), "id=-1 v=-1");
+    assert_eq!(leftovers(&d), 0);
+}
