@@ -6,8 +6,8 @@
 //! transaction, it takes `COPY ... FREEZE` (rows never need revisiting) and, with
 //! `wal_level = minimal`, writes no WAL. The same stream then builds the parent's indexes on
 //! it (a primary key or unique constraint as a constraint, so that ATTACH adopts it rather than
-//! building another), runs ANALYZE and commits: the table waits, invisible to the parent's
-//! users, for the publish.
+//! building another), commits, and runs ANALYZE on it: the table waits, invisible to the
+//! parent's users, for the publish, with its statistics (see [`analyze_parents`] for why here).
 //!
 //! The publish is one transaction, on a connection of its own: for each staging table,
 //! DETACH the empty partition, check that it is still empty under the lock, DROP it, move the
@@ -455,7 +455,8 @@ pub async fn discard(client: &Client, staged: &[Staged]) -> Result<(), tokio_pos
     Ok(())
 }
 
-/// Gathers the staging table's statistics.
+/// Gathers the staging table's statistics, after its commit (so that the server has counted
+/// its rows by then, and autovacuum finds nothing changed since).
 pub async fn analyze(client: &Client, staging: &str) -> Result<(), tokio_postgres::Error> {
     client
         .batch_execute(&format!("ANALYZE {}", staging_qualified(staging)))
