@@ -564,14 +564,15 @@ impl Staging for PgDestination {
             // below, which then leaves nothing for autovacuum to analyze again: with the
             // ANALYZE inside the loading transaction, every partition would show all its
             // rows as changed since, and be analyzed a second time a minute later.
-            client
-                .batch_execute(if self.session.server_version_num >= 150_000 {
-                    "SELECT pg_stat_force_next_flush(); COMMIT"
-                } else {
-                    "COMMIT"
-                })
-                .await?;
+            client.batch_execute("COMMIT").await?;
             committed = true;
+            if self.session.server_version_num >= 150_000 {
+                // The counts are sent when the session goes idle, at most once a second
+                // unless forced. Outside the transaction: a refusal costs only a re-analyze.
+                let _ = client
+                    .batch_execute("SELECT pg_stat_force_next_flush()")
+                    .await;
+            }
             // Here, in parallel with the other streams, rather than in the parents'
             // ANALYZE after the publish (see `stage::analyze_parents`).
             let t = std::time::Instant::now();
