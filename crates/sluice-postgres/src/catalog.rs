@@ -77,14 +77,28 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
     })
 }
 
-/// Connection slots a load may still open: `max_connections` less the superuser reserve and
-/// the client backends already connected (`None` when the server will not say).
+/// Connection slots a load may still open: the fewest of what the server, the login role and
+/// the database allow (`None` when the server will not say). The server's are
+/// `max_connections` less the superuser reserve and the client backends already connected; a
+/// role's or a database's `CONNECTION LIMIT` counts its own backends, and binds all but
+/// superusers, as the server checks them at connection time.
 pub async fn free_slots(client: &Client) -> Option<i64> {
     client
         .query_one(
-            "SELECT current_setting('max_connections')::int \
-             - current_setting('superuser_reserved_connections')::int \
-             - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+            "WITH me AS (SELECT oid, rolsuper, rolconnlimit FROM pg_roles \
+                         WHERE rolname = session_user), \
+                  db AS (SELECT oid, datconnlimit FROM pg_database \
+                         WHERE datname = current_database()), \
+                  b AS (SELECT usesysid, datid FROM pg_stat_activity \
+                        WHERE backend_type = 'client backend') \
+             SELECT least( \
+               current_setting('max_connections')::int \
+                 - current_setting('superuser_reserved_connections')::int \
+                 - (SELECT count(*) FROM b), \
+               (SELECT me.rolconnlimit - (SELECT count(*) FROM b WHERE b.usesysid = me.oid) \
+                FROM me WHERE me.rolconnlimit >= 0 AND NOT me.rolsuper), \
+               (SELECT db.datconnlimit - (SELECT count(*) FROM b WHERE b.datid = db.oid) \
+                FROM db, me WHERE db.datconnlimit >= 0 AND NOT me.rolsuper))::bigint",
             &[],
         )
         .await

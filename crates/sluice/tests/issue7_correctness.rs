@@ -671,3 +671,50 @@ fn kill_9_mid_load_commits_nothing() {
     }
     assert_eq!(d.count("t"), 0);
 }
+
+/// A role's CONNECTION LIMIT bounds the streams as `max_connections` does: the plan uses the
+/// slots the role has left (the publish's among them when it stages) and says so, instead of
+/// streams failing to connect and retrying.
+#[test]
+fn a_role_connection_limit_bounds_the_streams() {
+    let d = db("conn_limit");
+    d.psql(&format!(
+        "DROP ROLE IF EXISTS conn_limited; CREATE ROLE conn_limited LOGIN CONNECTION LIMIT 3; \
+         GRANT CREATE, CONNECT ON DATABASE {} TO conn_limited; \
+         GRANT USAGE, CREATE ON SCHEMA public TO conn_limited; \
+         CREATE TABLE plain (id int, v text); ALTER TABLE plain OWNER TO conn_limited; \
+         CREATE TABLE t (id int NOT NULL, v text) PARTITION BY RANGE (id); \
+         CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (MINVALUE) TO (1000); \
+         CREATE TABLE t_2 PARTITION OF t FOR VALUES FROM (1000) TO (MAXVALUE); \
+         ALTER TABLE t OWNER TO conn_limited; ALTER TABLE t_1 OWNER TO conn_limited; \
+         ALTER TABLE t_2 OWNER TO conn_limited",
+        d.name
+    ));
+    let rows =
+        |from: u32, to: u32| -> String { (from..to).map(|i| format!("{i},row {i}\n")).collect() };
+    let files: Vec<String> = [(1, 500), (500, 999), (1000, 1500), (1500, 2000)]
+        .iter()
+        .enumerate()
+        .map(|(n, &(a, b))| {
+            let f = d.file(&format!("f{n}.csv"), rows(a, b).as_bytes());
+            f.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let url = d.url.replace("sluice@", "conn_limited@");
+    for (table, staged) in [("plain", false), ("t", true)] {
+        let mut c = sluice_cmd();
+        c.args(["load", "--target", &url, "--table", table, "--jobs", "4"])
+            .args(&files);
+        let out = run_bounded(c, 60);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{table}: {err}");
+        assert_has(
+            &err,
+            &["leaves 2 free connection slots (max_connections, CONNECTION LIMIT); using 1 job"],
+        );
+        assert!(!err.contains("lost its connection"), "{table}: {err}");
+        let summary = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(summary.contains("staged: t"), staged, "{summary}");
+        assert_eq!(d.count(table), 1998);
+    }
+}

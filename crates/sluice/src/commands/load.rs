@@ -619,10 +619,20 @@ fn run_plan<D: Staging + Ledger>(
     plan: plan::Plan,
     job: Option<ledger::JobRun>,
 ) -> Result<report::Report, Failure> {
+    // A load that stages opens one more connection at its end, for the publish.
+    let may_stage = args.strategy != StrategyArg::Direct
+        && !args.dry_run
+        && (0..plan.tables.len()).any(|t| {
+            matches!(
+                dest.partitioning(t),
+                Ok(sluice_core::destination::Partitioning::IntegerRange { .. })
+            )
+        });
     let (jobs, warning) = plan::choose_jobs(
         args.jobs,
         plan.chunks.len(),
         dest.free_slots(),
+        u64::from(may_stage),
         args.dry_run,
     );
     if let Some(w) = warning {
