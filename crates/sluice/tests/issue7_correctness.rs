@@ -673,13 +673,14 @@ fn kill_9_mid_load_commits_nothing() {
 }
 
 /// A role's CONNECTION LIMIT bounds the streams as `max_connections` does: the plan uses the
-/// slots the role has left (the publish's among them when it stages) and says so, instead of
-/// streams failing to connect and retrying.
+/// slots the role has left (with the publish's when it stages, and two per stream when it
+/// also loads a table directly) and says so, instead of streams failing to connect and
+/// retrying.
 #[test]
 fn a_role_connection_limit_bounds_the_streams() {
     let d = db("conn_limit");
     d.psql(&format!(
-        "DROP ROLE IF EXISTS conn_limited; CREATE ROLE conn_limited LOGIN CONNECTION LIMIT 3; \
+        "DROP ROLE IF EXISTS conn_limited; CREATE ROLE conn_limited LOGIN CONNECTION LIMIT 5; \
          GRANT CREATE, CONNECT ON DATABASE {} TO conn_limited; \
          GRANT USAGE, CREATE ON SCHEMA public TO conn_limited; \
          CREATE TABLE plain (id int, v text); ALTER TABLE plain OWNER TO conn_limited; \
@@ -692,29 +693,47 @@ fn a_role_connection_limit_bounds_the_streams() {
     ));
     let rows =
         |from: u32, to: u32| -> String { (from..to).map(|i| format!("{i},row {i}\n")).collect() };
-    let files: Vec<String> = [(1, 500), (500, 999), (1000, 1500), (1500, 2000)]
-        .iter()
-        .enumerate()
-        .map(|(n, &(a, b))| {
-            let f = d.file(&format!("f{n}.csv"), rows(a, b).as_bytes());
-            f.to_str().unwrap().to_owned()
-        })
-        .collect();
+    let ranges = [(1, 500), (500, 999), (1000, 1500), (1500, 2000)];
+    let files = |prefix: &str| -> Vec<String> {
+        ranges
+            .iter()
+            .enumerate()
+            .map(|(n, &(a, b))| {
+                let f = d.file(&format!("{prefix}{n}.csv"), rows(a, b).as_bytes());
+                f.to_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    let (plain, staged) = (files("plain."), files("t."));
     let url = d.url.replace("sluice@", "conn_limited@");
-    for (table, staged) in [("plain", false), ("t", true)] {
+    // The role's five slots, one of them the planning connection's.
+    for (args, jobs, was_staged) in [
+        (vec!["--table", "plain"], "using 3 jobs", false),
+        (vec!["--table", "t"], "using 2 jobs", true),
+        // The same files again, both tables in one load (the ledger would skip them).
+        (vec!["--restart"], "using 1 job", true),
+    ] {
+        let inputs: Vec<&String> = match args.as_slice() {
+            [_, "plain"] => plain.iter().collect(),
+            [_, "t"] => staged.iter().collect(),
+            _ => plain.iter().chain(&staged).collect(),
+        };
+        if args == ["--restart"] {
+            // Empty partitions again, so that t is staged.
+            d.psql("TRUNCATE t");
+        }
         let mut c = sluice_cmd();
-        c.args(["load", "--target", &url, "--table", table, "--jobs", "4"])
-            .args(&files);
+        c.args(["load", "--target", &url, "--jobs", "4"])
+            .args(&args)
+            .args(inputs);
         let out = run_bounded(c, 60);
         let err = stderr(&out);
-        assert!(out.status.success(), "{table}: {err}");
-        assert_has(
-            &err,
-            &["leaves 2 free connection slots (max_connections, CONNECTION LIMIT); using 1 job"],
-        );
-        assert!(!err.contains("lost its connection"), "{table}: {err}");
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert_has(&err, &["leaves 4 free connection slots", jobs]);
+        assert!(!err.contains("lost its connection"), "{args:?}: {err}");
         let summary = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(summary.contains("staged: t"), staged, "{summary}");
-        assert_eq!(d.count(table), 1998);
+        assert_eq!(summary.contains("staged: t"), was_staged, "{summary}");
     }
+    assert_eq!(d.count("plain"), 2 * 1998);
+    assert_eq!(d.count("t"), 1998);
 }

@@ -619,20 +619,27 @@ fn run_plan<D: Staging + Ledger>(
     plan: plan::Plan,
     job: Option<ledger::JobRun>,
 ) -> Result<report::Report, Failure> {
-    // A load that stages opens one more connection at its end, for the publish.
+    // A load that stages opens one more connection at its end, for the publish; and when it
+    // also loads tables directly, each stream may hold a direct and a staging connection.
+    let staging = |t: usize| {
+        matches!(
+            dest.partitioning(t),
+            Ok(sluice_core::destination::Partitioning::IntegerRange { .. })
+        )
+    };
     let may_stage = args.strategy != StrategyArg::Direct
         && !args.dry_run
-        && (0..plan.tables.len()).any(|t| {
-            matches!(
-                dest.partitioning(t),
-                Ok(sluice_core::destination::Partitioning::IntegerRange { .. })
-            )
-        });
+        && (0..plan.tables.len()).any(staging);
+    let connections = match may_stage {
+        false => (1, 0),
+        true if (0..plan.tables.len()).all(staging) => (1, 1),
+        true => (2, 1),
+    };
     let (jobs, warning) = plan::choose_jobs(
         args.jobs,
         plan.chunks.len(),
         dest.free_slots(),
-        u64::from(may_stage),
+        connections,
         args.dry_run,
     );
     if let Some(w) = warning {

@@ -356,13 +356,15 @@ fn check_compression(name: &str, found: Compression) -> Result<(), Failure> {
 }
 
 /// How many streams: `--jobs` or the default, never more than the chunks, and within the
-/// free connection slots (two or more streams also need the watchdog's, and `extra` more are
-/// opened besides: stage's publish). Returns a warning when the slots cut the number.
+/// free connection slots: each stream opens `per_stream` connections (two when a load stages
+/// some tables and loads others directly: a staged unit commits on a connection of its own),
+/// two or more streams also need the watchdog's, and `extra` more are opened besides (stage's
+/// publish). Returns a warning when the slots cut the number.
 pub fn choose_jobs(
     wanted: Option<usize>,
     chunks: usize,
     free_slots: Option<u64>,
-    extra: u64,
+    (per_stream, extra): (u64, u64),
     dry_run: bool,
 ) -> (usize, Option<String>) {
     // `auto` may go up to twice the cores (the server's and the client's share them, or the
@@ -375,10 +377,11 @@ pub fn choose_jobs(
         .unwrap_or_else(default_jobs)
         .max(1)
         .min(chunks.max(1));
-    let needed = if jobs > 1 { jobs as u64 + 1 } else { 1 } + extra;
+    let needed = |j: u64| j * per_stream + u64::from(j > 1) + extra;
     let free_slots = free_slots.unwrap_or(u64::MAX);
-    if !dry_run && free_slots < needed {
-        let slots = free_slots.saturating_sub(1 + extra).max(1) as usize;
+    if !dry_run && free_slots < needed(jobs as u64) {
+        let fit = free_slots.saturating_sub(1 + extra) / per_stream.max(1);
+        let slots = if fit >= 2 { fit as usize } else { 1 };
         let warning = format!(
             "the server, the role or the database leaves {free_slots} free connection slots \
              (max_connections, CONNECTION LIMIT); using {slots} job{}",
@@ -766,20 +769,27 @@ pub(crate) mod tests {
 
     #[test]
     fn jobs_are_bounded_by_chunks_and_free_slots() {
-        assert_eq!(choose_jobs(Some(8), 3, Some(100), 0, false), (3, None));
-        assert_eq!(choose_jobs(Some(0), 3, Some(100), 0, false).0, 1);
-        assert_eq!(choose_jobs(Some(4), 10, None, 0, false), (4, None));
-        let (jobs, warning) = choose_jobs(Some(4), 10, Some(3), 0, false);
+        assert_eq!(choose_jobs(Some(8), 3, Some(100), (1, 0), false), (3, None));
+        assert_eq!(choose_jobs(Some(0), 3, Some(100), (1, 0), false).0, 1);
+        assert_eq!(choose_jobs(Some(4), 10, None, (1, 0), false), (4, None));
+        let (jobs, warning) = choose_jobs(Some(4), 10, Some(3), (1, 0), false);
         assert_eq!(jobs, 2, "two streams and the watchdog fit in three slots");
         assert!(warning.unwrap().contains("3 free connection slots"));
-        let (jobs, _) = choose_jobs(Some(4), 10, Some(4), 1, false);
+        let (jobs, _) = choose_jobs(Some(4), 10, Some(4), (1, 1), false);
         assert_eq!(
             jobs, 2,
             "two streams, the watchdog and the publish fit in four"
         );
-        assert_eq!(choose_jobs(Some(2), 10, Some(4), 1, false), (2, None));
+        assert_eq!(choose_jobs(Some(2), 10, Some(4), (1, 1), false), (2, None));
+        let (jobs, _) = choose_jobs(Some(4), 10, Some(7), (2, 1), false);
         assert_eq!(
-            choose_jobs(Some(4), 10, Some(0), 0, true),
+            jobs, 2,
+            "two streams of two, the watchdog and the publish fit in seven"
+        );
+        assert_eq!(choose_jobs(Some(4), 10, Some(6), (2, 1), false).0, 2);
+        assert_eq!(choose_jobs(Some(4), 10, Some(5), (2, 1), false).0, 1);
+        assert_eq!(
+            choose_jobs(Some(4), 10, Some(0), (1, 0), true),
             (4, None),
             "a dry run opens none"
         );
