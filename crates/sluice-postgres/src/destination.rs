@@ -89,6 +89,8 @@ pub struct PgDestination {
     staged: Mutex<Vec<Staged>>,
     /// The partitions switched in by the publish, with their streams' statistics.
     analyzed: Mutex<Vec<String>>,
+    /// The streams that have staged: when several, each builds its indexes without workers.
+    staging_streams: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 impl PgDestination {
@@ -138,6 +140,7 @@ impl PgDestination {
             stage_seq: AtomicU32::new(0),
             staged: Mutex::new(Vec::new()),
             analyzed: Mutex::new(Vec::new()),
+            staging_streams: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -523,6 +526,7 @@ impl Staging for PgDestination {
             })?;
         let parent = self.tables[table].table.qualified();
         let seq = self.stage_seq.fetch_add(1, Ordering::Relaxed);
+        lock(&self.staging_streams).insert(stream.n);
         let staging = stage::staging_name(self.load_id, seq);
         self.rt
             .block_on(stage::create_staging(
@@ -558,7 +562,8 @@ impl Staging for PgDestination {
         let mut committed = false;
         let result = self.rt.block_on(async {
             let t = std::time::Instant::now();
-            stage::build_indexes(client, &staged.parent, &staged.staging).await?;
+            let serial = lock(&self.staging_streams).len() > 1;
+            stage::build_indexes(client, &staged.parent, &staged.staging, serial).await?;
             times.index = t.elapsed();
             // The commit's row counts reach the server's statistics before the ANALYZE
             // below, which then leaves nothing for autovacuum to analyze again: with the
