@@ -649,7 +649,10 @@ const ANALYZE_LOCK_TIMEOUT: &str = "10s";
 /// within a second, the parents are analyzed whole, as before.
 ///
 /// Each parent is locked first in its own transaction, so that SKIP_LOCKED cannot skip the
-/// parent itself; that wait is bounded by [`ANALYZE_LOCK_TIMEOUT`].
+/// parent itself. Every lock wait of that transaction is bounded by [`ANALYZE_LOCK_TIMEOUT`]:
+/// the parent's sample still takes ACCESS SHARE on every partition unconditionally, which a
+/// session holding ACCESS EXCLUSIVE on one (an open `TRUNCATE`, an `ALTER TABLE`) would
+/// otherwise make wait for as long as it pleases.
 pub async fn analyze_parents(
     info: &crate::conninfo::ConnInfo,
     parents: &[String],
@@ -669,7 +672,7 @@ pub async fn analyze_parents(
         client
             .batch_execute(&format!(
                 "BEGIN; SET LOCAL lock_timeout = '{ANALYZE_LOCK_TIMEOUT}'; \
-                 LOCK TABLE ONLY {p} IN SHARE UPDATE EXCLUSIVE MODE; SET LOCAL lock_timeout = 0; \
+                 LOCK TABLE ONLY {p} IN SHARE UPDATE EXCLUSIVE MODE; \
                  ANALYZE (SKIP_LOCKED) {p}; COMMIT"
             ))
             .await
