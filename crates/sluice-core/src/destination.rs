@@ -312,19 +312,21 @@ pub trait RecordEncoder {
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError>;
 
-    /// The fast path: encodes the record at `start` of `input` straight from its bytes, as
-    /// [`RecordParser::plain_fields`] gives them, without splitting it into [`Fields`]
-    /// first. Returns the record's end, or `None` when the record or one of its values needs
-    /// the general path; `out` may then hold part of the record, which the caller truncates
-    /// before calling [`RecordEncoder::encode`]. The default declines every record.
+    /// The fast path: encodes the run of records from `start` of `input` straight from their
+    /// bytes, as [`RecordParser::index_plain`] gives them, without splitting them into
+    /// [`Fields`] first, until a record or one of its values needs the general path, the
+    /// input runs out, or `out` holds `limit` bytes. Returns how many records it encoded
+    /// (`out` gains exactly those) and where the next one starts; the caller takes that one
+    /// through [`RecordEncoder::encode`]. The default declines every record.
     fn encode_plain(
         &mut self,
         _parser: &RecordParser,
         _input: &[u8],
-        _start: usize,
+        start: usize,
         _out: &mut Vec<u8>,
-    ) -> Option<usize> {
-        None
+        _limit: usize,
+    ) -> (usize, usize) {
+        (0, start)
     }
 
     /// One value of column `column` in a comparable form (its encoding), or `None` when it

@@ -796,11 +796,13 @@ impl RecordEncoder for PgEncoder {
         input: &[u8],
         start: usize,
         out: &mut Vec<u8>,
-    ) -> Option<usize> {
+        limit: usize,
+    ) -> (usize, usize) {
         if !self.binary {
-            return None;
+            return (0, start);
         }
-        self.converter.encode_plain(parser, input, start, out)
+        self.converter
+            .encode_plain(parser, input, start, out, limit)
     }
 
     fn encode_field(&mut self, column: usize, raw: &[u8]) -> Option<Vec<u8>> {

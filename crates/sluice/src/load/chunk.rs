@@ -177,17 +177,18 @@ impl<'a> LineTracker<'a> {
 
 /// What a walk over a chunk's records does with each one.
 trait RecordVisitor {
-    /// Takes the record at `at` of `data` (whose absolute offset is `base`) whole, straight
-    /// from its bytes, when it can (the encoder's fast path): its end, or `None` to have it
-    /// split into fields and handed to [`RecordVisitor::record`].
+    /// Takes the run of records from `at` of `data` (whose absolute offset is `base`)
+    /// straight from their bytes, when it can (the encoder's fast path): how many it took and
+    /// where the next begins. The record there is split into fields and handed to
+    /// [`RecordVisitor::record`].
     fn plain(
         &mut self,
         _parser: &RecordParser,
         _data: &[u8],
         _base: u64,
-        _at: usize,
-    ) -> Result<Option<usize>, Failure> {
-        Ok(None)
+        at: usize,
+    ) -> Result<(usize, usize), Failure> {
+        Ok((0, at))
     }
 
     /// One record: its fields, the slice they refer to, that slice's absolute offset and the
@@ -321,8 +322,9 @@ fn walk_mapped(
         let mut at = 0usize;
         loop {
             if !lines_seen.header {
-                if let Some(end) = visit.plain(&parser, slice, base, at)? {
-                    lines_seen.line += 1;
+                let (records, end) = visit.plain(&parser, slice, base, at)?;
+                if records > 0 {
+                    lines_seen.line += records as u64;
                     at = end;
                     continue;
                 }
@@ -459,8 +461,9 @@ fn walk_blocks(
         let whole = parser.input(&block, eof);
         while !done {
             if !lines_seen.header {
-                if let Some(end) = visit.plain(parser, &block, base, pos)? {
-                    lines_seen.line += 1;
+                let (records, end) = visit.plain(parser, &block, base, pos)?;
+                if records > 0 {
+                    lines_seen.line += records as u64;
                     pos = end;
                     continue;
                 }
@@ -584,10 +587,11 @@ struct Converting<'a, 'b, E: RecordEncoder, M> {
 }
 
 impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> Converting<'_, '_, E, M> {
-    /// Counts a record encoded at absolute `offset`, and hands the message over once full.
+    /// Counts `records` encoded, the last of them ending before absolute `offset`, and hands
+    /// the message over once full.
     #[inline]
-    fn encoded(&mut self, offset: u64) -> Result<(), Failure> {
-        self.records += 1;
+    fn encoded(&mut self, records: usize, offset: u64) -> Result<(), Failure> {
+        self.records += records as u64;
         if self.out.len() >= self.copy_buffer {
             let capacity = message_capacity(self.copy_buffer);
             let full = std::mem::replace(&mut self.out, Vec::with_capacity(capacity));
@@ -620,18 +624,18 @@ impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> RecordVisitor
         data: &[u8],
         base: u64,
         at: usize,
-    ) -> Result<Option<usize>, Failure> {
+    ) -> Result<(usize, usize), Failure> {
         if self.select.is_some() {
-            return Ok(None);
+            return Ok((0, at));
         }
-        let before = self.out.len();
-        let Some(end) = self.encoder.encode_plain(parser, data, at, &mut self.out) else {
-            self.out.truncate(before);
-            return Ok(None);
-        };
-        self.index += 1;
-        self.encoded(base + at as u64)?;
-        Ok(Some(end))
+        let (records, end) =
+            self.encoder
+                .encode_plain(parser, data, at, &mut self.out, self.copy_buffer);
+        if records > 0 {
+            self.index += records as u64;
+            self.encoded(records, base + end as u64)?;
+        }
+        Ok((records, end))
     }
 
     fn record(
@@ -679,7 +683,7 @@ impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> RecordVisitor
                 }
             };
         }
-        self.encoded(pos.offset)?;
+        self.encoded(1, pos.end)?;
         Ok(true)
     }
 }

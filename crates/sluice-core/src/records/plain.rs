@@ -1,0 +1,564 @@
+//! The fast path's splitter: a structural index over a run of plain records.
+//!
+//! Flat files are made of plain records: LF line ends, no escape, no NULL spelled with a
+//! backslash, and in CSV no quote but around a whole field. For them, splitting is two
+//! passes, as in simdjson and simdcsv. The first pass ([`RecordParser::index_plain`]) reads
+//! 64-byte windows into bit masks (delimiters, line ends, quotes, bytes that need a
+//! decision) and writes out the offsets of every delimiter and line end, a few KB of input at
+//! a time, with no branch per field. The second pass, the destination's encoder, walks
+//! records through [`PlainRun::record`]: a field's bounds are two loads from that array, so
+//! the per-field loop carries no splitter state and leaves the registers to conversion.
+//!
+//! The index stops at the first byte that needs the general parser
+//! ([`RecordParser::parse_input`]): an escape, a stray CR, a quote that does not wrap a
+//! whole field, a line end inside quotes. A record whose field count is not the table's is
+//! not given either. The caller then takes that record through the general path, which gives
+//! the same fields or the error, and indexes again after it. Where the index gives a record,
+//! its fields are the general path's: that equivalence is tested on fixtures and generated
+//! input, for every format.
+
+use super::RecordParser;
+use crate::dialect::Format;
+use crate::tokens::plain_masks;
+
+/// How much input one index covers, at least (unless a special byte or the input's end
+/// comes first): big enough that indexing pays its setup once per many records, small
+/// enough that the offsets stay in the first-level cache.
+const BLOCK: usize = 16 << 10;
+
+/// The index's arrays, kept between runs so that indexing allocates nothing.
+#[derive(Default, Debug)]
+pub struct PlainIndex {
+    /// Offsets of every delimiter and line end, from the run's start, in order.
+    ends: Vec<u32>,
+    /// Offsets of the line ends alone: one per record.
+    lines: Vec<u32>,
+}
+
+impl PlainIndex {
+    pub fn new() -> PlainIndex {
+        PlainIndex::default()
+    }
+}
+
+/// The plain records of one index, read through [`PlainRun::record`].
+#[derive(Debug)]
+pub struct PlainRun<'a> {
+    input: &'a [u8],
+    ends: &'a [u32],
+    lines: &'a [u32],
+    origin: usize,
+    tbl: bool,
+    csv: bool,
+    quote: u8,
+    /// NULL's spelling, when a field without an escape can match it (CSV's empty field).
+    null: Option<&'a [u8]>,
+}
+
+/// One record of a [`PlainRun`]: where it starts, where the next one starts, and the end of
+/// each of its fields.
+#[derive(Clone, Copy, Debug)]
+pub struct PlainRecord<'a> {
+    /// The record's first byte.
+    pub start: usize,
+    /// The next record's first byte (past this one's line end).
+    pub next: usize,
+    /// The structural index of the next record's first field, for [`PlainRun::record`].
+    pub following: usize,
+    ends: &'a [u32],
+}
+
+impl<'a> PlainRecord<'a> {
+    /// Each field's span, in order, for [`PlainRun::value`].
+    #[inline(always)]
+    pub fn fields(&self, run: &PlainRun<'_>) -> impl Iterator<Item = PlainSpan> + 'a {
+        let origin = run.origin;
+        self.ends.iter().scan(self.start, move |s, &end| {
+            let e = origin + end as usize;
+            Some(PlainSpan {
+                s: std::mem::replace(s, e + 1),
+                e,
+            })
+        })
+    }
+}
+
+impl<'a> PlainRun<'a> {
+    /// How many records the index holds (each may still prove not plain in
+    /// [`PlainRun::record`] or in a value).
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Where the run starts: the first record's first byte.
+    #[inline(always)]
+    pub fn start(&self) -> usize {
+        self.origin
+    }
+
+    /// Record `r` of the run, whose fields' ends start at structural `k` (0 for the first
+    /// record, then the previous record's [`PlainRecord::following`]), if it has exactly
+    /// `columns` fields, as the general path would split it; `None` when it needs the general
+    /// path (another field count, a `\.` line in CSV).
+    #[inline(always)]
+    pub fn record(&self, r: usize, k: usize, columns: usize) -> Option<PlainRecord<'a>> {
+        let rel = *self.lines.get(r)?;
+        let line = self.origin + rel as usize;
+        let start = match r {
+            0 => self.origin,
+            _ => self.origin + self.lines[r - 1] as usize + 1,
+        };
+        if columns == 0 {
+            return None;
+        }
+        let last = k + columns - 1;
+        let ends = self.ends.get(k..=last)?;
+        let following = if ends[columns - 1] == rel {
+            // tbl without dbgen's trailing bar: an empty last field after a delimiter would
+            // be that bar, and the record one field short.
+            if self.tbl && columns > 1 && ends[columns - 2] + 1 == rel {
+                return None;
+            }
+            last + 1
+        } else if self.tbl && ends[columns - 1] + 1 == rel && self.ends.get(last + 1) == Some(&rel)
+        {
+            // dbgen's trailing bar ends the line, not a field.
+            last + 2
+        } else {
+            return None;
+        };
+        if self.csv && self.input[start] == b'\\' {
+            // `\.` may end the data.
+            return None;
+        }
+        Some(PlainRecord {
+            start,
+            next: line + 1,
+            following,
+            ends,
+        })
+    }
+
+    /// Whether [`PlainRun::value`] must look at each value for CSV quotes or a NULL
+    /// spelling; when not, `value::<false>` skips both checks.
+    #[inline(always)]
+    pub fn checks_values(&self) -> bool {
+        self.csv || self.null.is_some()
+    }
+
+    /// The value of one field of a record and its first 16 bytes as one little-endian word
+    /// (past the value's end they are unspecified): CSV quotes around the field taken off;
+    /// `None` for a field that spells NULL, which the general path handles. `CHECKED` must be
+    /// [`PlainRun::checks_values`].
+    #[inline(always)]
+    pub fn value<const CHECKED: bool>(&self, field: PlainSpan) -> Option<(&'a [u8], u128)> {
+        debug_assert_eq!(CHECKED, self.checks_values());
+        let PlainSpan { s, e } = field;
+        let input = self.input;
+        debug_assert!(s <= e && e + 16 <= input.len());
+        // SAFETY: a span is made only by `PlainRecord::fields`, from the index of this
+        // run's input: it starts at or before its end, which is a delimiter or line end at
+        // or before the record's line end, and the index takes no line end within 16 bytes
+        // of the input's end (`index_windows`). So `s..e` and `s..s + 16` are in bounds.
+        let head = |at: usize| unsafe {
+            u128::from_le_bytes(input.as_ptr().add(at).cast::<[u8; 16]>().read_unaligned())
+        };
+        let x = head(s);
+        if CHECKED {
+            if self.csv && x as u8 == self.quote {
+                // The index let a quote through only around a whole field, so `e - 1` is
+                // the closing quote, past `s`.
+                return Some((&input[s + 1..e - 1], head(s + 1)));
+            }
+            if self.null.is_some_and(|n| &input[s..e] == n) {
+                return None;
+            }
+        }
+        // SAFETY: as above.
+        Some((unsafe { input.get_unchecked(s..e) }, x))
+    }
+}
+
+/// Where one field of a [`PlainRecord`] lies in the run's input, from its first byte to the
+/// delimiter or line end after it.
+#[derive(Clone, Copy, Debug)]
+pub struct PlainSpan {
+    s: usize,
+    e: usize,
+}
+
+/// Prefix XOR of a mask: bit `i` is the parity of bits `0..=i` (inside quotes, with the
+/// opening quote inside and the closing one outside).
+#[inline(always)]
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
+}
+
+/// Appends the offsets `base + i` of the set bits `i` of `bits` to `dst` at `len`, eight at
+/// a time with no branch per bit, and returns the new length.
+///
+/// # Safety
+/// `dst` has room for `len + bits.count_ones() + 8` entries.
+#[inline(always)]
+unsafe fn flatten(dst: *mut u32, len: usize, base: u32, mut bits: u64) -> usize {
+    let count = bits.count_ones() as usize;
+    let mut at = dst.add(len);
+    let end = at.add(count);
+    while at < end {
+        for i in 0..8 {
+            *at.add(i) = base.wrapping_add(bits.trailing_zeros());
+            bits &= bits.wrapping_sub(1);
+        }
+        at = at.add(8);
+    }
+    len + count
+}
+
+impl RecordParser {
+    /// Indexes the plain records from `start` of `input` into `index`: about [`BLOCK`]
+    /// bytes of them, up to the first that needs the general path. A record counts only
+    /// with its line end, and only where 16 bytes of `input` follow that line end (the
+    /// values are read a word at a time). Empty when the dialect or the record at `start`
+    /// always needs the general path.
+    #[inline(always)]
+    pub fn index_plain<'a>(
+        &'a self,
+        input: &'a [u8],
+        start: usize,
+        index: &'a mut PlainIndex,
+    ) -> PlainRun<'a> {
+        let csv = self.format == Format::Csv;
+        index.ends.clear();
+        index.lines.clear();
+        if !self.crlf && start + 16 < input.len() {
+            if csv {
+                self.index_windows::<true>(input, start, index);
+            } else {
+                self.index_windows::<false>(input, start, index);
+            }
+        }
+        PlainRun {
+            input,
+            ends: &index.ends,
+            lines: &index.lines,
+            origin: start,
+            tbl: self.format == Format::Tbl,
+            csv,
+            quote: self.quote,
+            null: (!self.null_escaped).then_some(self.null.as_slice()),
+        }
+    }
+
+    #[inline(always)]
+    fn index_windows<const CSV: bool>(&self, input: &[u8], start: usize, index: &mut PlainIndex) {
+        // A line end must leave 16 bytes of input after it.
+        let limit = input.len() - 16;
+        let most = (limit - start).min(u32::MAX as usize - 64);
+        // Outside CSV a quote is data; the backslash escapes. In CSV, an escape other than
+        // the quote is left to the general path wherever it is.
+        let (decide, quote) = if CSV {
+            let escape = if self.escape == self.quote {
+                self.stray
+            } else {
+                self.escape
+            };
+            ([escape, self.stray], self.quote)
+        } else {
+            ([b'\\', self.stray], self.delimiter)
+        };
+        let mut at = 0usize;
+        // CSV: all ones while inside quotes at the end of the last window; whether the last
+        // window's last byte was a delimiter or line end (the run's start counts as one);
+        // whether it was a closing quote.
+        let mut inside: u64 = 0;
+        let mut after_structural: u64 = 1;
+        let mut after_close: u64 = 0;
+        while at < most {
+            let (mut delims, mut lines, quotes, mut bad) = plain_masks(
+                &input[start + at..],
+                self.delimiter,
+                self.newline,
+                quote,
+                decide,
+            );
+            if CSV {
+                if quotes != 0 || inside != 0 || after_close != 0 {
+                    let within = prefix_xor(quotes) ^ inside;
+                    inside = ((within as i64) >> 63) as u64;
+                    delims &= !within;
+                    bad |= lines & within;
+                    lines &= !within;
+                    let structural = delims | lines;
+                    let open = quotes & within;
+                    let close = quotes & !within;
+                    // A quote opens a field right after a delimiter or line end, and closes
+                    // it right before one; anything else is for the general path.
+                    bad |= open & !((structural << 1) | after_structural);
+                    bad |= ((close << 1) | after_close) & !structural;
+                    after_close = close >> 63;
+                }
+                after_structural = (delims | lines) >> 63;
+            }
+            let window = (64.min(most - at)) as u32;
+            let mut keep = if window == 64 {
+                u64::MAX
+            } else {
+                (1u64 << window) - 1
+            };
+            if bad != 0 {
+                keep &= (bad & bad.wrapping_neg()) - 1;
+            }
+            index.ends.reserve(80);
+            index.lines.reserve(72);
+            // SAFETY: room for 64 offsets and the 8 `flatten` may write past them was
+            // reserved just above, for each array; the lengths set are what was written.
+            unsafe {
+                let n = flatten(
+                    index.ends.as_mut_ptr(),
+                    index.ends.len(),
+                    at as u32,
+                    (delims | lines) & keep,
+                );
+                index.ends.set_len(n);
+                let n = flatten(
+                    index.lines.as_mut_ptr(),
+                    index.lines.len(),
+                    at as u32,
+                    lines & keep,
+                );
+                index.lines.set_len(n);
+            }
+            if keep != u64::MAX {
+                return;
+            }
+            at += 64;
+            if at >= BLOCK && !index.lines.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{Dialect, Format};
+    use crate::records::{Fields, Step};
+    use crate::swar;
+
+    /// Every record the index gives from `start` on, split for `columns` fields, up to the
+    /// first it refuses: each one's values (`None` for a value it refuses) and its end.
+    #[allow(clippy::type_complexity)]
+    fn fast(
+        p: &RecordParser,
+        input: &[u8],
+        start: usize,
+        columns: usize,
+    ) -> Vec<(Vec<Option<Vec<u8>>>, usize)> {
+        let mut index = PlainIndex::new();
+        let run = p.index_plain(input, start, &mut index);
+        let mut got = Vec::new();
+        let mut k = 0;
+        for r in 0..run.len() {
+            let Some(rec) = run.record(r, k, columns) else {
+                break;
+            };
+            let mut values = Vec::new();
+            for field in rec.fields(&run) {
+                assert!(
+                    input[field.e] == b'\n' || input[field.e] == p.delimiter,
+                    "a field ends at a delimiter or the line end"
+                );
+                let value = match run.checks_values() {
+                    true => run.value::<true>(field),
+                    false => run.value::<false>(field),
+                };
+                values.push(value.map(|(v, x)| {
+                    let n = v.len().min(16);
+                    assert_eq!(
+                        x.to_le_bytes()[..n],
+                        swar::head16(v, &[]).to_le_bytes()[..n],
+                        "head of {v:?}"
+                    );
+                    v.to_vec()
+                }));
+            }
+            got.push((values, rec.next));
+            k = rec.following;
+        }
+        got
+    }
+
+    /// Wherever the index takes a record, the general path gives the same fields and end,
+    /// and refuses a field count the general path would not give; on every input of the
+    /// general path's own tests, and more. Returns how many records the index took.
+    fn fast_equals_general(d: &Dialect, input: &[u8]) -> usize {
+        let p = RecordParser::new(d);
+        let mut f = Fields::new();
+        let mut taken = 0;
+        let mut start = 0;
+        while start < input.len() {
+            // The records the general path gives from `start`, up to its first refusal.
+            let mut general = Vec::new();
+            let mut pos = start;
+            while let Ok(Step::Record { end, .. }) = p.parse(input, pos, true, &mut f) {
+                let values: Vec<Option<Vec<u8>>> = (0..f.len())
+                    .map(|i| f.get(i, input).map(<[u8]>::to_vec))
+                    .collect();
+                general.push((values, end));
+                pos = end;
+                if pos >= input.len() {
+                    break;
+                }
+            }
+            let Some((first, first_end)) = general.first().cloned() else {
+                assert!(
+                    fast(&p, input, start, 1).is_empty(),
+                    "fast took a refused record"
+                );
+                return taken;
+            };
+            let columns = first.len();
+            for wrong in [columns.saturating_sub(1), columns + 1] {
+                assert!(
+                    fast(&p, input, start, wrong).is_empty(),
+                    "fast split a {columns}-field record into {wrong}"
+                );
+            }
+            let got = fast(&p, input, start, columns);
+            assert!(got.len() <= general.len(), "fast took more records");
+            for (i, (values, end)) in got.iter().enumerate() {
+                let (want, want_end) = &general[i];
+                if want.len() != columns {
+                    panic!("fast took a record of {} fields as {columns}", want.len());
+                }
+                assert_eq!(end, want_end, "record {i} from {start}");
+                for (v, w) in values.iter().zip(want) {
+                    if let Some(v) = v {
+                        assert_eq!(Some(v), w.as_ref(), "record {i} from {start}");
+                    }
+                }
+            }
+            taken += got.len();
+            start = match got.len() {
+                0 => first_end,
+                n => got[n - 1].1,
+            };
+        }
+        taken
+    }
+
+    #[test]
+    fn index_agrees_with_the_general_path() {
+        let cases: &[&[u8]] = &[
+            b"1|a b|2.5|\n2||x|\n",
+            b"a\\tb\t\\N\t\\\\N\t\\101\n",
+            b"a\tb\nc\td\n\n\t\n",
+            b"a\rb\tc\n",
+            b"1,\"a,b\",,x\n2,ab,,\n,\n",
+            b"1,\"abc\"\n\"x\",\"\",2\n\"a\"\"b\",c\n\"a\nb\",c\n\"q\"x,y\n",
+            b"\\.\n1,2\n",
+            b"x|y\r\n",
+            b"1|\n1||\n1|2|\n1|2||\n|\n||\n",
+        ];
+        let (lines, letters) = (b"\n".repeat(20), b"z".repeat(20));
+        let pad = [lines.as_slice(), letters.as_slice()];
+        for format in [Format::Tbl, Format::Text, Format::Csv] {
+            let d = Dialect::new(format);
+            for &c in cases {
+                for tail in pad {
+                    fast_equals_general(&d, &[c, tail].concat());
+                }
+            }
+            let mut long = Vec::new();
+            for i in 0..3000 {
+                long.extend_from_slice(format!("{i}|{}|{i}.5|\n", "w".repeat(i % 70)).as_bytes());
+            }
+            long.extend_from_slice(&[b'z'; 16]);
+            let taken = fast_equals_general(&d, &long);
+            if format == Format::Tbl {
+                assert_eq!(taken, 3000, "every record, across many blocks");
+            }
+        }
+        let d = Dialect::new(Format::Tbl);
+        let p = RecordParser::new(&d);
+        let input = [b"1|ab|2.5|\nnext".as_slice(), &[b'z'; 16]].concat();
+        assert_eq!(
+            fast(&p, &input, 0, 3),
+            vec![(
+                vec![
+                    Some(b"1".to_vec()),
+                    Some(b"ab".to_vec()),
+                    Some(b"2.5".to_vec())
+                ],
+                10
+            )],
+            "so the comparison above is not vacuous"
+        );
+        let d = Dialect::new(Format::Csv);
+        let p = RecordParser::new(&d);
+        let input = [b"1,\"a,b\",x,\n".as_slice(), &[b'z'; 16]].concat();
+        assert_eq!(
+            fast(&p, &input, 0, 4),
+            vec![(
+                vec![
+                    Some(b"1".to_vec()),
+                    Some(b"a,b".to_vec()),
+                    Some(b"x".to_vec()),
+                    None
+                ],
+                11
+            )],
+            "a quoted field, and an empty one that is NULL"
+        );
+    }
+
+    #[test]
+    fn a_record_needs_sixteen_bytes_after_it() {
+        let d = Dialect::new(Format::Tbl);
+        let p = RecordParser::new(&d);
+        let mut index = PlainIndex::new();
+        let input = b"1|2|\n3|4|\n".repeat(3);
+        // 30 bytes: the first record's line end (4) has 25 after it, the second's 20, the
+        // third's 15.
+        assert_eq!(p.index_plain(&input, 0, &mut index).len(), 2);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn index_agrees_on_generated_input(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    8 => proptest::prelude::Just(b'a'),
+                    3 => proptest::prelude::Just(b'|'),
+                    3 => proptest::prelude::Just(b','),
+                    3 => proptest::prelude::Just(b'\t'),
+                    2 => proptest::prelude::Just(b'\n'),
+                    1 => proptest::prelude::Just(b'\\'),
+                    1 => proptest::prelude::Just(b'"'),
+                    1 => proptest::prelude::Just(b'\r'),
+                    1 => proptest::prelude::Just(b'N'),
+                ],
+                0..300,
+            ),
+        ) {
+            for format in [Format::Tbl, Format::Text, Format::Csv] {
+                fast_equals_general(&Dialect::new(format), &bytes);
+            }
+        }
+    }
+}
