@@ -136,9 +136,17 @@ fn value8(word: u64, n: usize) -> u64 {
 /// Eight digit values (0 to 9, the most significant in byte 0) as one number.
 #[inline(always)]
 fn combine8(d: u64) -> u64 {
-    let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
-    let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
+    let d = groups8(d);
     (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff
+}
+
+/// Eight digit values (0 to 9, the most significant in byte 0) as two base-10000 digits:
+/// the first four digits' value in bits 0..16, the last four's in bits 32..48, zero
+/// elsewhere. Base 10000 is PostgreSQL's `numeric` digit.
+#[inline(always)]
+pub fn groups8(d: u64) -> u64 {
+    let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
+    (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff
 }
 
 /// The value of the first `n` bytes (1 to 16) of `x`, already known to be ASCII digits.

@@ -41,10 +41,14 @@ impl PlainIndex {
     }
 }
 
-/// The plain records of one index, read through [`PlainRun::record`].
+/// The plain records of one index, read through [`PlainRun::record`]. Offsets are from the
+/// run's start.
 #[derive(Debug)]
 pub struct PlainRun<'a> {
+    /// The input from the run's start on.
     input: &'a [u8],
+    /// [`PlainIndex::ends`]: after a first entry of `u32::MAX`, one before the run's start,
+    /// so that every field starts one past the entry before its end.
     ends: &'a [u32],
     lines: &'a [u32],
     origin: usize,
@@ -65,20 +69,19 @@ pub struct PlainRecord<'a> {
     pub next: usize,
     /// The structural index of the next record's first field, for [`PlainRun::record`].
     pub following: usize,
+    /// The entry before the first field's end (the previous line end), then each field's.
     ends: &'a [u32],
 }
 
 impl<'a> PlainRecord<'a> {
-    /// Each field's span, in order, for [`PlainRun::value`].
+    /// Each field's span, in order, for [`PlainRun::value`]: from one past the delimiter or
+    /// line end before it to the one after it. A slice's windows, so that a loop zipped
+    /// with another slice keeps one counter.
     #[inline(always)]
-    pub fn fields(&self, run: &PlainRun<'_>) -> impl Iterator<Item = PlainSpan> + 'a {
-        let origin = run.origin;
-        self.ends.iter().scan(self.start, move |s, &end| {
-            let e = origin + end as usize;
-            Some(PlainSpan {
-                s: std::mem::replace(s, e + 1),
-                e,
-            })
+    pub fn fields(&self) -> impl Iterator<Item = PlainSpan> + 'a {
+        self.ends.windows(2).map(|w| PlainSpan {
+            s: w[0].wrapping_add(1) as usize,
+            e: w[1] as usize,
         })
     }
 }
@@ -102,44 +105,42 @@ impl<'a> PlainRun<'a> {
         self.origin
     }
 
-    /// Record `r` of the run, whose fields' ends start at structural `k` (0 for the first
-    /// record, then the previous record's [`PlainRecord::following`]), if it has exactly
-    /// `columns` fields, as the general path would split it; `None` when it needs the general
-    /// path (another field count, a `\.` line in CSV).
+    /// Where the first record's field ends start in the index (after its `u32::MAX`).
+    pub const FIRST: usize = 1;
+
+    /// Record `r` of the run, whose fields' ends start at structural `k` ([`Self::FIRST`]
+    /// for the first record, then the previous record's [`PlainRecord::following`]), if it
+    /// has exactly `columns` fields, as the general path would split it; `None` when it needs
+    /// the general path (another field count, a `\.` line in CSV).
     #[inline(always)]
     pub fn record(&self, r: usize, k: usize, columns: usize) -> Option<PlainRecord<'a>> {
-        let rel = *self.lines.get(r)?;
-        let line = self.origin + rel as usize;
-        let start = match r {
-            0 => self.origin,
-            _ => self.origin + self.lines[r - 1] as usize + 1,
-        };
-        if columns == 0 {
+        let line = *self.lines.get(r)?;
+        if columns == 0 || k == 0 {
             return None;
         }
         let last = k + columns - 1;
-        let ends = self.ends.get(k..=last)?;
-        let following = if ends[columns - 1] == rel {
+        let ends = self.ends.get(k - 1..=last)?;
+        let following = if ends[columns] == line {
             // tbl without dbgen's trailing bar: an empty last field after a delimiter would
             // be that bar, and the record one field short.
-            if self.tbl && columns > 1 && ends[columns - 2] + 1 == rel {
+            if self.tbl && columns > 1 && ends[columns - 1] + 1 == line {
                 return None;
             }
             last + 1
-        } else if self.tbl && ends[columns - 1] + 1 == rel && self.ends.get(last + 1) == Some(&rel)
-        {
+        } else if self.tbl && ends[columns] + 1 == line && self.ends.get(last + 1) == Some(&line) {
             // dbgen's trailing bar ends the line, not a field.
             last + 2
         } else {
             return None;
         };
+        let start = ends[0].wrapping_add(1) as usize;
         if self.csv && self.input[start] == b'\\' {
             // `\.` may end the data.
             return None;
         }
         Some(PlainRecord {
-            start,
-            next: line + 1,
+            start: self.origin + start,
+            next: self.origin + line as usize + 1,
             following,
             ends,
         })
@@ -186,7 +187,7 @@ impl<'a> PlainRun<'a> {
 }
 
 /// Where one field of a [`PlainRecord`] lies in the run's input, from its first byte to the
-/// delimiter or line end after it.
+/// delimiter or line end after it (offsets from the run's start).
 #[derive(Clone, Copy, Debug)]
 pub struct PlainSpan {
     s: usize,
@@ -241,6 +242,7 @@ impl RecordParser {
     ) -> PlainRun<'a> {
         let csv = self.format == Format::Csv;
         index.ends.clear();
+        index.ends.push(u32::MAX);
         index.lines.clear();
         if !self.crlf && start + 16 < input.len() {
             if csv {
@@ -250,7 +252,7 @@ impl RecordParser {
             }
         }
         PlainRun {
-            input,
+            input: &input[start.min(input.len())..],
             ends: &index.ends,
             lines: &index.lines,
             origin: start,
@@ -320,10 +322,10 @@ impl RecordParser {
             if bad != 0 {
                 keep &= (bad & bad.wrapping_neg()) - 1;
             }
-            index.ends.reserve(80);
-            index.lines.reserve(72);
-            // SAFETY: room for 64 offsets and the 8 `flatten` may write past them was
-            // reserved just above, for each array; the lengths set are what was written.
+            index.ends.reserve(72);
+            index.lines.reserve(64);
+            // SAFETY: room for 64 offsets, and the 8 `flatten` may write past them, was
+            // reserved just above for each array; the lengths set are what was written.
             unsafe {
                 let n = flatten(
                     index.ends.as_mut_ptr(),
@@ -332,13 +334,14 @@ impl RecordParser {
                     (delims | lines) & keep,
                 );
                 index.ends.set_len(n);
-                let n = flatten(
-                    index.lines.as_mut_ptr(),
-                    index.lines.len(),
-                    at as u32,
-                    lines & keep,
-                );
-                index.lines.set_len(n);
+                // A line end or two per window: one at a time.
+                let mut lines = lines & keep;
+                while lines != 0 {
+                    let n = index.lines.len();
+                    *index.lines.as_mut_ptr().add(n) = at as u32 + lines.trailing_zeros();
+                    index.lines.set_len(n + 1);
+                    lines &= lines - 1;
+                }
             }
             if keep != u64::MAX {
                 return;
@@ -370,15 +373,16 @@ mod tests {
         let mut index = PlainIndex::new();
         let run = p.index_plain(input, start, &mut index);
         let mut got = Vec::new();
-        let mut k = 0;
+        let mut k = PlainRun::FIRST;
         for r in 0..run.len() {
             let Some(rec) = run.record(r, k, columns) else {
                 break;
             };
             let mut values = Vec::new();
-            for field in rec.fields(&run) {
+            for field in rec.fields() {
+                let e = start + field.e;
                 assert!(
-                    input[field.e] == b'\n' || input[field.e] == p.delimiter,
+                    input[e] == b'\n' || input[e] == p.delimiter,
                     "a field ends at a delimiter or the line end"
                 );
                 let value = match run.checks_values() {
