@@ -82,7 +82,7 @@ pub fn parse_i64(s: &[u8]) -> Result<i64, IntError> {
 
 /// Whether an astronomical year (1 BC is 0) is a Gregorian leap year.
 #[inline]
-pub fn is_leap(astronomical_year: i64) -> bool {
+pub const fn is_leap(astronomical_year: i64) -> bool {
     astronomical_year % 4 == 0 && (astronomical_year % 100 != 0 || astronomical_year % 400 == 0)
 }
 
@@ -101,7 +101,7 @@ pub fn days_in_month(astronomical_year: i64, month: i64) -> i64 {
 /// integer arithmetic of PostgreSQL's `date2j`, valid far into BC years. Day 2,451,545 is
 /// 2000-01-01; day 2,440,588 is 1970-01-01.
 #[inline]
-pub fn julian_day(mut year: i64, mut month: i64, day: i64) -> i64 {
+pub const fn julian_day(mut year: i64, mut month: i64, day: i64) -> i64 {
     if month > 2 {
         month += 1;
         year += 4800;

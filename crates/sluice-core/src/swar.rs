@@ -116,6 +116,12 @@ pub fn nondigits(x: u128, n: usize) -> u32 {
     masks::nondigits(x) & low_bits(n)
 }
 
+/// Bit `i` set where byte `i` (of the first `n`) is not in 1..=0x7f: not ASCII, or NUL.
+#[inline(always)]
+pub fn nonascii(x: u128, n: usize) -> u32 {
+    masks::nonascii(x) & low_bits(n)
+}
+
 /// Bit `i` set where byte `i` (of the first `n`) is `b`.
 #[inline(always)]
 pub fn equal(x: u128, n: usize, b: u8) -> u32 {
@@ -176,7 +182,7 @@ pub fn digits16(x: u128, n: usize) -> Option<u64> {
 #[inline(always)]
 pub fn plain_ascii16(x: u128, n: usize) -> bool {
     debug_assert!(n <= 16);
-    masks::nonascii(x) & low_bits(n) == 0
+    nonascii(x, n) == 0
 }
 
 /// Whether every byte of `v` is in 1..=0x7f, 16 bytes per step; `head` is `v`'s first 16

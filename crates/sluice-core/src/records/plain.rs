@@ -74,6 +74,24 @@ pub struct PlainRecord<'a> {
 }
 
 impl<'a> PlainRecord<'a> {
+    /// Calls `f` with each of `columns` and its field's span, in order, until it returns
+    /// false (then false). The loop carries each field's start from the end before it, one
+    /// load per field.
+    #[inline(always)]
+    pub fn zip_fields<T>(&self, columns: &[T], mut f: impl FnMut(&T, PlainSpan) -> bool) -> bool {
+        let Some((&first, ends)) = self.ends.split_first() else {
+            return columns.is_empty();
+        };
+        let mut s = first.wrapping_add(1) as usize;
+        for (column, &e) in columns.iter().zip(ends) {
+            if !f(column, PlainSpan { s, e: e as usize }) {
+                return false;
+            }
+            s = e as usize + 1;
+        }
+        true
+    }
+
     /// Each field's span, in order, for [`PlainRun::value`]: from one past the delimiter or
     /// line end before it to the one after it. A slice's windows, so that a loop zipped
     /// with another slice keeps one counter.
@@ -207,22 +225,37 @@ fn prefix_xor(mut x: u64) -> u64 {
     x
 }
 
-/// Appends the offsets `base + i` of the set bits `i` of `bits` to `dst` at `len`, eight at
-/// a time with no branch per bit, and returns the new length.
+/// Appends the offsets `base + i` of the set bits `i` of `bits` to `dst` at `len` and returns
+/// the new length, with no branch per bit: the first `FIRST` are written whatever the count
+/// (the entries past it are scratch), then eight at a time. With `FIRST` above what a window
+/// of typical records holds, the loop rarely runs, so the one branch is predictable, where a
+/// loop whose trip count follows the data mispredicts its exit about once a window.
 ///
 /// # Safety
-/// `dst` has room for `len + bits.count_ones() + 8` entries.
+/// `dst` has room for `len + max(FIRST, bits.count_ones() + 7)` entries.
 #[inline(always)]
-unsafe fn flatten(dst: *mut u32, len: usize, base: u32, mut bits: u64) -> usize {
+unsafe fn flatten<const FIRST: usize>(
+    dst: *mut u32,
+    len: usize,
+    base: u32,
+    mut bits: u64,
+) -> usize {
     let count = bits.count_ones() as usize;
     let mut at = dst.add(len);
-    let end = at.add(count);
-    while at < end {
-        for i in 0..8 {
-            *at.add(i) = base.wrapping_add(bits.trailing_zeros());
-            bits &= bits.wrapping_sub(1);
+    for i in 0..FIRST {
+        *at.add(i) = base.wrapping_add(bits.trailing_zeros());
+        bits &= bits.wrapping_sub(1);
+    }
+    if count > FIRST {
+        let end = at.add(count);
+        at = at.add(FIRST);
+        while at < end {
+            for i in 0..8 {
+                *at.add(i) = base.wrapping_add(bits.trailing_zeros());
+                bits &= bits.wrapping_sub(1);
+            }
+            at = at.add(8);
         }
-        at = at.add(8);
     }
     len + count
 }
@@ -322,26 +355,26 @@ impl RecordParser {
             if bad != 0 {
                 keep &= (bad & bad.wrapping_neg()) - 1;
             }
-            index.ends.reserve(72);
-            index.lines.reserve(64);
-            // SAFETY: room for 64 offsets, and the 8 `flatten` may write past them, was
+            index.ends.reserve(64 + 16);
+            index.lines.reserve(64 + 8);
+            // SAFETY: room for 64 offsets and what `flatten` may write past them was
             // reserved just above for each array; the lengths set are what was written.
             unsafe {
-                let n = flatten(
+                let n = flatten::<16>(
                     index.ends.as_mut_ptr(),
                     index.ends.len(),
                     at as u32,
                     (delims | lines) & keep,
                 );
                 index.ends.set_len(n);
-                // A line end or two per window: one at a time.
-                let mut lines = lines & keep;
-                while lines != 0 {
-                    let n = index.lines.len();
-                    *index.lines.as_mut_ptr().add(n) = at as u32 + lines.trailing_zeros();
-                    index.lines.set_len(n + 1);
-                    lines &= lines - 1;
-                }
+                // No line end or one in most windows.
+                let n = flatten::<1>(
+                    index.lines.as_mut_ptr(),
+                    index.lines.len(),
+                    at as u32,
+                    lines & keep,
+                );
+                index.lines.set_len(n);
             }
             if keep != u64::MAX {
                 return;

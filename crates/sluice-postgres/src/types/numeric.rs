@@ -19,6 +19,58 @@ const NUMERIC_NINF: u16 = 0xF000;
 /// PostgreSQL's limit on the exponent in numeric input.
 const MAX_EXPONENT: i64 = 1000;
 
+/// A numeric column's plan for the fast path, worked out once per column rather than per
+/// value: its typmod, and how many digits either side of the point the aligned step
+/// ([`encode_aligned`]) takes with no rounding and no overflow possible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastNumeric {
+    /// The typmod's precision, or 0 for a column without one (a precision is at least 1).
+    precision: i16,
+    /// The typmod's scale (with a precision).
+    scale: i16,
+    /// The most integer digits the aligned step takes: 8, or fewer when the typmod allows
+    /// fewer (a value with leading zeros past that takes the plain step), 0 when the
+    /// aligned step does not apply to the column.
+    max_int: u8,
+    /// The most fraction digits the aligned step takes: the scale, or 8 with no typmod.
+    max_frac: u8,
+}
+
+impl FastNumeric {
+    /// The plan for a column of `typmod`, or `None` when it is beyond the fast path.
+    pub fn new(typmod: Option<(i32, i32)>) -> Option<Self> {
+        let Some((precision, scale)) = typmod else {
+            return Some(FastNumeric {
+                precision: 0,
+                scale: 0,
+                max_int: 8,
+                max_frac: 8,
+            });
+        };
+        let (p, s) = (i16::try_from(precision).ok()?, i16::try_from(scale).ok()?);
+        if p < 1 {
+            return None;
+        }
+        let aligned = (0..=8).contains(&scale) && precision >= scale;
+        Some(FastNumeric {
+            precision: p,
+            scale: s,
+            max_int: if aligned {
+                (precision - scale).min(8) as u8
+            } else {
+                0
+            },
+            max_frac: if aligned { scale as u8 } else { 0 },
+        })
+    }
+
+    /// The column's typmod.
+    #[inline(always)]
+    pub fn typmod(self) -> Option<(i32, i32)> {
+        (self.precision > 0).then(|| (i32::from(self.precision), i32::from(self.scale)))
+    }
+}
+
 /// The inlined fast path: a plain `-?digits[.digits]` value of at most 16 bytes that
 /// [`encode_plain`] takes and that is valid, read with word operations from `head`, its
 /// first 16 bytes ([`swar::head16`]), into `dst`: the length written, or `None` when the
@@ -27,7 +79,7 @@ const MAX_EXPONENT: i64 = 1000;
 pub fn encode_numeric_fast(
     value: &[u8],
     head: u128,
-    typmod: Option<(i32, i32)>,
+    column: FastNumeric,
     dst: &mut [u8; 32],
 ) -> Option<usize> {
     let negative = head as u8 == b'-' && !value.is_empty();
@@ -36,10 +88,10 @@ pub fn encode_numeric_fast(
     } else {
         (value.len(), head)
     };
-    if let Some(len) = encode_aligned(negative, n, x, typmod, dst) {
+    if let Some(len) = encode_aligned(negative, n, x, column, dst) {
         return Some(len);
     }
-    encode_plain(negative, scan_plain_swar(n, x)?, typmod, dst)?.ok()
+    encode_plain(negative, scan_plain_swar(n, x)?, column.typmod(), dst)?.ok()
 }
 
 /// `BELOW[k]`: the low `k` bytes of a word set.
@@ -53,19 +105,20 @@ const BELOW: [u64; 9] = {
     t
 };
 
-/// The commonest decimals in one step: up to 8 digits before the point and 8 after, with no
-/// rounding to do (at most as many fraction digits as the typmod's scale, which is at most
-/// 8). The digits go straight into base-10000 groups: the integer part is moved to end at
-/// byte 8 and the fraction to start there, so that the point falls on a group boundary, and
-/// the four groups are computed at once ([`swar::groups8`]), with no division. The first
-/// `n` bytes of `x` are the value without its sign. `None` when the value is anything else
-/// (the general path decides), including a value the typmod's precision cannot hold.
+/// The commonest decimals in one step: up to the column's [`FastNumeric::max_int`] digits
+/// (at most 8) before the point and its `max_frac` (at most 8, at most the scale, so with no
+/// rounding to do) after. The digits go straight into base-10000 groups: the integer part is
+/// moved to end at byte 8 and the fraction to start there, so that the point falls on a
+/// group boundary, and the four groups are computed at once ([`swar::groups8`]), with no
+/// division. The first `n` bytes of `x` are the value without its sign. `None` when the
+/// value is anything else (the plain step or the general path decides); counting integer
+/// digits rather than comparing the value leaves nothing the precision could refuse.
 #[inline(always)]
 fn encode_aligned(
     negative: bool,
     n: usize,
     x: u128,
-    typmod: Option<(i32, i32)>,
+    column: FastNumeric,
     dst: &mut [u8; 32],
 ) -> Option<usize> {
     if n == 0 || n > 16 {
@@ -82,17 +135,13 @@ fn encode_aligned(
         let dot = others.trailing_zeros() as usize;
         (dot, n - dot - 1)
     };
-    if dot > 8 || frac > 8 || dot + frac == 0 {
+    if dot > usize::from(column.max_int) || frac > usize::from(column.max_frac) || dot + frac == 0 {
         return None;
     }
-    let dscale = match typmod {
-        None => frac,
-        Some((precision, scale)) => {
-            if !(frac as i32..=8).contains(&scale) || precision < scale {
-                return None;
-            }
-            scale as usize
-        }
+    let dscale = if column.precision > 0 {
+        column.scale as usize
+    } else {
+        frac
     };
     // Digit values: '0'..'9' are 0x30..0x39, so XOR leaves 0..9 in each byte.
     let values = x ^ 0x3030_3030_3030_3030_3030_3030_3030_3030;
@@ -102,12 +151,6 @@ fn encode_aligned(
     // The fraction digits start at byte 0 of the next word: zero-padded behind.
     let fraction = (values >> (8 * (dot + 1))) as u64 & BELOW[frac];
     let (int, fraction) = (swar::groups8(int), swar::groups8(fraction));
-    if let Some((precision, scale)) = typmod {
-        let allowed = precision - scale;
-        if allowed < 8 && (int & 0xffff) * 10_000 + (int >> 32) >= POW10[allowed as usize] {
-            return None;
-        }
-    }
     // The four groups, most significant first, from the top of one word down.
     let packed = ((int & 0xffff) << 48)
         | ((int >> 32) << 32)
@@ -659,7 +702,10 @@ mod tests {
         padded.extend_from_slice(b"|9.5|12345678901234");
         let head = swar::head16(&padded[..v.len()], &padded);
         let mut buf = [0u8; 32];
-        let Some(len) = encode_numeric_fast(v, head, typmod, &mut buf) else {
+        let Some(column) = FastNumeric::new(typmod) else {
+            return false;
+        };
+        let Some(len) = encode_numeric_fast(v, head, column, &mut buf) else {
             return false;
         };
         let mut general = Vec::new();
@@ -725,16 +771,23 @@ mod tests {
             ("17", None),
         ] {
             let x = swar::head16(c.as_bytes(), &[]);
+            let column = FastNumeric::new(t).unwrap();
             assert!(
-                encode_aligned(false, c.len(), x, t, &mut dst).is_some(),
+                encode_aligned(false, c.len(), x, column, &mut dst).is_some(),
                 "{c} takes the aligned step, so the comparison is not vacuous"
             );
         }
         let x = swar::head16(b"1000.00", &[]);
+        let column = FastNumeric::new(Some((5, 2))).unwrap();
         assert_eq!(
-            encode_aligned(false, 7, x, Some((5, 2)), &mut dst),
+            encode_aligned(false, 7, x, column, &mut dst),
             None,
             "overflow"
+        );
+        assert_eq!(
+            FastNumeric::new(Some((3, -1))).map(|c| (c.max_int, c.max_frac)),
+            Some((0, 0)),
+            "a negative scale is left to the plain step"
         );
     }
 
