@@ -73,6 +73,49 @@ pub fn plain_masks(
     scalar_plain_masks(bytes, delimiter, newline, quote, decide)
 }
 
+/// [`plain_masks`] with 32-byte AVX2 compares: two loads per window instead of four, and no
+/// shuffling of 16-bit masks together.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub unsafe fn plain_masks_avx2(
+    bytes: &[u8],
+    delimiter: u8,
+    newline: u8,
+    quote: u8,
+    decide: [u8; 2],
+) -> (u64, u64, u64, u64) {
+    use std::arch::x86_64::*;
+    if bytes.len() < 64 {
+        return scalar_plain_masks(bytes, delimiter, newline, quote, decide);
+    }
+    let d = _mm256_set1_epi8(delimiter as i8);
+    let n = _mm256_set1_epi8(newline as i8);
+    let q = _mm256_set1_epi8(quote as i8);
+    let a = _mm256_set1_epi8(decide[0] as i8);
+    let b = _mm256_set1_epi8(decide[1] as i8);
+    let mask = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
+    // SAFETY: the two unaligned 32-byte loads stay within `bytes`, which holds 64 or more.
+    let (lo, hi) = unsafe {
+        (
+            _mm256_loadu_si256(bytes.as_ptr() as *const __m256i),
+            _mm256_loadu_si256(bytes.as_ptr().add(32) as *const __m256i),
+        )
+    };
+    let equal =
+        |c: __m256i| mask(_mm256_cmpeq_epi8(lo, c)) | (mask(_mm256_cmpeq_epi8(hi, c)) << 32);
+    let either = |v: __m256i| _mm256_or_si256(_mm256_cmpeq_epi8(v, a), _mm256_cmpeq_epi8(v, b));
+    (
+        equal(d),
+        equal(n),
+        equal(q),
+        mask(either(lo)) | (mask(either(hi)) << 32),
+    )
+}
+
 #[inline]
 fn scalar_plain_masks(
     bytes: &[u8],
@@ -159,11 +202,18 @@ mod tests {
                 |set: &[u8]| (0..n).fold(0u64, |m, i| m | (u64::from(set.contains(&w[i])) << i));
             assert_eq!(d, bits(b"|"), "start {start}");
             assert_eq!(s, bits(b"\\\n\r"), "start {start}");
-            let (d, n, q, s) = plain_masks(w, b'|', b'\n', b'"', [b'\\', b'\r']);
+            let masks = plain_masks(w, b'|', b'\n', b'"', [b'\\', b'\r']);
+            let (d, n, q, s) = masks;
             assert_eq!(d, bits(b"|"), "start {start}");
             assert_eq!(n, bits(b"\n"), "start {start}");
             assert_eq!(q, bits(b"\""), "start {start}");
             assert_eq!(s, bits(b"\\\r"), "start {start}");
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: checked just above.
+                let wide = unsafe { plain_masks_avx2(w, b'|', b'\n', b'"', [b'\\', b'\r']) };
+                assert_eq!(wide, masks, "start {start}");
+            }
         }
     }
 }

@@ -19,7 +19,7 @@
 
 use super::RecordParser;
 use crate::dialect::Format;
-use crate::tokens::plain_masks;
+use crate::tokens;
 
 /// How much input one index covers, at least (unless a special byte or the input's end
 /// comes first): big enough that indexing pays its setup once per many records, small
@@ -273,15 +273,42 @@ impl RecordParser {
         start: usize,
         index: &'a mut PlainIndex,
     ) -> PlainRun<'a> {
+        self.index_plain_with::<false>(input, start, index)
+    }
+
+    /// [`RecordParser::index_plain`] with AVX2 compares ([`tokens::plain_masks_avx2`]), for
+    /// code compiled for AVX2 and chosen at run time.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub unsafe fn index_plain_avx2<'a>(
+        &'a self,
+        input: &'a [u8],
+        start: usize,
+        index: &'a mut PlainIndex,
+    ) -> PlainRun<'a> {
+        self.index_plain_with::<true>(input, start, index)
+    }
+
+    /// `AVX2` only where the CPU has it.
+    #[inline(always)]
+    fn index_plain_with<'a, const AVX2: bool>(
+        &'a self,
+        input: &'a [u8],
+        start: usize,
+        index: &'a mut PlainIndex,
+    ) -> PlainRun<'a> {
         let csv = self.format == Format::Csv;
         index.ends.clear();
         index.ends.push(u32::MAX);
         index.lines.clear();
         if !self.crlf && start + 16 < input.len() {
             if csv {
-                self.index_windows::<true>(input, start, index);
+                self.index_windows::<true, AVX2>(input, start, index);
             } else {
-                self.index_windows::<false>(input, start, index);
+                self.index_windows::<false, AVX2>(input, start, index);
             }
         }
         PlainRun {
@@ -297,7 +324,12 @@ impl RecordParser {
     }
 
     #[inline(always)]
-    fn index_windows<const CSV: bool>(&self, input: &[u8], start: usize, index: &mut PlainIndex) {
+    fn index_windows<const CSV: bool, const AVX2: bool>(
+        &self,
+        input: &[u8],
+        start: usize,
+        index: &mut PlainIndex,
+    ) {
         // A line end must leave 16 bytes of input after it.
         let limit = input.len() - 16;
         let most = (limit - start).min(u32::MAX as usize - 64);
@@ -321,13 +353,19 @@ impl RecordParser {
         let mut after_structural: u64 = 1;
         let mut after_close: u64 = 0;
         while at < most {
-            let (mut delims, mut lines, quotes, mut bad) = plain_masks(
-                &input[start + at..],
-                self.delimiter,
-                self.newline,
-                quote,
-                decide,
-            );
+            let window = &input[start + at..];
+            let (d, n) = (self.delimiter, self.newline);
+            #[cfg(target_arch = "x86_64")]
+            let masks = if AVX2 {
+                // SAFETY: `AVX2` is set only by `index_plain_avx2`, whose caller vouches
+                // that the CPU has it.
+                unsafe { tokens::plain_masks_avx2(window, d, n, quote, decide) }
+            } else {
+                tokens::plain_masks(window, d, n, quote, decide)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let masks = tokens::plain_masks(window, d, n, quote, decide);
+            let (mut delims, mut lines, quotes, mut bad) = masks;
             if CSV {
                 if quotes != 0 || inside != 0 || after_close != 0 {
                     let within = prefix_xor(quotes) ^ inside;
@@ -404,6 +442,14 @@ mod tests {
         columns: usize,
     ) -> Vec<(Vec<Option<Vec<u8>>>, usize)> {
         let mut index = PlainIndex::new();
+        // The AVX2 index, where the CPU has it, is the same index.
+        #[cfg(target_arch = "x86_64")]
+        let wide = std::is_x86_feature_detected!("avx2").then(|| {
+            let mut wide = PlainIndex::new();
+            // SAFETY: checked just above.
+            unsafe { p.index_plain_avx2(input, start, &mut wide) };
+            wide
+        });
         let run = p.index_plain(input, start, &mut index);
         let mut got = Vec::new();
         let mut k = PlainRun::FIRST;
@@ -434,6 +480,10 @@ mod tests {
             }
             got.push((values, rec.next));
             k = rec.following;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(wide) = wide {
+            assert_eq!((&wide.ends, &wide.lines), (&index.ends, &index.lines));
         }
         got
     }

@@ -206,7 +206,7 @@ impl Converter {
             // at construction).
             return unsafe { self.encode_plain_bits(parser, input, start, out, limit) };
         }
-        self.encode_plain_with(parser, input, start, out, limit)
+        self.encode_plain_with::<false>(parser, input, start, out, limit)
     }
 
     /// [`Converter::encode_plain`] compiled for CPUs with POPCNT and BMI (every x86-64 of
@@ -225,11 +225,12 @@ impl Converter {
         out: &mut Vec<u8>,
         limit: usize,
     ) -> (usize, usize) {
-        self.encode_plain_with(parser, input, start, out, limit)
+        self.encode_plain_with::<true>(parser, input, start, out, limit)
     }
 
+    /// `AVX2` only where the CPU has it.
     #[inline(always)]
-    fn encode_plain_with(
+    fn encode_plain_with<const AVX2: bool>(
         &mut self,
         parser: &RecordParser,
         input: &[u8],
@@ -242,6 +243,15 @@ impl Converter {
         } = self;
         let (mut done, mut at) = (0, start);
         loop {
+            #[cfg(target_arch = "x86_64")]
+            let run = if AVX2 {
+                // SAFETY: `AVX2` is set only by `encode_plain_bits`, which runs only where
+                // the CPU has it.
+                unsafe { parser.index_plain_avx2(input, at, index) }
+            } else {
+                parser.index_plain(input, at, index)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
             let run = parser.index_plain(input, at, index);
             if run.is_empty() {
                 return (done, at);
