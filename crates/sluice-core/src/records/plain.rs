@@ -193,11 +193,17 @@ impl<'a> PlainRun<'a> {
             if self.csv && x as u8 == self.quote {
                 // The index let a quote through only around a whole field, so `e - 1` is
                 // the closing quote, past `s`.
-                return Some((&input[s + 1..e - 1], head(s + 1)));
+                debug_assert!(s < e - 1);
+                // SAFETY: as above.
+                return Some((unsafe { input.get_unchecked(s + 1..e - 1) }, head(s + 1)));
             }
-            if self.null.is_some_and(|n| &input[s..e] == n) {
+            // SAFETY: as above.
+            let v = unsafe { input.get_unchecked(s..e) };
+            // The length first: CSV's NULL is the empty field, and most values are not.
+            if self.null.is_some_and(|n| v.len() == n.len() && v == n) {
                 return None;
             }
+            return Some((v, x));
         }
         // SAFETY: as above.
         Some((unsafe { input.get_unchecked(s..e) }, x))
