@@ -59,6 +59,14 @@ pub struct PlainRun<'a> {
     null: Option<&'a [u8]>,
 }
 
+/// What [`PlainRecord::visit_fields`] calls for each field: a trait rather than a closure,
+/// so that the implementation can demand inlining (`#[inline(always)]` on its method), which
+/// a closure cannot; a call per field would cost more than the rest of the loop.
+pub trait FieldVisitor<T> {
+    /// One column and its field's span; false stops the walk.
+    fn field(&mut self, column: &T, span: PlainSpan) -> bool;
+}
+
 /// One record of a [`PlainRun`]: where it starts, where the next one starts, and the end of
 /// each of its fields.
 #[derive(Clone, Copy, Debug)]
@@ -74,17 +82,17 @@ pub struct PlainRecord<'a> {
 }
 
 impl<'a> PlainRecord<'a> {
-    /// Calls `f` with each of `columns` and its field's span, in order, until it returns
-    /// false (then false). The loop carries each field's start from the end before it, one
-    /// load per field.
+    /// Calls `visitor` with each of `columns` and its field's span, in order, until it
+    /// returns false (then false). The loop carries each field's start from the end before
+    /// it, one load per field.
     #[inline(always)]
-    pub fn zip_fields<T>(&self, columns: &[T], mut f: impl FnMut(&T, PlainSpan) -> bool) -> bool {
+    pub fn visit_fields<T>(&self, columns: &[T], visitor: &mut impl FieldVisitor<T>) -> bool {
         let Some((&first, ends)) = self.ends.split_first() else {
             return columns.is_empty();
         };
         let mut s = first.wrapping_add(1) as usize;
         for (column, &e) in columns.iter().zip(ends) {
-            if !f(column, PlainSpan { s, e: e as usize }) {
+            if !visitor.field(column, PlainSpan { s, e: e as usize }) {
                 return false;
             }
             s = e as usize + 1;

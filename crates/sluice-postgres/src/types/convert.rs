@@ -18,7 +18,9 @@ use super::datetime::{encode_date, encode_time, encode_timestamp, SessionZone};
 use super::numeric::{encode_numeric, FastNumeric};
 pub use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::primitives::{ascii_uint, is_c_space, parse_i64, trim_c_space, IntError};
-use sluice_core::records::{Fields, PlainIndex, PlainRecord, PlainRun, RecordParser};
+use sluice_core::records::{
+    FieldVisitor, Fields, PlainIndex, PlainRecord, PlainRun, PlainSpan, RecordParser,
+};
 use sluice_core::swar;
 use std::fmt;
 
@@ -507,20 +509,34 @@ fn encode_plain_record<const CHECKED: bool>(
     let mut dst = unsafe { base.add(out.len()) };
     unsafe { store(dst, (hot.len() as i16).to_be_bytes()) };
     dst = unsafe { dst.add(2) };
-    let plain = record.zip_fields(hot, |&h, field| {
-        let Some((v, x)) = run.value::<CHECKED>(field) else {
-            return false;
-        };
-        let kept = unsafe { encode_hot(h, v, x, dst) };
-        dst = unsafe { dst.add(kept) };
-        kept > 0
-    });
-    if !plain {
+    let mut writer = HotWriter::<CHECKED> { run, dst };
+    if !record.visit_fields(hot, &mut writer) {
         return false;
     }
-    // SAFETY: everything up to `dst` was written, within the reserved capacity.
-    unsafe { out.set_len(dst.offset_from(base) as usize) };
+    // SAFETY: everything up to `writer.dst` was written, within the reserved capacity.
+    unsafe { out.set_len(writer.dst.offset_from(base) as usize) };
     true
+}
+
+/// Writes a plain record's values at `dst`, each through [`encode_hot`], as
+/// [`encode_plain_record`] reserved room for.
+struct HotWriter<'r, 'a, const CHECKED: bool> {
+    run: &'r PlainRun<'a>,
+    dst: *mut u8,
+}
+
+impl<const CHECKED: bool> FieldVisitor<Hot> for HotWriter<'_, '_, CHECKED> {
+    #[inline(always)]
+    fn field(&mut self, &h: &Hot, span: PlainSpan) -> bool {
+        let Some((v, x)) = self.run.value::<CHECKED>(span) else {
+            return false;
+        };
+        // SAFETY: room for the column's `Hot::bound`, the value and `SLACK` at `dst`, as
+        // reserved by `encode_plain_record`.
+        let kept = unsafe { encode_hot(h, v, x, self.dst) };
+        self.dst = unsafe { self.dst.add(kept) };
+        kept > 0
+    }
 }
 
 /// Stores `N` bytes at `dst`.

@@ -91,6 +91,19 @@ pub fn encode_numeric_fast(
     if let Some(len) = encode_aligned(negative, n, x, column, dst) {
         return Some(len);
     }
+    encode_unaligned(negative, n, x, column, dst)
+}
+
+/// The values [`encode_aligned`] declines, out of line so that the loop it is inlined into
+/// keeps its registers for the common case.
+#[inline(never)]
+fn encode_unaligned(
+    negative: bool,
+    n: usize,
+    x: u128,
+    column: FastNumeric,
+    dst: &mut [u8; 32],
+) -> Option<usize> {
     encode_plain(negative, scan_plain_swar(n, x)?, column.typmod(), dst)?.ok()
 }
 
