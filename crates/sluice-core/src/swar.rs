@@ -122,6 +122,16 @@ pub fn nonascii(x: u128, n: usize) -> u32 {
     masks::nonascii(x) & low_bits(n)
 }
 
+/// Bit `i` set where byte `i` of three consecutive 16-byte words (of the first `n`, at
+/// most 48) is not in 1..=0x7f: a value of up to 48 bytes checked with no branch on its
+/// length.
+#[inline(always)]
+pub fn nonascii48(blocks: [u128; 3], n: usize) -> u64 {
+    debug_assert!(n <= 48);
+    let [a, b, c] = blocks.map(|x| u64::from(masks::nonascii(x)));
+    (a | b << 16 | c << 32) & ((1u64 << n) - 1)
+}
+
 /// Bit `i` set where byte `i` (of the first `n`) is `b`.
 #[inline(always)]
 pub fn equal(x: u128, n: usize, b: u8) -> u32 {
@@ -281,14 +291,20 @@ mod tests {
 
     #[test]
     fn ascii_agrees_with_the_scalar_path() {
-        for len in 0..40 {
+        for len in 0..=48 {
             for bad in [None, Some(0u8), Some(0x80), Some(0xff), Some(0x7f), Some(1)] {
                 for at in 0..len {
                     let mut v = vec![b'a'; len];
                     if let Some(b) = bad {
                         v[at] = b;
                     }
-                    assert_eq!(plain_ascii(&v, word(&v)), scalar_ascii(&v), "{v:?}");
+                    let scalar = scalar_ascii(&v);
+                    assert_eq!(plain_ascii(&v, word(&v)), scalar, "{v:?}");
+                    // Three words over the value and what follows it, which is not ASCII.
+                    let mut padded = v.clone();
+                    padded.resize(48, 0x80);
+                    let blocks = [0, 16, 32].map(|k| word(&padded[k..k + 16]));
+                    assert_eq!(nonascii48(blocks, len) == 0, scalar, "{v:?}");
                 }
             }
         }

@@ -134,6 +134,11 @@ impl<'a> PlainRun<'a> {
     /// Where the first record's field ends start in the index (after its `u32::MAX`).
     pub const FIRST: usize = 1;
 
+    /// The input a record's line end must leave after it to be indexed, so that any value
+    /// may be read as one 16-byte word ([`PlainRun::value`]) or three
+    /// ([`PlainValue::blocks48`]) with no check at its end.
+    pub const TAIL: usize = 64;
+
     /// Record `r` of the run, whose fields' ends start at structural `k` ([`Self::FIRST`]
     /// for the first record, then the previous record's [`PlainRecord::following`]), if it
     /// has exactly `columns` fields, as the general path would split it; `None` when it needs
@@ -179,42 +184,73 @@ impl<'a> PlainRun<'a> {
         self.csv || self.null.is_some()
     }
 
-    /// The value of one field of a record and its first 16 bytes as one little-endian word
-    /// (past the value's end they are unspecified): CSV quotes around the field taken off;
-    /// `None` for a field that spells NULL, which the general path handles. `CHECKED` must be
-    /// [`PlainRun::checks_values`].
+    /// The value of one field of a record, CSV quotes around the field taken off, with its
+    /// first 16 bytes already read as one word; `None` for a field that spells NULL, which
+    /// the general path handles. `CHECKED` must be [`PlainRun::checks_values`].
     #[inline(always)]
-    pub fn value<const CHECKED: bool>(&self, field: PlainSpan) -> Option<(&'a [u8], u128)> {
+    pub fn value<const CHECKED: bool>(&self, field: PlainSpan) -> Option<PlainValue<'a>> {
         debug_assert_eq!(CHECKED, self.checks_values());
         let PlainSpan { s, e } = field;
         let input = self.input;
-        debug_assert!(s <= e && e + 16 <= input.len());
-        // SAFETY: a span is made only by `PlainRecord::fields`, from the index of this
+        debug_assert!(s <= e && e + Self::TAIL <= input.len());
+        // SAFETY: a span is made only by `PlainRecord::visit_fields`, from the index of this
         // run's input: it starts at or before its end, which is a delimiter or line end at
-        // or before the record's line end, and the index takes no line end within 16 bytes
-        // of the input's end (`index_windows`). So `s..e` and `s..s + 16` are in bounds.
-        let head = |at: usize| unsafe {
-            u128::from_le_bytes(input.as_ptr().add(at).cast::<[u8; 16]>().read_unaligned())
+        // or before the record's line end, and the index takes no line end within `TAIL`
+        // bytes of the input's end (`index_windows`). So `s..e` and `s..s + TAIL` are in
+        // bounds, and so are they one byte on for a quoted field.
+        let value = |s: usize, e: usize| unsafe {
+            let at = input.as_ptr().add(s);
+            PlainValue {
+                bytes: input.get_unchecked(s..e),
+                head: u128::from_le_bytes(at.cast::<[u8; 16]>().read_unaligned()),
+                at,
+            }
         };
-        let x = head(s);
         if CHECKED {
-            if self.csv && x as u8 == self.quote {
+            // SAFETY: as above.
+            if self.csv && unsafe { *input.get_unchecked(s) } == self.quote {
                 // The index let a quote through only around a whole field, so `e - 1` is
                 // the closing quote, past `s`.
                 debug_assert!(s < e - 1);
-                // SAFETY: as above.
-                return Some((unsafe { input.get_unchecked(s + 1..e - 1) }, head(s + 1)));
+                return Some(value(s + 1, e - 1));
             }
-            // SAFETY: as above.
-            let v = unsafe { input.get_unchecked(s..e) };
+            let v = value(s, e);
             // The length first: CSV's NULL is the empty field, and most values are not.
-            if self.null.is_some_and(|n| v.len() == n.len() && v == n) {
+            if self
+                .null
+                .is_some_and(|n| v.bytes.len() == n.len() && v.bytes == n)
+            {
                 return None;
             }
-            return Some((v, x));
+            return Some(v);
         }
-        // SAFETY: as above.
-        Some((unsafe { input.get_unchecked(s..e) }, x))
+        Some(value(s, e))
+    }
+}
+
+/// One value of a [`PlainRun`], with the input after it at hand for word-at-a-time code.
+#[derive(Clone, Copy, Debug)]
+pub struct PlainValue<'a> {
+    /// The value's bytes.
+    pub bytes: &'a [u8],
+    /// Its first 16 bytes as one little-endian word (past the value's end, unspecified).
+    pub head: u128,
+    /// The value's first byte in the run's input, with [`PlainRun::TAIL`] bytes readable
+    /// from it.
+    at: *const u8,
+}
+
+impl PlainValue<'_> {
+    /// The 48 bytes from the value's start as three little-endian words (past the value's
+    /// end, unspecified): a value of up to 48 bytes read with no branch on its length.
+    #[inline(always)]
+    pub fn blocks48(&self) -> [u128; 3] {
+        // SAFETY: `at` has `TAIL` (64) readable bytes after it (`PlainRun::value`), and
+        // points into the run's input, which outlives `self`.
+        let block = |k: usize| unsafe {
+            u128::from_le_bytes(self.at.add(16 * k).cast::<[u8; 16]>().read_unaligned())
+        };
+        [block(0), block(1), block(2)]
     }
 }
 
@@ -277,7 +313,7 @@ unsafe fn flatten<const FIRST: usize>(
 impl RecordParser {
     /// Indexes the plain records from `start` of `input` into `index`: about [`BLOCK`]
     /// bytes of them, up to the first that needs the general path. A record counts only
-    /// with its line end, and only where 16 bytes of `input` follow that line end (the
+    /// with its line end, and only where [`PlainRun::TAIL`] bytes of `input` follow that line end (the
     /// values are read a word at a time). Empty when the dialect or the record at `start`
     /// always needs the general path.
     #[inline(always)]
@@ -318,7 +354,7 @@ impl RecordParser {
         index.ends.clear();
         index.ends.push(u32::MAX);
         index.lines.clear();
-        if !self.crlf && start + 16 < input.len() {
+        if !self.crlf && start + PlainRun::TAIL < input.len() {
             if csv {
                 self.index_windows::<true, AVX2>(input, start, index);
             } else {
@@ -344,8 +380,8 @@ impl RecordParser {
         start: usize,
         index: &mut PlainIndex,
     ) {
-        // A line end must leave 16 bytes of input after it.
-        let limit = input.len() - 16;
+        // A line end must leave `TAIL` bytes of input after it.
+        let limit = input.len() - PlainRun::TAIL;
         let most = (limit - start).min(u32::MAX as usize - 64);
         // Outside CSV a quote is data; the backslash escapes. In CSV, an escape other than
         // the quote is left to the general path wherever it is.
@@ -482,7 +518,11 @@ mod tests {
                     true => run.value::<true>(field),
                     false => run.value::<false>(field),
                 };
-                values.push(value.map(|(v, x)| {
+                values.push(value.map(|value| {
+                    let (v, x) = (value.bytes, value.head);
+                    let blocks = value.blocks48().map(u128::to_le_bytes).concat();
+                    let n = v.len().min(48);
+                    assert_eq!(&blocks[..n], &v[..n], "blocks of {v:?}");
                     let n = v.len().min(16);
                     assert_eq!(
                         x.to_le_bytes()[..n],
@@ -587,7 +627,7 @@ mod tests {
             for i in 0..3000 {
                 long.extend_from_slice(format!("{i}|{}|{i}.5|\n", "w".repeat(i % 70)).as_bytes());
             }
-            long.extend_from_slice(&[b'z'; 16]);
+            long.extend_from_slice(&[b'z'; PlainRun::TAIL]);
             let taken = fast_equals_general(&d, &long);
             if format == Format::Tbl {
                 assert_eq!(taken, 3000, "every record, across many blocks");
@@ -595,7 +635,7 @@ mod tests {
         }
         let d = Dialect::new(Format::Tbl);
         let p = RecordParser::new(&d);
-        let input = [b"1|ab|2.5|\nnext".as_slice(), &[b'z'; 16]].concat();
+        let input = [b"1|ab|2.5|\nnext".as_slice(), &[b'z'; PlainRun::TAIL]].concat();
         assert_eq!(
             fast(&p, &input, 0, 3),
             vec![(
@@ -610,7 +650,7 @@ mod tests {
         );
         let d = Dialect::new(Format::Csv);
         let p = RecordParser::new(&d);
-        let input = [b"1,\"a,b\",x,\n".as_slice(), &[b'z'; 16]].concat();
+        let input = [b"1,\"a,b\",x,\n".as_slice(), &[b'z'; PlainRun::TAIL]].concat();
         assert_eq!(
             fast(&p, &input, 0, 4),
             vec![(
@@ -627,14 +667,15 @@ mod tests {
     }
 
     #[test]
-    fn a_record_needs_sixteen_bytes_after_it() {
+    fn a_record_needs_a_tail_after_it() {
         let d = Dialect::new(Format::Tbl);
         let p = RecordParser::new(&d);
         let mut index = PlainIndex::new();
-        let input = b"1|2|\n3|4|\n".repeat(3);
-        // 30 bytes: the first record's line end (4) has 25 after it, the second's 20, the
-        // third's 15.
-        assert_eq!(p.index_plain(&input, 0, &mut index).len(), 2);
+        let input = b"1|2|\n3|4|\n".repeat(8);
+        // 80 bytes: the first record's line end (4) has 75 after it, the second's 70, the
+        // third's 65, the fourth's 60.
+        assert_eq!(PlainRun::TAIL, 64);
+        assert_eq!(p.index_plain(&input, 0, &mut index).len(), 3);
     }
 
     proptest::proptest! {
