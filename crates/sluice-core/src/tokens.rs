@@ -56,21 +56,25 @@ fn masks64(w: &[u8], delimiter: u8, specials: [u8; 3]) -> (u64, u64) {
     }
 }
 
+/// The bytes [`plain_masks`] finds: one mask each for the delimiter, the line end and the
+/// quote, and one for either byte of `decide` (those that send a record to the general
+/// path).
+#[derive(Clone, Copy, Debug)]
+pub struct PlainBytes {
+    pub delimiter: u8,
+    pub newline: u8,
+    pub quote: u8,
+    pub decide: [u8; 2],
+}
+
 /// The masks of the plain-record index ([`crate::records::PlainIndex`]) over the window at
-/// the start of `bytes` (64 bytes, or what is left): `delimiter`, `newline`, `quote`, and
-/// either of the two bytes in `decide`, that send a record to the general path.
+/// the start of `bytes` (64 bytes, or what is left), one per field of `find`.
 #[inline(always)]
-pub fn plain_masks(
-    bytes: &[u8],
-    delimiter: u8,
-    newline: u8,
-    quote: u8,
-    decide: [u8; 2],
-) -> (u64, u64, u64, u64) {
+pub fn plain_masks(bytes: &[u8], find: PlainBytes) -> (u64, u64, u64, u64) {
     if bytes.len() >= 64 {
-        return plain_masks64(&bytes[..64], delimiter, newline, quote, decide);
+        return plain_masks64(&bytes[..64], find);
     }
-    scalar_plain_masks(bytes, delimiter, newline, quote, decide)
+    scalar_plain_masks(bytes, find)
 }
 
 /// [`plain_masks`] with 32-byte AVX2 compares: two loads per window instead of four, and no
@@ -81,22 +85,16 @@ pub fn plain_masks(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
-pub unsafe fn plain_masks_avx2(
-    bytes: &[u8],
-    delimiter: u8,
-    newline: u8,
-    quote: u8,
-    decide: [u8; 2],
-) -> (u64, u64, u64, u64) {
+pub unsafe fn plain_masks_avx2(bytes: &[u8], find: PlainBytes) -> (u64, u64, u64, u64) {
     use std::arch::x86_64::*;
     if bytes.len() < 64 {
-        return scalar_plain_masks(bytes, delimiter, newline, quote, decide);
+        return scalar_plain_masks(bytes, find);
     }
-    let d = _mm256_set1_epi8(delimiter as i8);
-    let n = _mm256_set1_epi8(newline as i8);
-    let q = _mm256_set1_epi8(quote as i8);
-    let a = _mm256_set1_epi8(decide[0] as i8);
-    let b = _mm256_set1_epi8(decide[1] as i8);
+    let d = _mm256_set1_epi8(find.delimiter as i8);
+    let n = _mm256_set1_epi8(find.newline as i8);
+    let q = _mm256_set1_epi8(find.quote as i8);
+    let a = _mm256_set1_epi8(find.decide[0] as i8);
+    let b = _mm256_set1_epi8(find.decide[1] as i8);
     let mask = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
     // SAFETY: the two unaligned 32-byte loads stay within `bytes`, which holds 64 or more.
     let (lo, hi) = unsafe {
@@ -117,42 +115,30 @@ pub unsafe fn plain_masks_avx2(
 }
 
 #[inline]
-fn scalar_plain_masks(
-    bytes: &[u8],
-    delimiter: u8,
-    newline: u8,
-    quote: u8,
-    decide: [u8; 2],
-) -> (u64, u64, u64, u64) {
+fn scalar_plain_masks(bytes: &[u8], find: PlainBytes) -> (u64, u64, u64, u64) {
     let mut m = (0u64, 0u64, 0u64, 0u64);
     for (i, &b) in bytes.iter().take(64).enumerate() {
-        m.0 |= u64::from(b == delimiter) << i;
-        m.1 |= u64::from(b == newline) << i;
-        m.2 |= u64::from(b == quote) << i;
-        m.3 |= u64::from(decide.contains(&b)) << i;
+        m.0 |= u64::from(b == find.delimiter) << i;
+        m.1 |= u64::from(b == find.newline) << i;
+        m.2 |= u64::from(b == find.quote) << i;
+        m.3 |= u64::from(find.decide.contains(&b)) << i;
     }
     m
 }
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn plain_masks64(
-    w: &[u8],
-    delimiter: u8,
-    newline: u8,
-    quote: u8,
-    decide: [u8; 2],
-) -> (u64, u64, u64, u64) {
+fn plain_masks64(w: &[u8], find: PlainBytes) -> (u64, u64, u64, u64) {
     use std::arch::x86_64::*;
     debug_assert!(w.len() >= 64);
     // SAFETY: SSE2 is part of the x86-64 baseline; the four unaligned 16-byte loads stay
     // within `w`, which holds at least 64 bytes.
     unsafe {
-        let d = _mm_set1_epi8(delimiter as i8);
-        let n = _mm_set1_epi8(newline as i8);
-        let q = _mm_set1_epi8(quote as i8);
-        let a = _mm_set1_epi8(decide[0] as i8);
-        let b = _mm_set1_epi8(decide[1] as i8);
+        let d = _mm_set1_epi8(find.delimiter as i8);
+        let n = _mm_set1_epi8(find.newline as i8);
+        let q = _mm_set1_epi8(find.quote as i8);
+        let a = _mm_set1_epi8(find.decide[0] as i8);
+        let b = _mm_set1_epi8(find.decide[1] as i8);
         let mask = |v: __m128i| _mm_movemask_epi8(v) as u16 as u64;
         let mut m = (0u64, 0u64, 0u64, 0u64);
         for i in 0..4 {
@@ -168,14 +154,8 @@ fn plain_masks64(
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn plain_masks64(
-    w: &[u8],
-    delimiter: u8,
-    newline: u8,
-    quote: u8,
-    decide: [u8; 2],
-) -> (u64, u64, u64, u64) {
-    scalar_plain_masks(w, delimiter, newline, quote, decide)
+fn plain_masks64(w: &[u8], find: PlainBytes) -> (u64, u64, u64, u64) {
+    scalar_plain_masks(w, find)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -202,7 +182,13 @@ mod tests {
                 |set: &[u8]| (0..n).fold(0u64, |m, i| m | (u64::from(set.contains(&w[i])) << i));
             assert_eq!(d, bits(b"|"), "start {start}");
             assert_eq!(s, bits(b"\\\n\r"), "start {start}");
-            let masks = plain_masks(w, b'|', b'\n', b'"', [b'\\', b'\r']);
+            let find = PlainBytes {
+                delimiter: b'|',
+                newline: b'\n',
+                quote: b'"',
+                decide: [b'\\', b'\r'],
+            };
+            let masks = plain_masks(w, find);
             let (d, n, q, s) = masks;
             assert_eq!(d, bits(b"|"), "start {start}");
             assert_eq!(n, bits(b"\n"), "start {start}");
@@ -211,7 +197,7 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if std::is_x86_feature_detected!("avx2") {
                 // SAFETY: checked just above.
-                let wide = unsafe { plain_masks_avx2(w, b'|', b'\n', b'"', [b'\\', b'\r']) };
+                let wide = unsafe { plain_masks_avx2(w, find) };
                 assert_eq!(wide, masks, "start {start}");
             }
         }

@@ -395,6 +395,12 @@ impl RecordParser {
         } else {
             ([b'\\', self.stray], self.delimiter)
         };
+        let find = tokens::PlainBytes {
+            delimiter: self.delimiter,
+            newline: self.newline,
+            quote,
+            decide,
+        };
         let mut at = 0usize;
         // CSV: all ones while inside quotes at the end of the last window; whether the last
         // window's last byte was a delimiter or line end (the run's start counts as one);
@@ -404,17 +410,16 @@ impl RecordParser {
         let mut after_close: u64 = 0;
         while at < most {
             let window = &input[start + at..];
-            let (d, n) = (self.delimiter, self.newline);
             #[cfg(target_arch = "x86_64")]
             let masks = if AVX2 {
                 // SAFETY: `AVX2` is set only by `index_plain_avx2`, whose caller vouches
                 // that the CPU has it.
-                unsafe { tokens::plain_masks_avx2(window, d, n, quote, decide) }
+                unsafe { tokens::plain_masks_avx2(window, find) }
             } else {
-                tokens::plain_masks(window, d, n, quote, decide)
+                tokens::plain_masks(window, find)
             };
             #[cfg(not(target_arch = "x86_64"))]
-            let masks = tokens::plain_masks(window, d, n, quote, decide);
+            let masks = tokens::plain_masks(window, find);
             let (mut delims, mut lines, quotes, mut bad) = masks;
             if CSV {
                 if quotes != 0 || inside != 0 || after_close != 0 {
