@@ -313,9 +313,9 @@ unsafe fn flatten<const FIRST: usize>(
 impl RecordParser {
     /// Indexes the plain records from `start` of `input` into `index`: about [`BLOCK`]
     /// bytes of them, up to the first that needs the general path. A record counts only
-    /// with its line end, and only where [`PlainRun::TAIL`] bytes of `input` follow that line end (the
-    /// values are read a word at a time). Empty when the dialect or the record at `start`
-    /// always needs the general path.
+    /// with its line end, and only where [`PlainRun::TAIL`] bytes of `input` follow that
+    /// line end (the values are read a word at a time). Empty when the dialect or the
+    /// record at `start` always needs the general path.
     #[inline(always)]
     pub fn index_plain<'a>(
         &'a self,

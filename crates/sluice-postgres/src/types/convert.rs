@@ -657,7 +657,7 @@ unsafe fn encode_hot(hot: Hot, value: impl HotValue, dst: *mut u8) -> usize {
 /// In a column whose values may pass 16 bytes, a value of up to 48 read from a plain run is
 /// checked and stored as three words whatever its length, with no branch on it: on
 /// `l_comment` (10 to 43 bytes) that branch mispredicted often enough to cost more than the
-/// extra word operations (4% more instructions, 4% less CPU time). Otherwise a value of up
+/// extra word operations (3% more instructions, 4% less CPU time). Otherwise a value of up
 /// to 16 bytes is stored as the word already loaded, one of up to 32 as two overlapping
 /// words (no call to `memcpy`, whose size classes mispredict on text of varied lengths), a
 /// longer one copied. The padding is up to three 16-byte stores (a loop would become a call
