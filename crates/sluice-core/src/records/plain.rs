@@ -99,17 +99,6 @@ impl<'a> PlainRecord<'a> {
         }
         true
     }
-
-    /// Each field's span, in order, for [`PlainRun::value`]: from one past the delimiter or
-    /// line end before it to the one after it. A slice's windows, so that a loop zipped
-    /// with another slice keeps one counter.
-    #[inline(always)]
-    pub fn fields(&self) -> impl Iterator<Item = PlainSpan> + 'a {
-        self.ends.windows(2).map(|w| PlainSpan {
-            s: w[0].wrapping_add(1) as usize,
-            e: w[1] as usize,
-        })
-    }
 }
 
 impl<'a> PlainRun<'a> {
@@ -184,9 +173,9 @@ impl<'a> PlainRun<'a> {
         self.csv || self.null.is_some()
     }
 
-    /// The value of one field of a record, CSV quotes around the field taken off, with its
-    /// first 16 bytes already read as one word; `None` for a field that spells NULL, which
-    /// the general path handles. `CHECKED` must be [`PlainRun::checks_values`].
+    /// The value of one field of a record, CSV quotes around the field taken off, readable
+    /// a word at a time; `None` for a field that spells NULL, which the general path
+    /// handles. `CHECKED` must be [`PlainRun::checks_values`].
     #[inline(always)]
     pub fn value<const CHECKED: bool>(&self, field: PlainSpan) -> Option<PlainValue<'a>> {
         debug_assert_eq!(CHECKED, self.checks_values());
@@ -199,11 +188,9 @@ impl<'a> PlainRun<'a> {
         // bytes of the input's end (`index_windows`). So `s..e` and `s..s + TAIL` are in
         // bounds, and so are they one byte on for a quoted field.
         let value = |s: usize, e: usize| unsafe {
-            let at = input.as_ptr().add(s);
             PlainValue {
                 bytes: input.get_unchecked(s..e),
-                head: u128::from_le_bytes(at.cast::<[u8; 16]>().read_unaligned()),
-                at,
+                at: input.as_ptr().add(s),
             }
         };
         if CHECKED {
@@ -233,24 +220,33 @@ impl<'a> PlainRun<'a> {
 pub struct PlainValue<'a> {
     /// The value's bytes.
     pub bytes: &'a [u8],
-    /// Its first 16 bytes as one little-endian word (past the value's end, unspecified).
-    pub head: u128,
-    /// The value's first byte in the run's input, with [`PlainRun::TAIL`] bytes readable
-    /// from it.
+    /// The value's first byte, taken from the run's whole input (not from `bytes`, whose
+    /// pointer may read only the value), with [`PlainRun::TAIL`] bytes readable from it.
     at: *const u8,
 }
 
 impl PlainValue<'_> {
+    /// The 16-byte word `k` from the value's start, little-endian (past the value's end,
+    /// unspecified); `k` at most 2.
+    #[inline(always)]
+    fn block(&self, k: usize) -> u128 {
+        debug_assert!(k < 3);
+        // SAFETY: `at` has `TAIL` (64) readable bytes after it (`PlainRun::value`), and
+        // points into the run's input, which outlives `self`.
+        unsafe { u128::from_le_bytes(self.at.add(16 * k).cast::<[u8; 16]>().read_unaligned()) }
+    }
+
+    /// The value's first 16 bytes as one little-endian word (past its end, unspecified).
+    #[inline(always)]
+    pub fn head(&self) -> u128 {
+        self.block(0)
+    }
+
     /// The 48 bytes from the value's start as three little-endian words (past the value's
     /// end, unspecified): a value of up to 48 bytes read with no branch on its length.
     #[inline(always)]
     pub fn blocks48(&self) -> [u128; 3] {
-        // SAFETY: `at` has `TAIL` (64) readable bytes after it (`PlainRun::value`), and
-        // points into the run's input, which outlives `self`.
-        let block = |k: usize| unsafe {
-            u128::from_le_bytes(self.at.add(16 * k).cast::<[u8; 16]>().read_unaligned())
-        };
-        [block(0), block(1), block(2)]
+        [self.block(0), self.block(1), self.block(2)]
     }
 }
 
@@ -490,6 +486,16 @@ mod tests {
     /// Every record the index gives from `start` on, split for `columns` fields, up to the
     /// first it refuses: each one's values (`None` for a value it refuses) and its end.
     #[allow(clippy::type_complexity)]
+    /// Collects a record's field spans.
+    struct Spans(Vec<PlainSpan>);
+
+    impl FieldVisitor<()> for Spans {
+        fn field(&mut self, _: &(), span: PlainSpan) -> bool {
+            self.0.push(span);
+            true
+        }
+    }
+
     fn fast(
         p: &RecordParser,
         input: &[u8],
@@ -512,8 +518,11 @@ mod tests {
             let Some(rec) = run.record(r, k, columns) else {
                 break;
             };
+            // The fields as the encoder walks them.
+            let mut spans = Spans(Vec::new());
+            assert!(rec.visit_fields(&vec![(); columns], &mut spans));
             let mut values = Vec::new();
-            for field in rec.fields() {
+            for field in spans.0 {
                 let e = start + field.e;
                 assert!(
                     input[e] == b'\n' || input[e] == p.delimiter,
@@ -524,7 +533,7 @@ mod tests {
                     false => run.value::<false>(field),
                 };
                 values.push(value.map(|value| {
-                    let (v, x) = (value.bytes, value.head);
+                    let (v, x) = (value.bytes, value.head());
                     let blocks = value.blocks48().map(u128::to_le_bytes).concat();
                     let n = v.len().min(48);
                     assert_eq!(&blocks[..n], &v[..n], "blocks of {v:?}");

@@ -556,7 +556,7 @@ impl HotValue for PlainValue<'_> {
     }
     #[inline(always)]
     fn head(&self) -> u128 {
-        self.head
+        PlainValue::head(self)
     }
     #[inline(always)]
     fn blocks48(&self) -> Option<[u128; 3]> {
