@@ -57,6 +57,34 @@ pub struct Session {
     pub server_version_num: i32,
     pub max_connections: i32,
     pub server_encoding: String,
+    /// The server is a standby.
+    pub in_recovery: bool,
+    /// The session's transactions are read-only (`default_transaction_read_only`, from
+    /// PGOPTIONS, the role or the database).
+    pub read_only: bool,
+}
+
+impl Session {
+    /// Why nothing can be loaded through this session, if it cannot write: psql's `\copy`
+    /// fails there too, at its first row; this says so before anything starts, and what to do.
+    pub fn cannot_write(&self) -> Option<String> {
+        if self.in_recovery {
+            Some(
+                "the server is a standby (in recovery), which cannot be loaded into: connect to \
+                 the primary (with several hosts, target_session_attrs=read-write picks it)"
+                    .into(),
+            )
+        } else if self.read_only {
+            Some(
+                "the session is read-only: default_transaction_read_only is on (from PGOPTIONS, \
+                 ALTER ROLE ... SET or ALTER DATABASE ... SET), so psql's \\copy would fail too; \
+                 PGOPTIONS='-c default_transaction_read_only=off' overrides it for sluice"
+                    .into(),
+            )
+        } else {
+            None
+        }
+    }
 }
 
 pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> {
@@ -64,7 +92,8 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         .query_one(
             "SELECT current_setting('TimeZone'), current_setting('server_version'), \
              current_setting('server_version_num')::int, \
-             current_setting('max_connections')::int, current_setting('server_encoding')",
+             current_setting('max_connections')::int, current_setting('server_encoding'), \
+             pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
             &[],
         )
         .await?;
@@ -74,6 +103,8 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         server_version_num: row.get(2),
         max_connections: row.get(3),
         server_encoding: row.get(4),
+        in_recovery: row.get(5),
+        read_only: row.get(6),
     })
 }
 

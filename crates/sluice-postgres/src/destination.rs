@@ -91,6 +91,8 @@ pub struct PgDestination {
     analyzed: Mutex<Vec<String>>,
     /// The streams that have staged: when several, each builds its indexes without workers.
     staging_streams: Mutex<std::collections::BTreeSet<usize>>,
+    /// How long each attempt of the publish, and the statistics step, waits for a lock.
+    lock_wait: std::time::Duration,
 }
 
 impl PgDestination {
@@ -141,7 +143,15 @@ impl PgDestination {
             staged: Mutex::new(Vec::new()),
             analyzed: Mutex::new(Vec::new()),
             staging_streams: Mutex::new(std::collections::BTreeSet::new()),
+            lock_wait: stage::DEFAULT_LOCK_WAIT,
         })
+    }
+
+    /// How long each attempt of the publish waits for its locks (the server's `lock_timeout`)
+    /// before it gives way to the table's other users and tries again, and how long the
+    /// statistics step waits before it gives up.
+    pub fn set_lock_wait(&mut self, wait: std::time::Duration) {
+        self.lock_wait = wait;
     }
 
     /// The load's own connection, connected anew (to the same server) if the old one closed.
@@ -626,7 +636,11 @@ impl Staging for PgDestination {
         let staged = lock(&self.staged).clone();
         let times = self
             .rt
-            .block_on(stage::switch_in(stream.stream.client(), &staged))
+            .block_on(stage::switch_in(
+                stream.stream.client(),
+                &staged,
+                self.lock_wait,
+            ))
             .map_err(|e| match e {
                 PublishError::Db(e) => {
                     let mut err = db_error(e);
@@ -636,9 +650,11 @@ impl Staging for PgDestination {
                 PublishError::Locked(who) => DestinationError::new(
                     ErrorKind::Other,
                     format!(
-                        "the publish could not lock the tables in {} attempts; nothing was \
-                         published. Holding locks: {who}",
-                        stage::PUBLISH_ATTEMPTS
+                        "the publish could not lock the tables in {} attempts of {} ms each; \
+                         nothing was published. Holding locks: {who}. End those sessions' \
+                         transactions, or give the publish longer with --lock-wait-timeout",
+                        stage::PUBLISH_ATTEMPTS,
+                        self.lock_wait.as_millis()
                     ),
                 ),
             })?;
@@ -660,7 +676,11 @@ impl Staging for PgDestination {
         let started = std::time::Instant::now();
         let analyzed = lock(&self.analyzed).clone();
         if let Err(e) = self.rt.block_on(stage::analyze_parents(
-            &self.info, &parents, &analyzed, parallel,
+            &self.info,
+            &parents,
+            &analyzed,
+            parallel,
+            self.lock_wait,
         )) {
             // The data is in and visible; only the statistics are missing.
             (self.warn)(format!(

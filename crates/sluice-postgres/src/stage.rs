@@ -13,8 +13,10 @@
 //! DETACH the empty partition, check that it is still empty under the lock, DROP it, move the
 //! staging table into the partition's schema under its name, ATTACH it with the same bounds
 //! (the CHECK proves the bound, so ATTACH does not scan) and drop the CHECK. Every lock wait
-//! is bounded by `lock_timeout`; a switch that times out is retried a few times with backoff,
-//! under a savepoint. Rows of the staged tables that could not be staged are loaded in the same
+//! is bounded by `lock_timeout` (the load's lock wait, 10 s unless the user sets it); a switch
+//! that times out is retried a few times with backoff, under a savepoint. While the publish
+//! waits for its ACCESS EXCLUSIVE lock, the server queues every later query on the table
+//! behind it: the bound is also how long the table's readers may be held up at a time. Rows of the staged tables that could not be staged are loaded in the same
 //! transaction after the switch, so that all of a staged table's rows appear at once.
 //!
 //! A load holds a session advisory lock on its id for its whole life; a staging table whose
@@ -32,8 +34,9 @@ pub const SCHEMA: &str = "sluice_stage";
 pub const BOUND_CHECK: &str = "sluice_partition_bound";
 /// The first key of the advisory locks that mark a running load ("sluc").
 const LOCK_CLASS: i32 = 0x736c_7563;
-/// How long the publish waits for a lock before it gives way and tries again.
-const PUBLISH_LOCK_TIMEOUT: &str = "10s";
+/// How long the publish waits for a lock before it gives way and tries again, and the
+/// statistics step before it gives up, unless the load says otherwise.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 pub const PUBLISH_ATTEMPTS: u32 = 5;
 const PUBLISH_SAVEPOINT: &str = "sluice_publish";
 
@@ -494,10 +497,15 @@ impl From<tokio_postgres::Error> for PublishError {
 /// One attempt: the whole switch in one transaction. Returns the partitions that had rows
 /// by then (from this load's direct fallbacks, or from another session): those get the
 /// staging table's rows appended instead, so that no row is lost.
-async fn publish_once(client: &Client, staged: &[Staged]) -> Result<Vec<String>, PublishError> {
+async fn publish_once(
+    client: &Client,
+    staged: &[Staged],
+    lock_wait: Duration,
+) -> Result<Vec<String>, PublishError> {
     client
         .batch_execute(&format!(
-            "SAVEPOINT {PUBLISH_SAVEPOINT}; SET LOCAL lock_timeout = '{PUBLISH_LOCK_TIMEOUT}'"
+            "SAVEPOINT {PUBLISH_SAVEPOINT}; SET LOCAL lock_timeout = '{}ms'",
+            lock_wait.as_millis().max(1)
         ))
         .await?;
     let mut parents: Vec<&str> = staged.iter().map(|s| s.parent.as_str()).collect();
@@ -595,8 +603,12 @@ async fn publish_once(client: &Client, staged: &[Staged]) -> Result<Vec<String>,
 
 /// Switches every staging table in, inside the caller's transaction on `client` (under a
 /// savepoint, so that a lock wait that times out is retried without losing the rest of the
-/// transaction). The caller commits.
-pub async fn switch_in(client: &Client, staged: &[Staged]) -> Result<PublishTimes, PublishError> {
+/// transaction). Each attempt waits at most `lock_wait` for its locks. The caller commits.
+pub async fn switch_in(
+    client: &Client,
+    staged: &[Staged],
+    lock_wait: Duration,
+) -> Result<PublishTimes, PublishError> {
     let mut times = PublishTimes::default();
     if staged.is_empty() {
         return Ok(times);
@@ -604,7 +616,7 @@ pub async fn switch_in(client: &Client, staged: &[Staged]) -> Result<PublishTime
     let started = Instant::now();
     loop {
         times.attempts += 1;
-        match publish_once(client, staged).await {
+        match publish_once(client, staged, lock_wait).await {
             Ok(appended) => {
                 times.appended = appended;
                 break;
@@ -622,17 +634,14 @@ pub async fn switch_in(client: &Client, staged: &[Staged]) -> Result<PublishTime
                     let who = blockers(client, &staged[0].parent).await;
                     return Err(PublishError::Locked(who));
                 }
-                tokio::time::sleep(Duration::from_millis(500 << times.attempts)).await;
+                // A tenth of the lock wait, doubling: with the default 10 s, 1, 2, 4, 8 s.
+                tokio::time::sleep(lock_wait * (1 << (times.attempts - 1)) / 10).await;
             }
         }
     }
     times.publish = started.elapsed();
     Ok(times)
 }
-
-/// How long gathering statistics waits for a lock before it gives up (with a warning: the
-/// data is published either way).
-const ANALYZE_LOCK_TIMEOUT: &str = "10s";
 
 /// Gathers the parents' statistics, `parallel` at a time, each on a connection of its own.
 ///
@@ -649,15 +658,17 @@ const ANALYZE_LOCK_TIMEOUT: &str = "10s";
 /// within a second, the parents are analyzed whole, as before.
 ///
 /// Each parent is locked first in its own transaction, so that SKIP_LOCKED cannot skip the
-/// parent itself. Every lock wait of that transaction is bounded by [`ANALYZE_LOCK_TIMEOUT`]:
-/// the parent's sample still takes ACCESS SHARE on every partition unconditionally, which a
-/// session holding ACCESS EXCLUSIVE on one (an open `TRUNCATE`, an `ALTER TABLE`) would
-/// otherwise make wait for as long as it pleases.
+/// parent itself. Every lock wait of that transaction is bounded by `lock_wait`: the parent's
+/// sample still takes ACCESS SHARE on every partition unconditionally, which a session
+/// holding ACCESS EXCLUSIVE on one (an open `TRUNCATE`, an `ALTER TABLE`) would otherwise
+/// make wait for as long as it pleases. Past the bound the step gives up (with a warning: the
+/// data is published either way).
 pub async fn analyze_parents(
     info: &crate::conninfo::ConnInfo,
     parents: &[String],
     analyzed: &[String],
     parallel: usize,
+    lock_wait: Duration,
 ) -> Result<(), String> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     let helper = if analyzed.is_empty() {
@@ -671,9 +682,10 @@ pub async fn analyze_parents(
             .map_err(|e| e.to_string())?;
         client
             .batch_execute(&format!(
-                "BEGIN; SET LOCAL lock_timeout = '{ANALYZE_LOCK_TIMEOUT}'; \
+                "BEGIN; SET LOCAL lock_timeout = '{}ms'; \
                  LOCK TABLE ONLY {p} IN SHARE UPDATE EXCLUSIVE MODE; \
-                 ANALYZE (SKIP_LOCKED) {p}; COMMIT"
+                 ANALYZE (SKIP_LOCKED) {p}; COMMIT",
+                lock_wait.as_millis().max(1)
             ))
             .await
             .map_err(|e| format!("ANALYZE {p}: {}", crate::connect::chain(&e)))

@@ -220,6 +220,42 @@ fn search_path_from_pgoptions_finds_the_table() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
+/// `PGOPTIONS='-c default_transaction_read_only=on'`: psql's `\copy` fails, and so does
+/// sluice, as a usage error that says where the setting may come from and how to override it.
+#[test]
+fn a_read_only_session_from_pgoptions_is_named_with_the_way_out() {
+    let d = db("read_only");
+    d.psql("CREATE TABLE ro (a int)");
+    let f = d.file("ro.csv", b"7\n");
+    let env = [("PGOPTIONS", "-c default_transaction_read_only=on")];
+    let mut psql = d.psql_cmd();
+    psql.env("PGOPTIONS", env[0].1).args([
+        "-c",
+        &format!("\\copy ro from '{}' with (format csv)", f.display()),
+    ]);
+    assert!(!psql.output().unwrap().status.success(), "psql loaded it");
+    for strategy in ["direct", "stage"] {
+        let args = ["--table", "ro", "--strategy", strategy, f.to_str().unwrap()];
+        let out = load_env(&d, &args, &env);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_has(
+            &stderr(&out),
+            &[
+                "the session is read-only",
+                "default_transaction_read_only=off",
+            ],
+        );
+    }
+    // A dry run writes nothing, so it may run there.
+    let args = ["--table", "ro", "--dry-run", f.to_str().unwrap()];
+    let out = load_env(&d, &args, &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("ro"), 0);
+    let out = load(&d, &["--table", "ro", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("ro"), 1);
+}
+
 #[test]
 fn a_client_encoding_sluice_does_not_read_is_refused() {
     let d = db("client_encoding");

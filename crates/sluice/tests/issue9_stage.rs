@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{assert_has, db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, tpch_ddl, Db};
+use common::{
+    assert_has, db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, tpch_ddl, wait_until, Db,
+};
 use std::process::Output;
 
 fn load(d: &Db, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -191,38 +193,26 @@ fn a_killed_load_leaves_nothing_visible_and_the_next_run_cleans_up() {
         big.to_str().unwrap(),
     ];
     let mut child = sluice_cmd().args(args).spawn().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while leftovers(&d) == 0 {
+    wait_until("no staging table committed", 60, || {
         assert!(
             child.try_wait().unwrap().is_none(),
             "the load ended before a staging table committed"
         );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no staging table committed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        leftovers(&d) > 0
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(d.count("t"), 0, "rows are visible before the publish");
     // The killed load's sessions end when the server sees their sockets close.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while d
-        .psql(&format!(
+    wait_until("the killed load's sessions stayed", 30, || {
+        d.psql(&format!(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
              AND pid <> pg_backend_pid()",
             d.name
         ))
         .trim()
-        != "0"
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the killed load's sessions stayed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+            == "0"
+    });
     assert!(leftovers(&d) >= 1);
     let mut again = sluice_cmd();
     again.args(args);
@@ -557,5 +547,81 @@ fn statistics_are_gathered_once_per_partition_and_for_the_parent() {
          WHERE schemaname = 'public' AND tablename = 't' AND inherited",
     );
     assert_eq!(inherited.trim(), "id=-1 v=-1");
+    assert_eq!(leftovers(&d), 0);
+}
+
+/// A reader that keeps the table open in its transaction holds off the publish's ACCESS
+/// EXCLUSIVE lock. Every attempt waits at most `--lock-wait-timeout`; after the last one the
+/// load fails, publishes nothing and names the reader. Once the reader is gone, the same
+/// command loads every row once.
+#[test]
+fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let d = db("stage_reader");
+    three_partitions(&d, false);
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1900).as_bytes());
+    let mut reader = d
+        .psql_cmd()
+        .env("PGAPPNAME", "the_reader")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut sql = reader.stdin.take().unwrap();
+    writeln!(sql, "BEGIN; SELECT count(*) FROM t;").unwrap();
+    sql.flush().unwrap();
+    wait_until("the reader never took its lock", 30, || {
+        d.psql(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'the_reader' AND l.relation = 't'::regclass",
+        )
+        .trim()
+            != "0"
+    });
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let args = [
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+        "--strategy",
+        "stage",
+        "--lock-wait-timeout",
+        "200ms",
+        a,
+        b,
+    ];
+    let started = Instant::now();
+    let out = load(&d, &args, &[]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "could not lock the tables in 5 attempts of 200 ms each",
+            "nothing was published",
+            "the_reader",
+            "--lock-wait-timeout",
+        ],
+    );
+    // Five waits of 0.2 s and pauses of 0.02, 0.04, 0.08 and 0.16 s, with the load around
+    // them: far from the 65 s of the default.
+    assert!(
+        took < Duration::from_secs(30),
+        "the publish waited {took:?}"
+    );
+    assert_eq!(d.count("t"), 0, "rows are visible after a failed publish");
+
+    drop(sql);
+    assert!(reader.wait().unwrap().success());
+    ok(&load(&d, &args, &[]));
+    assert_eq!(d.count("t"), 899 + 900);
+    assert_eq!(
+        d.psql("SELECT count(DISTINCT id) FROM t").trim(),
+        (899 + 900).to_string()
+    );
     assert_eq!(leftovers(&d), 0);
 }

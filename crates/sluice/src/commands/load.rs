@@ -138,6 +138,15 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub retries: u32,
 
+    /// How long each attempt of the stage strategy's publish waits for its lock on a target
+    /// table before it gives way and tries again (5 attempts, with pauses of a tenth of it,
+    /// doubling: 1, 2, 4 and 8 s by default), and how long the statistics step waits. While the publish waits, the server queues the
+    /// table's later queries behind it, so this is also how long readers may be held up at a
+    /// time. PostgreSQL's units (`500ms`, `10s`, `1min`; a bare number is milliseconds, as
+    /// for lock_timeout and pg_dump's option of this name).
+    #[arg(long, default_value = "10s", value_parser = parse_lock_wait, value_name = "DURATION")]
+    pub lock_wait_timeout: std::time::Duration,
+
     /// How many bad rows the load may reject and still commit the rest: a count (`100`) or
     /// a share of all input rows (`0.1%`). Rows sluice cannot convert are dropped before
     /// they are sent; rows the server refuses (a duplicate key, also one that two streams
@@ -206,6 +215,7 @@ impl LoadArgs {
             chunk_size: None,
             dry_run: false,
             retries: 5,
+            lock_wait_timeout: std::time::Duration::from_secs(10),
             max_errors: None,
             rejects: None,
             restart: false,
@@ -315,6 +325,43 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     Ok(n * mult)
 }
 
+/// Parses a lock wait as PostgreSQL reads `lock_timeout`: a number with an optional unit
+/// (`us`, `ms`, `s`, `min`, `h`, `d`), milliseconds when there is none. Zero is refused: it
+/// would mean waiting forever.
+pub fn parse_lock_wait(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim());
+    let bad = || {
+        format!(
+            "`{s}` is not a duration (examples: 500ms, 10s, 1min; a bare number is milliseconds)"
+        )
+    };
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "us" => n / 1000.0,
+        "" | "ms" => n,
+        "s" => n * 1000.0,
+        "min" => n * 60_000.0,
+        "h" => n * 3_600_000.0,
+        "d" => n * 86_400_000.0,
+        _ => return Err(bad()),
+    };
+    if ms < 1.0 {
+        return Err(format!(
+            "`{s}` is under a millisecond, the server's unit for lock waits"
+        ));
+    }
+    if ms > i32::MAX as f64 {
+        return Err(format!(
+            "`{s}` is longer than the server accepts (about 24 days)"
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms as u64))
+}
+
 pub fn run(args: LoadArgs) -> Result<(), Failure> {
     crate::signals::install();
     match load(&args) {
@@ -381,6 +428,10 @@ pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), Failure
 pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
     let (file_tables, columns) = inputs(args)?;
     let mut dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
+    dest.set_lock_wait(args.lock_wait_timeout);
+    if let Some(why) = dest.session.cannot_write().filter(|_| !args.dry_run) {
+        return Err(Failure::Usage(why));
+    }
     load_into(args, &mut dest, &file_tables, columns)
 }
 
@@ -797,6 +848,22 @@ fn run_plan<D: Staging + Ledger>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_wait_timeout_takes_postgresql_units() {
+        use std::time::Duration;
+        let p = parse_lock_wait;
+        assert_eq!(p("250"), Ok(Duration::from_millis(250)));
+        assert_eq!(p("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(p("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(p("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(p(" 500ms "), Ok(Duration::from_millis(500)));
+        assert!(p("0").unwrap_err().contains("under a millisecond"));
+        assert!(p("10 parsecs").unwrap_err().contains("not a duration"));
+        assert!(p("30d")
+            .unwrap_err()
+            .contains("longer than the server accepts"));
+    }
 
     #[test]
     fn column_lists_follow_sql_identifier_rules() {

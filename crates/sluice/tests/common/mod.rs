@@ -261,6 +261,16 @@ pub fn run_bounded(mut cmd: Command, secs: u64) -> Output {
     }
 }
 
+/// Polls `done` every 20 ms, failing the test with `what` if it is still false after `secs`
+/// seconds.
+pub fn wait_until(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A `.tbl` file without its trailing `|`s, which psql's `\copy` (delimiter `|`) would read
 /// as an extra column.
 pub fn strip_trailing_bars(src: &Path, dst: &Path) {
