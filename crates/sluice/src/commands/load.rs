@@ -39,7 +39,8 @@ Files a finished job loaded, unchanged since, are not loaded again
 (--restart loads everything).
 
 Exit codes: 0 loaded, 1 local failure (an input that cannot be read),
-2 usage (also: a resume refused because an input changed), 3 bad row
+2 usage (also: a resume refused because an input changed, a read-only
+session or a standby), 3 bad row
 (nothing committed; also: more rejects than --max-errors), 4 cannot
 connect, 5 server failure (a connection lost beyond --retries, a failed
 COMMIT), 6 loaded, with rows rejected within --max-errors, 130/143
@@ -140,10 +141,11 @@ pub struct LoadArgs {
 
     /// How long each attempt of the stage strategy's publish waits for its lock on a target
     /// table before it gives way and tries again (5 attempts, with pauses of a tenth of it,
-    /// doubling: 1, 2, 4 and 8 s by default), and how long the statistics step waits. While the publish waits, the server queues the
-    /// table's later queries behind it, so this is also how long readers may be held up at a
-    /// time. PostgreSQL's units (`500ms`, `10s`, `1min`; a bare number is milliseconds, as
-    /// for lock_timeout and pg_dump's option of this name).
+    /// doubling: 1, 2, 4 and 8 s by default), and how long the statistics step waits. While
+    /// the publish waits, the server queues the table's later queries behind it, so this is
+    /// also how long readers may be held up at a time. PostgreSQL's units (`500ms`, `10s`,
+    /// `1min`; a bare number is milliseconds, as for lock_timeout and pg_dump's option of
+    /// this name).
     #[arg(long, default_value = "10s", value_parser = parse_lock_wait, value_name = "DURATION")]
     pub lock_wait_timeout: std::time::Duration,
 
