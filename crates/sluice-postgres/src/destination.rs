@@ -846,6 +846,18 @@ pub struct PgStream<'a> {
     stage_table: Option<usize>,
 }
 
+/// A stream's connection ends here (committed, rolled back, or lost): its backend is no
+/// longer one of the load's live streams. If the server still runs it (a connection sluice
+/// lost but the server did not), the watchdog knows it as the load's own from now on, also
+/// while the stream pauses before it reconnects and a sibling takes its chunks.
+impl Drop for PgStream<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = lock(&self.dest.watchdog).as_ref() {
+            w.unregister(self.n, self.stream.pid);
+        }
+    }
+}
+
 impl PgStream<'_> {
     fn execute(&mut self, sql: &str) -> Result<(), DestinationError> {
         self.dest
@@ -951,11 +963,9 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn commit(self) -> Result<(), DestinationError> {
-        let PgStream {
-            dest, n, stream, ..
-        } = self;
-        dest.rt
-            .block_on(stream.commit())
-            .map_err(|e| dest.error(n, e))
+        self.dest
+            .rt
+            .block_on(self.stream.commit())
+            .map_err(|e| self.dest.error(self.n, e))
     }
 }

@@ -304,7 +304,7 @@ impl Stream {
         })
     }
 
-    pub async fn commit(self) -> Result<(), ServerError> {
+    pub async fn commit(&self) -> Result<(), ServerError> {
         self.client
             .batch_execute("COMMIT")
             .await

@@ -15,6 +15,16 @@
 //! line it was on. Waits on relation extension, which sibling COPYs into one table meet all the
 //! time, are never conflicts. A stream that waits on a session outside the load is reported
 //! (a warning, once), not cancelled: that session may end, and psql would wait too.
+//!
+//! One session outside the load is the load's own: the backend of a connection sluice lost
+//! (a network partition, a timeout on its side) that the server has not noticed is gone. It
+//! may keep its transaction open for as long as the server's keepalives allow (two hours by
+//! default), and the stream that redoes its chunks waits on it: the ledger's unique chunk row
+//! makes the new transaction wait to learn whether the old one committed. Its client is gone,
+//! so it can never commit (a COMMIT already under way finishes first: the server holds the
+//! signal off until it is done, and the ledger then shows which chunks are in). So when a
+//! stream waits on a backend that one of the streams had before it reconnected, the watchdog
+//! ends that backend (`pg_terminate_backend`) after two sightings and says so.
 
 use crate::connect::{connect, ConnectError};
 use crate::conninfo::ConnInfo;
@@ -47,6 +57,8 @@ pub struct Conflict {
 struct State {
     /// Backend pid of each stream, once connected.
     pids: Vec<Option<i32>>,
+    /// Backend pids the streams had before they reconnected.
+    former: Vec<i32>,
     conflicts: Vec<Conflict>,
     /// What the streams' sessions were doing, over every sample.
     waits: ServerWaits,
@@ -92,10 +104,30 @@ impl Watchdog {
         Ok(Watchdog { state, stop, task })
     }
 
-    /// Records the backend pid of stream `stream`.
+    /// Records the backend pid of stream `stream` (a reconnection replaces the one before,
+    /// which is remembered as the load's own).
     pub fn register(&self, stream: usize, pid: i32) {
-        if let Some(slot) = lock(&self.state).pids.get_mut(stream) {
-            *slot = Some(pid);
+        let mut s = lock(&self.state);
+        if let Some(slot) = s.pids.get_mut(stream) {
+            if let Some(old) = slot.replace(pid).filter(|&old| old != pid) {
+                if !s.former.contains(&old) {
+                    s.former.push(old);
+                }
+            }
+        }
+    }
+
+    /// Stream `stream`'s connection to backend `pid` has ended on sluice's side: the
+    /// backend, if the server still runs it, is the load's own former one.
+    pub fn unregister(&self, stream: usize, pid: i32) {
+        let mut s = lock(&self.state);
+        if let Some(slot) = s.pids.get_mut(stream) {
+            if *slot == Some(pid) {
+                *slot = None;
+            }
+        }
+        if !s.former.contains(&pid) {
+            s.former.push(pid);
         }
     }
 
@@ -256,6 +288,10 @@ async fn watch(
     // Consecutive sightings of each (waiter, blocker) pair of our own streams.
     let mut seen: Vec<((i32, i32), u32)> = Vec::new();
     let mut external_since: Vec<(i32, Instant, bool)> = Vec::new();
+    // Consecutive sightings of each (waiter, former backend) pair, and the former backends
+    // already ended (once each: one that does not go is then reported like any other).
+    let mut orphans_seen: Vec<((i32, i32), u32)> = Vec::new();
+    let mut ended: Vec<i32> = Vec::new();
     loop {
         tokio::select! {
             _ = stop.notified() => return,
@@ -292,6 +328,8 @@ async fn watch(
         };
         let mut now_seen = Vec::new();
         let mut now_external = Vec::new();
+        let mut now_orphans = Vec::new();
+        let former = lock(&state).former.clone();
         for w in &waiting {
             let sibling = w
                 .blockers
@@ -308,14 +346,55 @@ async fn watch(
                     now_seen.push(((w.pid, b), n));
                 }
                 Some(_) => {}
-                None => {
-                    if let Some(&ext) = w.blockers.first() {
-                        now_external.push((w.pid, ext));
+                None => match w
+                    .blockers
+                    .iter()
+                    .copied()
+                    .find(|b| former.contains(b) && !ended.contains(b))
+                {
+                    Some(orphan) => {
+                        let n = orphans_seen
+                            .iter()
+                            .find(|(k, _)| *k == (w.pid, orphan))
+                            .map_or(0, |(_, n)| *n)
+                            + 1;
+                        now_orphans.push(((w.pid, orphan), n));
                     }
-                }
+                    None => {
+                        if let Some(&ext) = w.blockers.first() {
+                            now_external.push((w.pid, ext));
+                        }
+                    }
+                },
             }
         }
         seen = now_seen;
+        orphans_seen = now_orphans;
+        for &((waiter, orphan), n) in &orphans_seen {
+            if n < SIGHTINGS || ended.contains(&orphan) {
+                continue;
+            }
+            ended.push(orphan);
+            let who = describe_session(&client, orphan).await;
+            let ok = client
+                .query_one("SELECT pg_terminate_backend($1)", &[&orphan])
+                .await
+                .map(|r| r.get::<_, bool>(0))
+                .unwrap_or(false);
+            let stream = lock(&state).pids.iter().position(|p| *p == Some(waiter));
+            warn(format!(
+                "stream {} waits on {who}, this load's own connection from before a reconnect, \
+                 which the server still runs though sluice lost it: its transaction can never \
+                 commit{}",
+                stream.map_or(0, |s| s + 1),
+                if ok {
+                    ", so sluice ended it (pg_terminate_backend) and it rolls back"
+                } else {
+                    "; sluice could not end it (pg_terminate_backend failed): ask an \
+                     administrator to, or wait for the server's keepalives to"
+                }
+            ));
+        }
         for &((waiter, blocker), n) in &seen {
             if n < SIGHTINGS {
                 continue;

@@ -1,10 +1,14 @@
 //! Issue 10's hostile findings that stand on their own (the resume ledger is separate):
 //! `--jobs 0`, a malformed URI, a compressed name over bytes that are not, and the JSON
-//! report of a failed load.
+//! report of a failed load; a stream cut off by a network partition.
 
 mod common;
 
 use common::{db, run_bounded, sluice_cmd, stderr, Db};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Waits (at most 60 s) until a COPY of this database's load is under way.
 fn wait_until_copying(d: &Db) {
@@ -181,4 +185,126 @@ fn a_terminated_stream_says_which_and_that_nothing_was_committed() {
     assert!(err.contains("lost its connection"), "{err}");
     assert!(err.contains("nothing was committed"), "{err}");
     assert_eq!(d.count("t"), 0);
+}
+
+/// Each proxied connection's port on the server's side, with its frozen flag.
+type Conns = Arc<Mutex<Vec<(u16, Arc<AtomicBool>)>>>;
+
+/// A TCP proxy to the test cluster whose connections can be frozen one at a time: a frozen
+/// pair stays open at both ends and moves no more bytes, as across a network partition.
+struct Proxy {
+    port: u16,
+    /// By the server-side port, which `pg_stat_activity` shows as `client_port`.
+    conns: Conns,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let list = conns.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+                let frozen = Arc::new(AtomicBool::new(false));
+                let server_side = server.local_addr().unwrap().port();
+                list.lock().unwrap().push((server_side, frozen.clone()));
+                let (c2, s2, f2) = (
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    frozen.clone(),
+                );
+                std::thread::spawn(move || pump(client, server, frozen));
+                std::thread::spawn(move || pump(s2, c2, f2));
+            }
+        });
+        Proxy { port, conns }
+    }
+
+    /// Freezes the connection whose server-side port is `port`.
+    fn freeze(&self, port: u16) {
+        let conns = self.conns.lock().unwrap();
+        let (_, flag) = conns
+            .iter()
+            .find(|(p, _)| *p == port)
+            .expect("no such connection");
+        flag.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until EOF; once frozen, holds both open and moves nothing more.
+fn pump(mut from: TcpStream, mut to: TcpStream, frozen: Arc<AtomicBool>) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(n) if n > 0 && !frozen.load(Ordering::SeqCst) => n,
+            Ok(n) if n > 0 => loop {
+                // Partitioned: the sockets stay open until the test process ends.
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            },
+            _ => {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return;
+            }
+        };
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+/// A connection sluice loses while the server keeps its backend (a network partition: the
+/// server's keepalives are answered, so it may keep the transaction open for hours). The
+/// stream reconnects and redoes its chunks, and the ledger's chunk rows make the new
+/// transaction wait to learn whether the old one committed: without help that wait lasts as
+/// long as the partition. The watchdog ends the load's own former backend, which can never
+/// commit, and the load finishes with every row once.
+#[test]
+fn a_stream_cut_off_by_a_partition_does_not_wait_on_its_former_self() {
+    let d = db("faults_partition");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let rows: String = (0..3_000_000)
+        .map(|i| format!("{i},some text that makes the row longer than it needs to be\n"))
+        .collect();
+    let f = d.file("big.csv", rows.as_bytes());
+    let proxy = Proxy::start(common::pg().port);
+    // sluice gives up on a connection whose data has gone unacknowledged for 2 s.
+    let target = format!(
+        "postgresql://sluice@127.0.0.1:{}/{}?sslmode=disable&tcp_user_timeout=2000",
+        proxy.port, d.name
+    );
+    let mut c = sluice_cmd();
+    // Chunks of 48 MB: cut off early in its second chunk, a stream still has far more to
+    // send than the sockets' buffers hold, so its writes stall and its timeout fires (with
+    // less, they would all be acknowledged and it would wait for an answer: across a real
+    // partition keepalives end that wait, but this proxy's kernel answers them).
+    c.args(["load", "-q", "--target", &target, "--table", "t"])
+        .args(["--jobs", "2", "--chunk-size", "48M"])
+        .arg(&f);
+    let c = std::thread::spawn(move || run_bounded(c, 120));
+    // A stream that has finished a chunk holds that chunk's ledger row in its open
+    // transaction: cut it off while it copies the next one.
+    let mut port = String::new();
+    common::wait_until("no stream finished a chunk", 120, || {
+        port = d.psql(&format!(
+            "SELECT a.client_port FROM pg_stat_activity a JOIN pg_locks l USING (pid) \
+             WHERE a.datname = '{}' AND a.query LIKE 'COPY%' AND a.state = 'active' \
+             AND l.relation = to_regclass('sluice_ledger.job_chunks') ORDER BY a.pid LIMIT 1",
+            d.name
+        ));
+        !port.trim().is_empty()
+    });
+    proxy.freeze(port.trim().parse().unwrap());
+    let out = c.join().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("lost its connection"), "{err}");
+    assert!(
+        err.contains("this load's own connection from before a reconnect")
+            && err.contains("sluice ended it (pg_terminate_backend)"),
+        "{err}"
+    );
+    assert_eq!(d.count("t"), 3_000_000);
+    assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "3000000");
 }
