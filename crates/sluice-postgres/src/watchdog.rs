@@ -278,6 +278,15 @@ async fn describe_session(client: &Client, pid: i32) -> String {
     }
 }
 
+/// A (waiter, blocker) pair seen again: its count of consecutive sightings, this one included.
+fn sighted(before: &[((i32, i32), u32)], pair: (i32, i32)) -> ((i32, i32), u32) {
+    let n = before
+        .iter()
+        .find(|(k, _)| *k == pair)
+        .map_or(0, |(_, n)| *n);
+    (pair, n + 1)
+}
+
 async fn watch(
     info: ConnInfo,
     mut client: Client,
@@ -338,12 +347,7 @@ async fn watch(
                 .find(|b| pids.contains(b) && *b != w.pid);
             match sibling {
                 Some(b) if matches!(w.lock_type.as_str(), "transactionid" | "tuple") => {
-                    let n = seen
-                        .iter()
-                        .find(|(k, _)| *k == (w.pid, b))
-                        .map_or(0, |(_, n)| *n)
-                        + 1;
-                    now_seen.push(((w.pid, b), n));
+                    now_seen.push(sighted(&seen, (w.pid, b)));
                 }
                 Some(_) => {}
                 None => match w
@@ -353,12 +357,7 @@ async fn watch(
                     .find(|b| former.contains(b) && !ended.contains(b))
                 {
                     Some(orphan) => {
-                        let n = orphans_seen
-                            .iter()
-                            .find(|(k, _)| *k == (w.pid, orphan))
-                            .map_or(0, |(_, n)| *n)
-                            + 1;
-                        now_orphans.push(((w.pid, orphan), n));
+                        now_orphans.push(sighted(&orphans_seen, (w.pid, orphan)));
                     }
                     None => {
                         if let Some(&ext) = w.blockers.first() {
