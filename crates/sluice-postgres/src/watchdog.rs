@@ -104,16 +104,12 @@ impl Watchdog {
         Ok(Watchdog { state, stop, task })
     }
 
-    /// Records the backend pid of stream `stream` (a reconnection replaces the one before,
-    /// which is remembered as the load's own).
+    /// Records the backend pid of stream `stream`. A pid it replaces is not taken for a
+    /// former one: only [`Watchdog::unregister`], when sluice's side of a connection has
+    /// ended, says that (a live session must never be ended as one).
     pub fn register(&self, stream: usize, pid: i32) {
-        let mut s = lock(&self.state);
-        if let Some(slot) = s.pids.get_mut(stream) {
-            if let Some(old) = slot.replace(pid).filter(|&old| old != pid) {
-                if !s.former.contains(&old) {
-                    s.former.push(old);
-                }
-            }
+        if let Some(slot) = lock(&self.state).pids.get_mut(stream) {
+            *slot = Some(pid);
         }
     }
 
