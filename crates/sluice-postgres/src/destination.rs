@@ -853,7 +853,7 @@ pub struct PgStream<'a> {
 impl Drop for PgStream<'_> {
     fn drop(&mut self) {
         if let Some(w) = lock(&self.dest.watchdog).as_ref() {
-            w.unregister(self.n, self.stream.pid);
+            w.unregister(self.n, self.stream.pid, &self.stream.started);
         }
     }
 }

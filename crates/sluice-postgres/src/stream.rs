@@ -181,6 +181,9 @@ pub struct Stream {
     client: Client,
     /// The backend's process id, for the watchdog.
     pub pid: i32,
+    /// When the backend started, as the server prints it: with the pid, it names this
+    /// backend and no later one that reuses its pid.
+    pub started: String,
 }
 
 /// The savepoint taken before deferred checks fire, so that a conflict found by them leaves
@@ -193,11 +196,15 @@ impl Stream {
     /// target could send a later one elsewhere.
     pub async fn open(info: &ConnInfo, identity: &str) -> Result<Stream, StreamOpenError> {
         let client = crate::connect::connect(info).await?;
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
+        let row = client
+            .query_one(
+                "SELECT pid, backend_start::text FROM pg_stat_activity \
+                 WHERE pid = pg_backend_pid()",
+                &[],
+            )
             .await
-            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?
-            .get(0);
+            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
+        let (pid, started): (i32, String) = (row.get(0), row.get(1));
         let here = crate::catalog::server_identity(&client)
             .await
             .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
@@ -206,7 +213,11 @@ impl Stream {
                 target: info.to_string(),
             });
         }
-        Ok(Stream { client, pid })
+        Ok(Stream {
+            client,
+            pid,
+            started,
+        })
     }
 
     /// Fires every deferred constraint check now, under a savepoint, so that a check that

@@ -57,8 +57,9 @@ pub struct Conflict {
 struct State {
     /// Backend pid of each stream, once connected.
     pids: Vec<Option<i32>>,
-    /// Backend pids the streams had before they reconnected.
-    former: Vec<i32>,
+    /// Backends of connections that ended on sluice's side (pid, start time), which the
+    /// server may still run.
+    former: Vec<(i32, String)>,
     conflicts: Vec<Conflict>,
     /// What the streams' sessions were doing, over every sample.
     waits: ServerWaits,
@@ -115,16 +116,16 @@ impl Watchdog {
 
     /// Stream `stream`'s connection to backend `pid` has ended on sluice's side: the
     /// backend, if the server still runs it, is the load's own former one.
-    pub fn unregister(&self, stream: usize, pid: i32) {
+    /// `started` is the backend's start time, so that a later session that gets the same pid
+    /// is never taken for it.
+    pub fn unregister(&self, stream: usize, pid: i32, started: &str) {
         let mut s = lock(&self.state);
         if let Some(slot) = s.pids.get_mut(stream) {
             if *slot == Some(pid) {
                 *slot = None;
             }
         }
-        if !s.former.contains(&pid) {
-            s.former.push(pid);
-        }
+        s.former.push((pid, started.to_string()));
     }
 
     /// The conflict in which `stream` was the waiter, if the watchdog declared one; taking it
@@ -334,7 +335,7 @@ async fn watch(
         let mut now_seen = Vec::new();
         let mut now_external = Vec::new();
         let mut now_orphans = Vec::new();
-        let former = lock(&state).former.clone();
+        let former: Vec<i32> = lock(&state).former.iter().map(|f| f.0).collect();
         for w in &waiting {
             let sibling = w
                 .blockers
@@ -371,11 +372,29 @@ async fn watch(
             }
             ended.push(orphan);
             let who = describe_session(&client, orphan).await;
-            let ok = client
-                .query_one("SELECT pg_terminate_backend($1)", &[&orphan])
+            // Only the backend that was ours: same pid and the same start time.
+            let starts: Vec<String> = lock(&state)
+                .former
+                .iter()
+                .filter(|f| f.0 == orphan)
+                .map(|f| f.1.clone())
+                .collect();
+            let ended_it = client
+                .query_opt(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE pid = $1 AND backend_start::text = ANY($2)",
+                    &[&orphan, &starts],
+                )
                 .await
-                .map(|r| r.get::<_, bool>(0))
-                .unwrap_or(false);
+                .ok()
+                .map(|r| r.map(|r| r.get::<_, bool>(0)));
+            let ok = match ended_it {
+                Some(Some(ok)) => ok,
+                // Not the backend that was ours (its pid now names another session, or it
+                // has gone): from here on it is reported like any other session.
+                Some(None) => continue,
+                None => false,
+            };
             let stream = lock(&state).pids.iter().position(|p| *p == Some(waiter));
             warn(format!(
                 "stream {} waits on {who}, this load's own connection from before a reconnect, \
