@@ -79,30 +79,24 @@ def proc_cpu(pid):
         return None
 
 
-def server_cpu(postmaster):
-    """The server's CPU so far: the postmaster's own and its reaped children's, and every live
-    child's (pid -> seconds). A backend that exits is reaped by the postmaster, so its whole
-    life moves into the postmaster's children's time: nothing it did is lost between samples."""
+def cpu_readings(postmaster):
+    """One pass over /proc: the server's CPU so far, and each kernel thread's.
+
+    The server's is the postmaster's own and its reaped children's, with every live child's
+    (pid -> seconds): a backend that exits is reaped by the postmaster, so its whole life moves
+    into the postmaster's children's time, and nothing it did is lost between readings. The
+    kernel threads are the children of kthreadd (pid 2): page reclaim (kswapd) and writeback
+    (kworker) run there, not in the processes that dirtied the pages."""
     _, own, reaped = proc_cpu(postmaster)
-    live = {}
+    live, kernel = {}, {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             r = proc_cpu(int(name))
             if r and r[0] == postmaster:
                 live[int(name)] = r[1]
-    return own + reaped, live
-
-
-def kernel_threads():
-    """CPU seconds of each kernel thread (children of kthreadd, pid 2): page reclaim (kswapd)
-    and writeback (kworker) run there, not in the processes that dirtied the pages."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            r = proc_cpu(int(name))
-            if r and r[0] == 2:
-                out[int(name)] = r[1]
-    return out
+            elif r and r[0] == 2:
+                kernel[int(name)] = r[1]
+    return (own + reaped, live), kernel
 
 
 def psql(url, sql):
@@ -124,8 +118,7 @@ def main():
     pid = int(psql(url, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'"))
     postmaster = proc_cpu(pid)[0]
     before = (time.time(), cpu_times(), disks(), vmstat(), bgwriter(url))
-    server0 = server_cpu(postmaster)
-    kernel0 = kernel_threads()
+    server0, kernel0 = cpu_readings(postmaster)
 
     # One psql session answers a wait-event query per line written to it.
     query = ("SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
@@ -163,8 +156,8 @@ def main():
     time.sleep(0.1)
     for w in lines:
         waits[w.strip()] += 1
-    server1 = server_cpu(postmaster)
-    kernel = sum(v - kernel0.get(p, 0.0) for p, v in kernel_threads().items())
+    server1, kernel1 = cpu_readings(postmaster)
+    kernel = sum(v - kernel0.get(p, 0.0) for p, v in kernel1.items())
     after = (time.time(), cpu_times(), disks(), vmstat(), bgwriter(url))
 
     wall = after[0] - before[0]

@@ -16,8 +16,9 @@
 //! is bounded by `lock_timeout` (the load's lock wait, 10 s unless the user sets it); a switch
 //! that times out is retried a few times with backoff, under a savepoint. While the publish
 //! waits for its ACCESS EXCLUSIVE lock, the server queues every later query on the table
-//! behind it: the bound is also how long the table's readers may be held up at a time. Rows of the staged tables that could not be staged are loaded in the same
-//! transaction after the switch, so that all of a staged table's rows appear at once.
+//! behind it: the bound is also how long the table's readers may be held up at a time. Rows
+//! of the staged tables that could not be staged are loaded in the same transaction after
+//! the switch, so that all of a staged table's rows appear at once.
 //!
 //! A load holds a session advisory lock on its id for its whole life; a staging table whose
 //! load no longer holds that lock was left by a load that died before its publish, and the
@@ -38,6 +39,11 @@ const LOCK_CLASS: i32 = 0x736c_7563;
 /// statistics step before it gives up, unless the load says otherwise.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 pub const PUBLISH_ATTEMPTS: u32 = 5;
+
+/// `SET LOCAL lock_timeout` to `wait`, in the server's unit (a zero would wait forever).
+fn lock_timeout_for(wait: Duration) -> String {
+    format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis().max(1))
+}
 const PUBLISH_SAVEPOINT: &str = "sluice_publish";
 
 /// One partition, with what the staging table and the publish need.
@@ -504,8 +510,8 @@ async fn publish_once(
 ) -> Result<Vec<String>, PublishError> {
     client
         .batch_execute(&format!(
-            "SAVEPOINT {PUBLISH_SAVEPOINT}; SET LOCAL lock_timeout = '{}ms'",
-            lock_wait.as_millis().max(1)
+            "SAVEPOINT {PUBLISH_SAVEPOINT}; {}",
+            lock_timeout_for(lock_wait)
         ))
         .await?;
     let mut parents: Vec<&str> = staged.iter().map(|s| s.parent.as_str()).collect();
@@ -682,10 +688,10 @@ pub async fn analyze_parents(
             .map_err(|e| e.to_string())?;
         client
             .batch_execute(&format!(
-                "BEGIN; SET LOCAL lock_timeout = '{}ms'; \
+                "BEGIN; {}; \
                  LOCK TABLE ONLY {p} IN SHARE UPDATE EXCLUSIVE MODE; \
                  ANALYZE (SKIP_LOCKED) {p}; COMMIT",
-                lock_wait.as_millis().max(1)
+                lock_timeout_for(lock_wait)
             ))
             .await
             .map_err(|e| format!("ANALYZE {p}: {}", crate::connect::chain(&e)))

@@ -217,7 +217,7 @@ impl LoadArgs {
             chunk_size: None,
             dry_run: false,
             retries: 5,
-            lock_wait_timeout: std::time::Duration::from_secs(10),
+            lock_wait_timeout: sluice_postgres::stage::DEFAULT_LOCK_WAIT,
             max_errors: None,
             rejects: None,
             restart: false,
