@@ -255,13 +255,46 @@ pub struct PublishTimes {
     pub appended: Vec<String>,
 }
 
+/// What readying the staging area found, besides this load's own work.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreparedStaging {
+    /// Staging tables dropped: left by loads that stopped before their publish, of no job
+    /// that can still be resumed. Each says what it was for.
+    pub dropped: Vec<String>,
+    /// Staging tables left in place for another job that can still be resumed, which will
+    /// publish them. Each says which job.
+    pub waiting: Vec<String>,
+    /// Staging tables an earlier run of this load's job committed, that still fit the tables
+    /// as they are now: candidates for [`Staging::reuse_staging`].
+    pub leftovers: Vec<Leftover>,
+}
+
+/// A staging table an earlier run of the job committed and did not publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leftover {
+    /// The destination's name for it.
+    pub id: String,
+    /// The load's table and partition (an index into [`Partitioning::IntegerRange`]'s list)
+    /// it stands in for.
+    pub table: usize,
+    pub partition: usize,
+    /// The chunks whose rows it holds, as the job's ledger names them.
+    pub chunks: Vec<ChunkRecord>,
+}
+
 /// A destination that loads a partition's rows into a staging table of its own and switches
 /// every staging table in at once: the seed paper's design. The staging tables are invisible
 /// to the table's users until [`publish`](Staging::publish), which is one transaction.
 pub trait Staging: Destination {
     /// Before the load: readies the staging area and drops staging tables that earlier loads
-    /// left behind and no running load owns. Returns the tables it dropped, for a message.
-    fn prepare_staging(&self) -> Result<Vec<String>, DestinationError>;
+    /// left behind, that no running load owns and no resumable job can publish. Those of
+    /// `job` (this load's, when it keeps a ledger) that still fit come back as leftovers.
+    fn prepare_staging(&self, job: Option<i64>) -> Result<PreparedStaging, DestinationError>;
+
+    /// Takes the leftovers named in `keep` as this load's finished staging tables (the
+    /// publish switches them in, the ledger rows of their chunks go with it); drops the other
+    /// leftovers [`prepare_staging`](Staging::prepare_staging) returned.
+    fn reuse_staging(&self, keep: &[String]) -> Result<(), DestinationError>;
 
     /// How table `table` of the load is partitioned.
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError>;
@@ -278,8 +311,15 @@ pub trait Staging: Destination {
     ) -> Result<(), DestinationError>;
 
     /// Builds the table's indexes on the staging table, gathers its statistics and commits
-    /// it, to wait for the publish.
-    fn finish_stage(&self, stream: &mut Self::Stream<'_>) -> Result<StageTimes, DestinationError>;
+    /// it, to wait for the publish. When the load keeps a ledger, the staging table records,
+    /// in the same transaction, that it holds `chunks` of job `job`, so that a later run of
+    /// the job can publish it instead of loading those chunks again.
+    fn finish_stage(
+        &self,
+        stream: &mut Self::Stream<'_>,
+        job: Option<i64>,
+        chunks: &[ChunkRecord],
+    ) -> Result<StageTimes, DestinationError>;
 
     /// Rolls back the staging table in progress on `stream`, leaving the stream ready.
     fn abandon_stage(&self, stream: &mut Self::Stream<'_>) -> Result<(), DestinationError>;
@@ -287,7 +327,8 @@ pub trait Staging: Destination {
     /// Whether `e` says that a row was outside the staging table's partition.
     fn outside_partition(&self, e: &DestinationError) -> bool;
 
-    /// Drops every staging table this load finished: the load failed before its publish.
+    /// Drops every staging table this load finished or reused: the load failed before its
+    /// publish in a way no rerun resumes.
     fn discard_staging(&self) -> Result<(), DestinationError>;
 
     /// In `stream`'s transaction (opened for the publish; the caller commits it), switches

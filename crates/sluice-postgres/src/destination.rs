@@ -26,8 +26,8 @@ use crate::watchdog::Watchdog;
 use bytes::Bytes;
 use sluice_core::destination::{
     ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
-    Ledger, LoadTable, Partitioning, PublishTimes, RecordEncoder, ServerWaits, StageTimes, Staging,
-    TableInfo,
+    Ledger, Leftover, LoadTable, Partitioning, PreparedStaging, PublishTimes, RecordEncoder,
+    ServerWaits, StageTimes, Staging, TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
@@ -85,8 +85,11 @@ pub struct PgDestination {
     partitions: Mutex<Vec<Option<TablePartitions>>>,
     /// Staging tables numbered so far.
     stage_seq: AtomicU32,
-    /// Staging tables finished and waiting for the publish.
+    /// Staging tables finished (or reused) and waiting for the publish.
     staged: Mutex<Vec<Staged>>,
+    /// An earlier run's staging tables of this load's job, until the strategy says which it
+    /// reuses.
+    leftovers: Mutex<Vec<Staged>>,
     /// The partitions switched in by the publish, with their streams' statistics.
     analyzed: Mutex<Vec<String>>,
     /// The streams that have staged: when several, each builds its indexes without workers.
@@ -141,6 +144,7 @@ impl PgDestination {
             partitions: Mutex::new(Vec::new()),
             stage_seq: AtomicU32::new(0),
             staged: Mutex::new(Vec::new()),
+            leftovers: Mutex::new(Vec::new()),
             analyzed: Mutex::new(Vec::new()),
             staging_streams: Mutex::new(std::collections::BTreeSet::new()),
             lock_wait: stage::DEFAULT_LOCK_WAIT,
@@ -502,9 +506,101 @@ fn db_error(e: tokio_postgres::Error) -> DestinationError {
 }
 
 impl Staging for PgDestination {
-    fn prepare_staging(&self) -> Result<Vec<String>, DestinationError> {
+    fn prepare_staging(&self, job: Option<i64>) -> Result<PreparedStaging, DestinationError> {
         let id = self.load_id;
-        self.on_client(|c| async move { stage::prepare(&c, id).await.map_err(prepare_error) })
+        let found =
+            self.on_client(
+                |c| async move { stage::prepare(&c, id, job).await.map_err(prepare_error) },
+            )?;
+        let mut prepared = PreparedStaging {
+            dropped: found.dropped,
+            waiting: found.waiting,
+            leftovers: Vec::new(),
+        };
+        // Each candidate stands in for a partition of one of this load's tables, as the
+        // table is now, or it goes.
+        let mut unfit = Vec::new();
+        for (name, meta) in found.candidates {
+            let place = self
+                .tables
+                .iter()
+                .position(|t| t.table.oid == meta.parent)
+                .and_then(|t| {
+                    self.partitioning(t).ok()?;
+                    let partitions = lock(&self.partitions);
+                    let details = &partitions[t].as_ref()?.details;
+                    let p = details
+                        .iter()
+                        .position(|d| d.oid == meta.partition && d.bound == meta.bound)?;
+                    Some((t, p, details[p].clone()))
+                });
+            let Some((t, p, detail)) = place else {
+                unfit.push((
+                    name,
+                    "its partition is gone, or was attached with other bounds",
+                ));
+                continue;
+            };
+            let parent = self.tables[t].table.qualified();
+            let (fits, analyzed) = {
+                let (name, parent) = (name.clone(), parent.clone());
+                self.on_client(|c| async move {
+                    stage::still_fits(&c, &name, &parent)
+                        .await
+                        .map_err(db_error)
+                })?
+            };
+            if !fits {
+                unfit.push((
+                    name,
+                    "the table's columns, CHECK constraints or indexes changed since",
+                ));
+                continue;
+            }
+            prepared.leftovers.push(Leftover {
+                id: name.clone(),
+                table: t,
+                partition: p,
+                chunks: meta.chunks,
+            });
+            let columns = self.tables[t]
+                .table
+                .columns
+                .iter()
+                .map(|c| quote_ident(&c.name))
+                .collect();
+            lock(&self.leftovers).push(Staged {
+                parent,
+                columns,
+                partition: detail,
+                staging: name,
+                analyzed,
+            });
+        }
+        if !unfit.is_empty() {
+            let names: Vec<String> = unfit.iter().map(|(n, _)| n.clone()).collect();
+            self.on_client(
+                |c| async move { stage::drop_named(&c, &names).await.map_err(db_error) },
+            )?;
+            prepared.dropped.extend(
+                unfit
+                    .into_iter()
+                    .map(|(n, why)| format!("{}.{n} (this job's, but {why})", stage::SCHEMA)),
+            );
+        }
+        Ok(prepared)
+    }
+
+    fn reuse_staging(&self, keep: &[String]) -> Result<(), DestinationError> {
+        let (kept, other): (Vec<Staged>, Vec<Staged>) = std::mem::take(&mut *lock(&self.leftovers))
+            .into_iter()
+            .partition(|s| keep.contains(&s.staging));
+        lock(&self.staged).extend(kept);
+        let names: Vec<String> = other.into_iter().map(|s| s.staging).collect();
+        if names.is_empty() {
+            return Ok(());
+        }
+        self.on_client(|c| async move { stage::drop_named(&c, &names).await.map_err(db_error) })
     }
 
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
@@ -557,20 +653,40 @@ impl Staging for PgDestination {
             columns,
             partition: detail,
             staging,
+            analyzed: true,
         });
         stream.stage_table = Some(table);
         Ok(())
     }
 
-    fn finish_stage(&self, stream: &mut PgStream<'_>) -> Result<StageTimes, DestinationError> {
+    fn finish_stage(
+        &self,
+        stream: &mut PgStream<'_>,
+        job: Option<i64>,
+        chunks: &[ChunkRecord],
+    ) -> Result<StageTimes, DestinationError> {
         let Some(staged) = stream.stage.take() else {
             return Err(DestinationError::new(ErrorKind::Other, "no staging table"));
         };
-        stream.stage_table = None;
+        let table = stream.stage_table.take();
         let client = stream.stream.client();
         let mut times = StageTimes::default();
         let mut committed = false;
+        // What a later run of the job needs to publish it instead of loading it again.
+        let meta = match (job, table) {
+            (Some(job), Some(t)) => Some(stage::StagedMeta {
+                job,
+                parent: self.tables[t].table.oid,
+                partition: staged.partition.oid,
+                bound: staged.partition.bound.clone(),
+                chunks: chunks.to_vec(),
+            }),
+            _ => None,
+        };
         let result = self.rt.block_on(async {
+            if let Some(meta) = &meta {
+                stage::mark(client, &staged.staging, &staged.partition, meta).await?;
+            }
             let t = std::time::Instant::now();
             let serial = lock(&self.staging_streams).len() > 1;
             stage::build_indexes(client, &staged.parent, &staged.staging, serial).await?;
@@ -662,6 +778,7 @@ impl Staging for PgDestination {
         // lost them with its staging table and is analyzed with its parent.
         *lock(&self.analyzed) = staged
             .iter()
+            .filter(|s| s.analyzed)
             .map(|s| s.partition.qualified())
             .filter(|p| !times.appended.contains(p))
             .collect();
@@ -779,7 +896,8 @@ impl Ledger for PgDestination {
             if !staging {
                 return Ok(Vec::new());
             }
-            stage::prepare(&c, id).await.map_err(prepare_error)
+            let found = stage::prepare(&c, id, None).await.map_err(prepare_error)?;
+            Ok(found.dropped)
         })
     }
 }

@@ -21,11 +21,17 @@
 //! the switch, so that all of a staged table's rows appear at once.
 //!
 //! A load holds a session advisory lock on its id for its whole life; a staging table whose
-//! load no longer holds that lock was left by a load that died before its publish, and the
-//! next load drops it.
+//! load no longer holds that lock was left by a load that stopped before its publish. When the
+//! load kept a ledger, the staging table's comment says, in the transaction that committed it,
+//! which job it belongs to and which chunks of the job's files it holds ([`StagedMeta`]): the
+//! next run of that job publishes it as it is, with those chunks' ledger rows, instead of
+//! loading them again (exactly once: the table and its record are one, and the publish moves
+//! the table out of [`SCHEMA`] in the transaction that writes the ledger rows). Other loads
+//! leave it alone while its job can be resumed; otherwise the next load drops it.
 
 use crate::catalog::quote_ident;
 use sluice_core::destination::{Partitioning, PublishTimes, RangePartition};
+use sluice_core::ledger::ChunkRecord;
 use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
@@ -49,6 +55,7 @@ const PUBLISH_SAVEPOINT: &str = "sluice_publish";
 /// One partition, with what the staging table and the publish need.
 #[derive(Clone, Debug)]
 pub struct PartitionDetail {
+    pub oid: u32,
     pub schema: String,
     pub name: String,
     /// `FOR VALUES FROM (...) TO (...)`, as the catalog prints it.
@@ -81,6 +88,87 @@ pub struct Staged {
     pub partition: PartitionDetail,
     /// The staging table's name in [`SCHEMA`].
     pub staging: String,
+    /// Whether it has its statistics (an earlier run's may have been committed without).
+    pub analyzed: bool,
+}
+
+/// What a staging table's comment records, on its last line, for a later run of its job:
+/// `sluice-stage 1 job=7 parent=16384 partition=16390 chunks=0:0-1048576:12345,0:1048576-:9
+/// bound=FOR VALUES FROM (1) TO (1000)` (a chunk is `file:start-end:rows`, with no end for one
+/// that runs to the end of its file). Oids and the bound tie it to the partition it was made
+/// for: a partition dropped and created again, or attached with other bounds, does not match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagedMeta {
+    pub job: i64,
+    pub parent: u32,
+    pub partition: u32,
+    pub bound: String,
+    pub chunks: Vec<ChunkRecord>,
+}
+
+const META_TAG: &str = "sluice-stage 1";
+
+impl StagedMeta {
+    fn line(&self) -> String {
+        let chunks: Vec<String> = self
+            .chunks
+            .iter()
+            .map(|c| {
+                let end = c.end.map(|e| e.to_string()).unwrap_or_default();
+                format!("{}:{}-{end}:{}", c.file, c.start, c.rows)
+            })
+            .collect();
+        format!(
+            "{META_TAG} job={} parent={} partition={} chunks={} bound={}",
+            self.job,
+            self.parent,
+            self.partition,
+            chunks.join(","),
+            self.bound
+        )
+    }
+
+    /// Reads a staging table's comment; `None` for one with no record (made by a load
+    /// without a ledger, or by an older sluice).
+    pub fn parse(comment: &str) -> Option<StagedMeta> {
+        let line = comment.lines().last()?.strip_prefix(META_TAG)?.trim_start();
+        let (fields, bound) = line.split_once(" bound=")?;
+        let mut meta = StagedMeta {
+            job: 0,
+            parent: 0,
+            partition: 0,
+            bound: bound.to_string(),
+            chunks: Vec::new(),
+        };
+        let mut seen = 0;
+        for field in fields.split(' ') {
+            let (key, value) = field.split_once('=')?;
+            match key {
+                "job" => meta.job = value.parse().ok()?,
+                "parent" => meta.parent = value.parse().ok()?,
+                "partition" => meta.partition = value.parse().ok()?,
+                "chunks" => {
+                    for c in value.split(',').filter(|c| !c.is_empty()) {
+                        let (file, rest) = c.split_once(':')?;
+                        let (range, rows) = rest.split_once(':')?;
+                        let (start, end) = range.split_once('-')?;
+                        meta.chunks.push(ChunkRecord {
+                            file: file.parse().ok()?,
+                            start: start.parse().ok()?,
+                            end: match end {
+                                "" => None,
+                                e => Some(e.parse().ok()?),
+                            },
+                            rows: rows.parse().ok()?,
+                        });
+                    }
+                }
+                _ => return None,
+            }
+            seen += 1;
+        }
+        (seen == 4).then_some(meta)
+    }
 }
 
 /// The staging table name for load `load_id`'s `seq`th staging table.
@@ -201,7 +289,7 @@ pub async fn describe_partitions(
                     pg_get_expr(c.relpartbound, c.oid), \
                     coalesce(pg_get_partition_constraintdef(c.oid), ''), \
                     pg_has_role(c.relowner, 'USAGE'), \
-                    has_schema_privilege(n.oid, 'CREATE') \
+                    has_schema_privilege(n.oid, 'CREATE'), c.oid \
              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE i.inhparent = $1::text::regclass ORDER BY c.oid",
@@ -246,6 +334,7 @@ pub async fn describe_partitions(
             }
         };
         details.push(PartitionDetail {
+            oid: r.get(7),
             constraint: r.get(4),
             range: RangePartition {
                 name: qualified,
@@ -277,10 +366,26 @@ pub enum PrepareError {
     NoPrivilege,
 }
 
+/// What [`prepare`] found.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Dropped: of loads that no longer run, with no job that can resume them.
+    pub dropped: Vec<String>,
+    /// Left for a job that can still be resumed (another job than this load's).
+    pub waiting: Vec<String>,
+    /// This load's job's, left by an earlier run: by name, with what they hold.
+    pub candidates: Vec<(String, StagedMeta)>,
+}
+
 /// Readies the staging schema, marks this load as running (a session advisory lock on
-/// `load_id`, held by `client` until it closes) and drops the staging tables of loads that no
-/// longer run. Returns what it dropped, each with what it was for.
-pub async fn prepare(client: &Client, load_id: u32) -> Result<Vec<String>, PrepareError> {
+/// `load_id`, held by `client` until it closes) and sorts the staging tables of loads that no
+/// longer run: those of `job` are candidates for reuse, those of another job that can still be
+/// resumed wait for it, and the others are dropped.
+pub async fn prepare(
+    client: &Client,
+    load_id: u32,
+    job: Option<i64>,
+) -> Result<Prepared, PrepareError> {
     // A DBA may create the schema and grant CREATE on it to a role that may not create
     // schemas: use it as it is when it exists.
     let exists: bool = client
@@ -319,8 +424,9 @@ pub async fn prepare(client: &Client, load_id: u32) -> Result<Vec<String>, Prepa
             &[&SCHEMA],
         )
         .await?;
-    let mut dropped = Vec::new();
+    let mut found = Prepared::default();
     let mut checked: Vec<(u32, bool)> = Vec::new();
+    let mut jobs: Vec<(i64, Option<bool>)> = Vec::new();
     for r in rows {
         let (name, comment): (String, String) = (r.get(0), r.get(1));
         let Some(id) = load_id_of(&name) else {
@@ -351,17 +457,152 @@ pub async fn prepare(client: &Client, load_id: u32) -> Result<Vec<String>, Prepa
                 got
             }
         };
-        if gone {
-            client
-                .batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {}",
-                    staging_qualified(&name)
-                ))
-                .await?;
-            dropped.push(format!("{SCHEMA}.{name} ({comment})"));
+        if !gone {
+            continue;
         }
+        let first = comment.lines().next().unwrap_or_default().to_string();
+        match StagedMeta::parse(&comment) {
+            Some(meta) if Some(meta.job) == job => {
+                found.candidates.push((name, meta));
+                continue;
+            }
+            Some(StagedMeta { job: other, .. }) => {
+                let resumable = match jobs.iter().find(|(j, _)| *j == other) {
+                    Some((_, r)) => *r,
+                    None => {
+                        let r = job_resumable(client, other).await?;
+                        jobs.push((other, r));
+                        r
+                    }
+                };
+                // A job that can still be resumed publishes it; when the ledger cannot be read,
+                // nothing that such a job may count on is dropped either.
+                if resumable != Some(false) {
+                    found.waiting.push(format!("{SCHEMA}.{name} ({first})"));
+                    continue;
+                }
+            }
+            None => {}
+        }
+        client
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {}",
+                staging_qualified(&name)
+            ))
+            .await?;
+        found.dropped.push(format!("{SCHEMA}.{name} ({first})"));
     }
-    Ok(dropped)
+    Ok(found)
+}
+
+/// Whether job `job` of the ledger can still be resumed (it is running or failed); `None`
+/// when the ledger cannot be read by this role.
+async fn job_resumable(client: &Client, job: i64) -> Result<Option<bool>, tokio_postgres::Error> {
+    let readable: bool = client
+        .query_one(
+            "SELECT to_regclass('sluice_ledger.jobs') IS NULL \
+                OR has_table_privilege('sluice_ledger.jobs', 'SELECT')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !readable {
+        return Ok(None);
+    }
+    let ledger: bool = client
+        .query_one("SELECT to_regclass('sluice_ledger.jobs') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !ledger {
+        return Ok(Some(false));
+    }
+    let state: Option<String> = client
+        .query_opt(
+            "SELECT state FROM sluice_ledger.jobs WHERE id = $1",
+            &[&job],
+        )
+        .await?
+        .map(|r| r.get(0));
+    Ok(Some(matches!(state.as_deref(), Some("running" | "failed"))))
+}
+
+/// Whether staging table `staging` (an earlier run's) can still stand in for a partition of
+/// `parent` (quoted) as the parent is now: the same columns (names, types, NOT NULL), the
+/// same CHECK constraints and as many indexes, or ATTACH would refuse it or build on it. And
+/// whether it has its statistics (a run killed between its commit and its ANALYZE left none).
+pub async fn still_fits(
+    client: &Client,
+    staging: &str,
+    parent: &str,
+) -> Result<(bool, bool), tokio_postgres::Error> {
+    let shape = |rel: &str| {
+        format!(
+            "(SELECT string_agg(quote_ident(attname::text) || ' ' || \
+                     format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' not null' \
+                     ELSE '' END, ', ' ORDER BY attname) \
+              FROM pg_attribute WHERE attrelid = {rel} AND attnum > 0 AND NOT attisdropped) || \
+             ' / ' || coalesce((SELECT string_agg(pg_get_constraintdef(oid), ', ' \
+                                ORDER BY pg_get_constraintdef(oid)) \
+              FROM pg_constraint WHERE conrelid = {rel} AND contype = 'c' \
+                   AND conname <> '{BOUND_CHECK}'), '') || \
+             ' / ' || (SELECT count(*) FROM pg_index WHERE indrelid = {rel})"
+        )
+    };
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT {} = {}, EXISTS (SELECT 1 FROM pg_stats \
+                                         WHERE schemaname = $3 AND tablename = $4)",
+                shape("$1::text::regclass"),
+                shape("$2::text::regclass")
+            ),
+            &[&staging_qualified(staging), &parent, &SCHEMA, &staging],
+        )
+        .await?;
+    Ok((row.get::<_, Option<bool>>(0).unwrap_or(false), row.get(1)))
+}
+
+/// Records on the staging table, in the caller's transaction, that it holds `meta`'s chunks.
+pub async fn mark(
+    client: &Client,
+    staging: &str,
+    partition: &PartitionDetail,
+    meta: &StagedMeta,
+) -> Result<(), tokio_postgres::Error> {
+    let comment = format!(
+        "{}\n{}",
+        first_comment_line(partition, meta.job),
+        meta.line()
+    );
+    client
+        .batch_execute(&format!(
+            "COMMENT ON TABLE {} IS {}",
+            staging_qualified(staging),
+            quote_literal(&comment)
+        ))
+        .await
+}
+
+/// What a staging table's comment says first, for a DBA who finds it.
+fn first_comment_line(partition: &PartitionDetail, job: i64) -> String {
+    let job = match job {
+        0 => String::new(),
+        j => format!(", of job {j} (`sluice jobs`)"),
+    };
+    format!(
+        "sluice staging table for partition {}{job}, not yet published",
+        partition.qualified()
+    )
+}
+
+/// Drops the staging tables named (an earlier run's that this load does not reuse).
+pub async fn drop_named(client: &Client, names: &[String]) -> Result<(), tokio_postgres::Error> {
+    for name in names {
+        client
+            .batch_execute(&format!("DROP TABLE IF EXISTS {}", staging_qualified(name)))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Creates the staging table for `partition` of `parent`, in the caller's transaction.
@@ -372,10 +613,7 @@ pub async fn create_staging(
     staging: &str,
 ) -> Result<(), tokio_postgres::Error> {
     let table = staging_qualified(staging);
-    let comment = format!(
-        "sluice staging table for partition {}",
-        partition.qualified()
-    );
+    let comment = first_comment_line(partition, 0);
     client
         .batch_execute(&format!(
             "CREATE TABLE {table} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS \
@@ -768,6 +1006,45 @@ mod tests {
             None
         );
         assert_eq!(parse_range_bound("FOR VALUES IN (1, 2)"), None);
+    }
+
+    #[test]
+    fn a_staging_tables_record_reads_back_from_its_comment() {
+        let meta = StagedMeta {
+            job: 42,
+            parent: 16384,
+            partition: 16390,
+            bound: "FOR VALUES FROM (MINVALUE) TO ('1000')".into(),
+            chunks: vec![
+                ChunkRecord {
+                    file: 0,
+                    start: 0,
+                    end: Some(1 << 20),
+                    rows: 12_345,
+                },
+                ChunkRecord {
+                    file: 3,
+                    start: 1 << 20,
+                    end: None,
+                    rows: 7,
+                },
+            ],
+        };
+        // The first line names the partition, whatever its name holds (a newline included).
+        let comment = format!(
+            "sluice staging table for partition \"a\nb\"\n{}",
+            meta.line()
+        );
+        assert_eq!(StagedMeta::parse(&comment), Some(meta.clone()));
+        // A table from a load without a ledger, or mangled by hand, has no record.
+        assert_eq!(
+            StagedMeta::parse("sluice staging table for partition \"p\""),
+            None
+        );
+        let mangled = meta.line().replace("job=42", "job=x");
+        assert_eq!(StagedMeta::parse(&mangled), None);
+        let missing = meta.line().replace(" parent=16384", "");
+        assert_eq!(StagedMeta::parse(&missing), None);
     }
 
     #[test]

@@ -33,6 +33,15 @@ pub enum Failure {
     Exited(u8),
 }
 
+impl Failure {
+    /// Whether a job that failed this way is over: a bad row or a usage error is fixed in the
+    /// input or the command, which then loads as a new job; any other failure leaves the job
+    /// for the same command to resume.
+    pub fn abandons_job(&self) -> bool {
+        matches!(self, Failure::Input(_) | Failure::Usage(_))
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -321,6 +321,13 @@ pub fn render(report: &Report) -> String {
                 s.parent_analyze_seconds
             ));
         }
+        if s.reused_staging_tables > 0 {
+            out.push_str(&format!(
+                "stage: {} staging table(s) an earlier run of the job committed were published \
+                 as they were ({} rows, not loaded again)\n",
+                s.reused_staging_tables, s.reused_rows
+            ));
+        }
         for p in &s.appended {
             out.push_str(&format!(
                 "note: {p} had rows by the publish, so its staged rows were appended, not \

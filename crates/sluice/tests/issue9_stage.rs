@@ -1,7 +1,8 @@
 //! Issue 9: the `stage` strategy (staging tables switched into partitions, indexes after, one
 //! publish), against a real PostgreSQL: it loads what `direct` and `psql \copy` load, its
-//! ATTACH does not scan, a killed load leaves nothing visible and the next run cleans up, bad
-//! rows and unstageable inputs are named, and hostile names survive the switch.
+//! ATTACH does not scan, a killed load leaves nothing visible and the next run publishes what
+//! it staged (or drops it, when it cannot), bad rows and unstageable inputs are named, and
+//! hostile names survive the switch.
 
 mod common;
 
@@ -171,8 +172,19 @@ fn attach_proves_the_bound_without_a_scan() {
     }
 }
 
+/// Each job of the ledger: its state, and the rows its chunk records hold.
+fn jobs(d: &Db) -> String {
+    d.psql(
+        "SELECT string_agg(j.id || ' ' || j.state || ' ' || coalesce((SELECT sum(rows) \
+                FROM sluice_ledger.job_chunks c WHERE c.job = j.id), 0), ', ' ORDER BY j.id) \
+         FROM sluice_ledger.jobs j",
+    )
+    .trim()
+    .to_string()
+}
+
 #[test]
-fn a_killed_load_leaves_nothing_visible_and_the_next_run_cleans_up() {
+fn a_killed_load_leaves_nothing_visible_and_the_next_run_publishes_what_it_staged() {
     let d = db("stage_kill");
     three_partitions(&d, false);
     let small = d.file("small.csv", rows(1, 900).as_bytes());
@@ -213,20 +225,119 @@ fn a_killed_load_leaves_nothing_visible_and_the_next_run_cleans_up() {
         .trim()
             == "0"
     });
-    assert!(leftovers(&d) >= 1);
+    // The small file's, at least; the big one's too if it committed before the kill.
+    let left = leftovers(&d);
+    assert!(left >= 1);
+    let staged_rows = if left == 1 { 899 } else { 899 + 2_998_000 };
     let mut again = sluice_cmd();
     again.args(args);
     let out = run_bounded(again, 120);
     ok(&out);
+    // Published as they were, with their chunks' ledger rows: not loaded a second time.
     assert_has(
         &stderr(&out),
         &[
-            "dropped",
-            "staging table(s) left by a load that stopped before its publish",
+            &format!("{left} staging table(s) that an earlier run of job 1 committed"),
+            &format!("({staged_rows} rows): they are published with this run's, not loaded again"),
         ],
     );
     assert_eq!(d.count("t"), 899 + 2_998_000);
+    assert_eq!(
+        d.psql("SELECT count(DISTINCT id) FROM t").trim(),
+        (899 + 2_998_000).to_string()
+    );
     assert_eq!(leftovers(&d), 0);
+    assert_eq!(jobs(&d), "1 finished 2998899");
+}
+
+/// Kills a two-file stage load into `t` inside its publish transaction: both staging tables
+/// are committed, nothing is visible.
+fn kill_in_publish(d: &Db, args: &[&str]) {
+    let out = load(d, args, &[("SLUICE_KILL_AT", "publish")]);
+    assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(leftovers(d), 2);
+}
+
+#[test]
+fn staging_tables_wait_for_their_job_and_go_when_it_cannot_use_them() {
+    let d = db("stage_reuse");
+    three_partitions(&d, false);
+    d.psql(
+        "CREATE TABLE u (id int NOT NULL, v text) PARTITION BY RANGE (id); \
+         CREATE TABLE u_1 PARTITION OF u FOR VALUES FROM (MINVALUE) TO (MAXVALUE)",
+    );
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1900).as_bytes());
+    let c = d.file("c.csv", rows(1, 10).as_bytes());
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let args = ["--table", "t", "--jobs", "2", "--strategy", "stage", a, b];
+    kill_in_publish(&d, &args);
+    // Another job's load leaves them to the job that made them, and says so.
+    let out = load(&d, &["--table", "u", c.to_str().unwrap()], &[]);
+    ok(&out);
+    assert_has(
+        &stderr(&out),
+        &[
+            "left 2 staging table(s) in place for the job that made them",
+            "of job 1 (`sluice jobs`), not yet published",
+        ],
+    );
+    assert_eq!(leftovers(&d), 2);
+    assert_eq!(d.count("u"), 9);
+    // The same command publishes them: this run loads no row itself.
+    let out = load(&d, &args, &[]);
+    let summary = ok(&out);
+    assert_has(
+        &stderr(&out),
+        &["2 staging table(s) that an earlier run of job 1 committed hold 2 chunk(s) (1799 rows)"],
+    );
+    assert_has(
+        &summary,
+        &[
+            "strategy: stage",
+            "published as they were (1799 rows, not loaded again)",
+        ],
+    );
+    assert_eq!(d.count("t"), 1799);
+    assert_eq!(leftovers(&d), 0);
+    assert_eq!(jobs(&d), "1 finished 1799, 2 finished 9");
+
+    // The table changed between the runs (an index on the parent): the staging tables no
+    // longer fit, so they go and their rows load again.
+    d.psql("TRUNCATE t");
+    let restart: Vec<&str> = args.iter().copied().chain(["--restart"]).collect();
+    kill_in_publish(&d, &restart);
+    d.psql("CREATE INDEX t_v ON t (v)");
+    let out = load(&d, &args, &[]);
+    ok(&out);
+    assert_has(
+        &stderr(&out),
+        &[
+            "dropped 2 staging table(s)",
+            "this job's, but the table's columns, CHECK constraints or indexes changed since",
+        ],
+    );
+    assert_eq!(d.count("t"), 1799);
+    assert_eq!(
+        d.psql("SELECT count(*) FROM pg_indexes WHERE tablename IN ('t_1', 't_2')")
+            .trim(),
+        "2"
+    );
+    assert_eq!(jobs(&d), "1 finished 1799, 2 finished 9, 3 finished 1799");
+
+    // --restart abandons the job: its staging tables can never be published, and go.
+    d.psql("TRUNCATE t");
+    kill_in_publish(&d, &restart);
+    let out = load(&d, &restart, &[]);
+    ok(&out);
+    assert_has(&stderr(&out), &["dropped 2 staging table(s)"]);
+    assert_eq!(d.count("t"), 1799);
+    assert_eq!(leftovers(&d), 0);
+    assert_eq!(
+        jobs(&d),
+        "1 finished 1799, 2 finished 9, 3 finished 1799, 4 abandoned 0, 5 finished 1799"
+    );
 }
 
 #[test]
@@ -614,10 +725,23 @@ fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
         "the publish waited {took:?}"
     );
     assert_eq!(d.count("t"), 0, "rows are visible after a failed publish");
+    // The job resumes: its finished staging tables wait for that, out of the readers' way.
+    assert_has(
+        &stderr(&out),
+        &[
+            "kept the 2 staging table(s) this load finished",
+            "Run the same command again",
+        ],
+    );
+    assert_eq!(leftovers(&d), 2);
 
     drop(sql);
     assert!(reader.wait().unwrap().success());
-    ok(&load(&d, &args, &[]));
+    let summary = ok(&load(&d, &args, &[]));
+    assert_has(
+        &summary,
+        &["published as they were (1799 rows, not loaded again)"],
+    );
     assert_eq!(d.count("t"), 899 + 900);
     assert_eq!(
         d.psql("SELECT count(DISTINCT id) FROM t").trim(),

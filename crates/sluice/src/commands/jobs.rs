@@ -43,9 +43,10 @@ pub struct JobsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum JobsCommand {
-    /// Remove a job that is not running from the ledger, with the staging tables that loads
-    /// no longer running left behind. Its rows stay in the tables; a later run of the same
-    /// command no longer knows them (it resumes nothing and skips nothing of this job's).
+    /// Remove a job that is not running from the ledger, with the staging tables it left
+    /// unpublished (and those of other stopped loads that no job can publish). Its published
+    /// rows stay in the tables; a later run of the same command no longer knows them (it
+    /// resumes nothing and skips nothing of this job's).
     Forget {
         /// The job's id, as `sluice jobs` lists it.
         id: i64,

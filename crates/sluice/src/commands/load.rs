@@ -617,9 +617,7 @@ fn open_ledger<D: Ledger>(args: &LoadArgs, plan: &plan::Plan, dest: &D) -> bool 
 fn end_job<D: Ledger>(dest: &D, id: i64, result: &Result<report::Report, Failure>) {
     let (state, message) = match result {
         Ok(_) => (JobState::Finished, None),
-        Err(f @ (Failure::Input(_) | Failure::Usage(_))) => {
-            (JobState::Abandoned, Some(f.to_string()))
-        }
+        Err(f) if f.abandons_job() => (JobState::Abandoned, Some(f.to_string())),
         Err(f) => (JobState::Failed, Some(f.to_string())),
     };
     if let Err(e) = dest.end_job(id, state, message.as_deref()) {
@@ -669,7 +667,7 @@ fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> re
 fn run_plan<D: Staging + Ledger>(
     args: &LoadArgs,
     dest: &mut D,
-    plan: plan::Plan,
+    mut plan: plan::Plan,
     job: Option<ledger::JobRun>,
 ) -> Result<report::Report, Failure> {
     // A load that stages opens one more connection at its end, for the publish; and when it
@@ -697,6 +695,21 @@ fn run_plan<D: Staging + Ledger>(
     );
     if let Some(w) = warning {
         eprintln!("warning: {w}");
+    }
+    // Routing reads each partitioned input's first row, and may say what earlier loads left;
+    // the chunks an earlier run of the job staged leave the plan, their tables published as
+    // they are.
+    let mode = match (args.strategy, args.dry_run) {
+        (StrategyArg::Direct, _) | (_, true) => None,
+        (StrategyArg::Auto, false) => Some(Mode::Auto),
+        (StrategyArg::Stage, false) => Some(Mode::Required),
+    };
+    let mut stage = mode
+        .map(|mode| Stage::plan(&mut plan, &*dest, mode, jobs, job.as_ref()))
+        .transpose()?;
+    if let Some(s) = stage.as_mut() {
+        s.verbose = !args.quiet;
+        s.isolate_rejects = args.max_errors.is_some_and(|t| t.allows_any());
     }
     let ledger_note = job.as_ref().and_then(|j| j.note.clone());
     let job_id = job.as_ref().map(|j| j.job);
@@ -762,16 +775,6 @@ fn run_plan<D: Staging + Ledger>(
                 .count() as u64
         })
         .collect();
-    // Routing reads each partitioned input's first row, and may say what earlier loads left.
-    let mut stage = match (args.strategy, args.dry_run) {
-        (StrategyArg::Direct, _) | (_, true) => None,
-        (StrategyArg::Auto, false) => Some(Stage::plan(&plan, &*dest, Mode::Auto, jobs)?),
-        (StrategyArg::Stage, false) => Some(Stage::plan(&plan, &*dest, Mode::Required, jobs)?),
-    };
-    if let Some(s) = stage.as_mut() {
-        s.verbose = !args.quiet;
-        s.isolate_rejects = rejects.is_some();
-    }
     let display = progress::start(
         progress::Mode::choose(args.quiet),
         names,

@@ -222,8 +222,7 @@ pub fn start<D: Ledger>(
         note = Some(format!("skipping {what} (`--restart` loads them again)"));
     }
     let mut plan = plan;
-    plan.chunks.retain(|c| loaded[c.input].is_none());
-    renumber(&mut plan);
+    plan.retain_chunks(|c| loaded[c.input].is_none());
     let mut job_files = Vec::new();
     let mut index = vec![None; files.len()];
     for (i, f) in files.into_iter().enumerate() {
@@ -306,7 +305,7 @@ fn resume<D: Ledger>(
     let done = dest.job_chunks(id).map_err(read)?;
     let mut plan = plan;
     let mut mismatch = None;
-    plan.chunks.retain(|c| {
+    plan.retain_chunks(|c| {
         let Some(file) = files[c.input] else {
             return false;
         };
@@ -325,7 +324,6 @@ fn resume<D: Ledger>(
             plan.inputs[i].display
         )));
     }
-    renumber(&mut plan);
     dest.resume_job(id)
         .map_err(|e| ledger_failure("resuming the job", e))?;
     let rows: u64 = done.iter().map(|d| d.rows).sum();
@@ -344,11 +342,4 @@ fn resume<D: Ledger>(
             resumed: true,
         },
     ))
-}
-
-/// Renumbers a plan's chunks after some were left out.
-fn renumber(plan: &mut Plan) {
-    for (id, c) in plan.chunks.iter_mut().enumerate() {
-        c.id = id;
-    }
 }

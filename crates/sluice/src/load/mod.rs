@@ -1034,7 +1034,7 @@ pub fn execute<D: Destination>(
         taken: &taken,
         counters,
     };
-    let staged_records: Mutex<Vec<ChunkRecord>> = Mutex::new(Vec::new());
+    let staged_records: Mutex<Vec<ChunkRecord>> = Mutex::new(strategy.carried());
     let calibrating = opts.calibrate && jobs > 1;
     let gate = calibrate::Gate::new(jobs, calibrating);
     let streams_done = AtomicBool::new(false);
@@ -1247,7 +1247,8 @@ pub fn execute<D: Destination>(
                                     }
                                 }
                                 if let (Some(s), Some(_)) = (slot.as_mut(), unit.staged) {
-                                    if let Err(e) = strategy.end_unit(dest, s, &unit) {
+                                    if let Err(e) = strategy.end_unit(dest, s, &unit, &unit_records)
+                                    {
                                         if e.kind == ErrorKind::Connection {
                                             lose!(e)
                                         }
@@ -1328,7 +1329,7 @@ pub fn execute<D: Destination>(
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         // Dropping the streams closes their connections: every transaction rolls back.
         drop(results);
-        strategy.abandon(dest);
+        strategy.abandon(dest, &e);
         // A bad row says so in main.rs; a lost connection or a server failure here says it too.
         let nothing = "nothing was committed: every stream's transaction rolled back";
         return Err(match e {
@@ -1347,7 +1348,7 @@ pub fn execute<D: Destination>(
     };
     if let Err(e) = within(0) {
         drop(streams);
-        strategy.abandon(dest);
+        strategy.abandon(dest, &e);
         return Err(e);
     }
     // Every stream finished cleanly: the strategy makes the load visible, loading on its
@@ -1403,7 +1404,7 @@ pub fn execute<D: Destination>(
     };
     let published = strategy.publish(dest, streams.into_iter().flatten().collect(), &mut run);
     if let Err(e) = published {
-        strategy.abandon(dest);
+        strategy.abandon(dest, &e);
         return Err(e);
     }
     // The publish stream's chunks are counted with the first stream's.

@@ -213,6 +213,17 @@ pub struct Plan {
     pub chunk_size: u64,
 }
 
+impl Plan {
+    /// Keeps the chunks `keep` says to (the rest were loaded by an earlier run), numbered
+    /// anew.
+    pub fn retain_chunks(&mut self, keep: impl FnMut(&Chunk) -> bool) {
+        self.chunks.retain(keep);
+        for (id, c) in self.chunks.iter_mut().enumerate() {
+            c.id = id;
+        }
+    }
+}
+
 /// The default chunk size: an eighth of the input, between 16 MiB and 1 GiB. It depends on the
 /// input alone, so that the same files are cut the same way whatever `--jobs` is. An eighth
 /// is what the former jobs-based rule (input / (4 x jobs)) gave at this machine's default of

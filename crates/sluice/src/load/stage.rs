@@ -15,17 +15,26 @@
 //! the staged tables' inputs that could not be staged (so a staged table's rows appear at
 //! once, and a bad row among the late ones leaves nothing visible); then the direct streams,
 //! which only load tables with nothing staged, commit; then the parents are analyzed.
+//!
+//! Across runs: a staging table records, as it commits, the ledger rows of the chunks it
+//! holds (the destination keeps them with the table). A run that resumes the job takes back
+//! the ones that still fit ([`take_back`]): their chunks leave the plan, and their ledger rows
+//! go into the publish with this run's. A failure the job resumes from keeps this run's
+//! finished staging tables for that; one that ends the job (a bad row) drops them.
 
 use super::chunk::locate_record;
+use super::ledger::JobRun;
 use super::lock;
 use super::plan::{Chunk, Plan};
 use super::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
 use crate::failure::Failure;
 use sluice_core::destination::{
-    DestinationError, DestinationStream, ErrorKind, Partitioning, Staging,
+    DestinationError, DestinationStream, ErrorKind, Leftover, Partitioning, Staging,
 };
 use sluice_core::error::InputError;
+use sluice_core::ledger::ChunkRecord;
 use sluice_core::primitives::{parse_i64, trim_c_space};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -73,6 +82,10 @@ pub struct StepTimes {
     pub publish_attempts: u32,
     /// Partitions whose staging rows were appended, not switched in (they had rows by then).
     pub appended: Vec<String>,
+    /// Staging tables an earlier run of the job committed, published by this run as they
+    /// were, and the rows they held (not loaded again, so not among this run's rows).
+    pub reused_staging_tables: usize,
+    pub reused_rows: u64,
 }
 
 /// The stage strategy, with its routing decided.
@@ -98,17 +111,218 @@ pub struct Stage {
     /// loaded again in the publish transaction, where its bad rows are isolated under
     /// savepoints (COPY FREEZE refuses them).
     pub isolate_rejects: bool,
+    /// The load's job, when it keeps a ledger: its staging tables record their chunks, and
+    /// outlive a failure the job resumes from.
+    job: Option<i64>,
+    /// The ledger rows of the reused staging tables' chunks, for the publish.
+    carried: Vec<ChunkRecord>,
+    /// The publish committed: the staging tables are the tables' partitions now.
+    published: AtomicBool,
+}
+
+/// The leftovers of an earlier run [`reusable`] takes back, each with the plan chunks it
+/// holds, and those it refuses, each with why.
+#[derive(Default)]
+struct Reuse {
+    take: Vec<(Leftover, Vec<usize>)>,
+    refuse: Vec<(Leftover, &'static str)>,
+}
+
+/// The leftovers of an earlier run of `job` that this run can publish as they are: each
+/// holds whole inputs whose chunks are all still to load (so none is in twice), and stands in
+/// for a partition that can still be replaced.
+fn reusable(
+    plan: &Plan,
+    partitionings: &[Partitioning],
+    job: &JobRun,
+    leftovers: Vec<Leftover>,
+) -> Reuse {
+    let mut taken = vec![false; plan.chunks.len()];
+    let mut reuse = Reuse::default();
+    for l in leftovers {
+        let open = match &partitionings[l.table] {
+            Partitioning::IntegerRange { partitions, .. } => partitions
+                .get(l.partition)
+                .is_some_and(|p| p.obstacle.is_none()),
+            _ => false,
+        };
+        if !open {
+            reuse
+                .refuse
+                .push((l, "its partition cannot be replaced now"));
+            continue;
+        }
+        let held: Option<Vec<usize>> = l
+            .chunks
+            .iter()
+            .map(|r| {
+                (0..plan.chunks.len()).find(|&c| {
+                    let chunk = &plan.chunks[c];
+                    !taken[c]
+                        && plan.inputs[chunk.input].table == l.table
+                        && job.files.get(chunk.input).copied().flatten() == Some(r.file)
+                        && chunk.start == r.start
+                        && chunk.end == r.end
+                })
+            })
+            .collect();
+        let whole = |held: &[usize]| {
+            (0..plan.chunks.len()).all(|c| {
+                held.contains(&c)
+                    || !held
+                        .iter()
+                        .any(|&h| plan.chunks[h].input == plan.chunks[c].input)
+            })
+        };
+        match held {
+            Some(held) if !held.is_empty() && whole(&held) => {
+                for &c in &held {
+                    taken[c] = true;
+                }
+                reuse.take.push((l, held));
+            }
+            _ => reuse
+                .refuse
+                .push((l, "its chunks are not among those left to load")),
+        }
+    }
+    reuse
+}
+
+/// What [`take_back`] took back from an earlier run of the job.
+struct TakenBack {
+    /// Whether the staging area can be used, or why not.
+    ready: Result<(), String>,
+    /// The (table, partition) each reused staging table stands in for.
+    partitions: Vec<(usize, usize)>,
+    /// The inputs they hold, whole.
+    inputs: Vec<bool>,
+    /// Their chunks' ledger rows, for the publish.
+    carried: Vec<ChunkRecord>,
+    rows: u64,
+}
+
+impl TakenBack {
+    fn none(plan: &Plan) -> TakenBack {
+        TakenBack {
+            ready: Ok(()),
+            partitions: Vec::new(),
+            inputs: vec![false; plan.inputs.len()],
+            carried: Vec::new(),
+            rows: 0,
+        }
+    }
+}
+
+/// Readies the staging area, says what it dropped and what it left for other jobs, and takes
+/// back the staging tables an earlier run of `job` committed that still fit: their chunks
+/// leave `plan`.
+fn take_back<D: Staging>(
+    plan: &mut Plan,
+    dest: &D,
+    partitionings: &[Partitioning],
+    job: Option<&JobRun>,
+) -> Result<TakenBack, Failure> {
+    let mut back = TakenBack::none(plan);
+    let prepared = match dest.prepare_staging(job.map(|j| j.job)) {
+        Ok(p) => p,
+        Err(e) => {
+            back.ready = Err(format!("the staging area cannot be used: {e}"));
+            return Ok(back);
+        }
+    };
+    let Reuse { take, refuse } = match job {
+        Some(job) => reusable(plan, partitionings, job, prepared.leftovers),
+        None => Reuse::default(),
+    };
+    let keep: Vec<String> = take.iter().map(|(l, _)| l.id.clone()).collect();
+    dest.reuse_staging(&keep)
+        .map_err(|e| Failure::Server(format!("taking back the staging tables: {e}")))?;
+    let mut dropped = prepared.dropped;
+    dropped.extend(
+        refuse
+            .into_iter()
+            .map(|(l, why)| format!("{} (this job's, but {why})", l.id)),
+    );
+    if !dropped.is_empty() {
+        eprintln!(
+            "sluice: dropped {} staging table(s) left by a load that stopped before its \
+             publish (none of their rows was ever visible): {}",
+            dropped.len(),
+            dropped.join(", ")
+        );
+    }
+    if !prepared.waiting.is_empty() {
+        eprintln!(
+            "sluice: left {} staging table(s) in place for the job that made them, which \
+             publishes them when it resumes (`sluice jobs forget ID` drops them): {}",
+            prepared.waiting.len(),
+            prepared.waiting.join(", ")
+        );
+    }
+    let mut held = vec![false; plan.chunks.len()];
+    for (l, chunks) in take {
+        for c in chunks {
+            held[c] = true;
+            back.inputs[plan.chunks[c].input] = true;
+        }
+        back.rows += l.chunks.iter().map(|r| r.rows).sum::<u64>();
+        back.carried.extend(l.chunks);
+        back.partitions.push((l.table, l.partition));
+    }
+    if !back.partitions.is_empty() {
+        eprintln!(
+            "sluice: {} staging table(s) that an earlier run of job {} committed hold {} \
+             chunk(s) ({} rows): they are published with this run's, not loaded again",
+            back.partitions.len(),
+            job.map_or(0, |j| j.job),
+            back.carried.len(),
+            back.rows
+        );
+    }
+    let mut n = 0;
+    plan.retain_chunks(|_| {
+        n += 1;
+        !held[n - 1]
+    });
+    Ok(back)
 }
 
 impl Stage {
-    /// Routes every input: readies the staging area (dropping what dead loads left), reads
-    /// each partitioned table's partitions and each input's first key.
+    /// Routes every input: readies the staging area (dropping what dead loads left, taking
+    /// back what an earlier run of `job` staged: those chunks leave `plan`), reads each
+    /// partitioned table's partitions and each input's first key.
     pub fn plan<D: Staging>(
-        plan: &Plan,
+        plan: &mut Plan,
         dest: &D,
         mode: Mode,
         jobs: usize,
+        job: Option<&JobRun>,
     ) -> Result<Stage, Failure> {
+        let mut partitionings = Vec::new();
+        for table in &plan.tables {
+            let p = dest.partitioning(partitionings.len()).map_err(|e| {
+                Failure::Server(format!(
+                    "reading {}'s partitions: {e}",
+                    table.table.qualified
+                ))
+            })?;
+            partitionings.push(p);
+        }
+        // The staging area is readied when a table could use it.
+        let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerRange { .. });
+        let back = match partitionings.iter().any(routable) {
+            true => take_back(plan, dest, &partitionings, job)?,
+            false => TakenBack::none(plan),
+        };
+        let TakenBack {
+            ready,
+            partitions: reused,
+            inputs: reused_inputs,
+            carried,
+            rows: reused_rows,
+        } = back;
+        let plan = &*plan;
         let mut fallbacks = Vec::new();
         let mut targets: Vec<Target> = Vec::new();
         let mut direct_inputs: Vec<usize> = Vec::new();
@@ -119,18 +333,11 @@ impl Stage {
                 reason,
             });
         };
-        let mut ready: Option<Result<(), String>> = None;
         for (t, table) in plan.tables.iter().enumerate() {
             let inputs: Vec<usize> = (0..plan.inputs.len())
-                .filter(|&i| plan.inputs[i].table == t)
+                .filter(|&i| plan.inputs[i].table == t && !reused_inputs[i])
                 .collect();
-            let partitioning = dest.partitioning(t).map_err(|e| {
-                Failure::Server(format!(
-                    "reading {}'s partitions: {e}",
-                    table.table.qualified
-                ))
-            })?;
-            let (column, partitions, default) = match partitioning {
+            let (column, partitions, default) = match partitionings[t].clone() {
                 Partitioning::None => {
                     direct_inputs.extend(&inputs);
                     continue;
@@ -152,22 +359,7 @@ impl Stage {
                     default,
                 } => (column, partitions, default),
             };
-            // The staging area is readied once, when a table could use it.
-            let ready = ready.get_or_insert_with(|| match dest.prepare_staging() {
-                Ok(dropped) => {
-                    if !dropped.is_empty() {
-                        eprintln!(
-                            "sluice: dropped {} staging table(s) left by a load that stopped \
-                             before its publish (none of their rows was ever visible): {}",
-                            dropped.len(),
-                            dropped.join(", ")
-                        );
-                    }
-                    Ok(())
-                }
-                Err(e) => Err(format!("the staging area cannot be used: {e}")),
-            });
-            if let Err(why) = ready {
+            if let Err(why) = &ready {
                 for &i in &inputs {
                     fallback(&mut fallbacks, i, why.clone());
                 }
@@ -240,6 +432,19 @@ impl Stage {
                     direct_inputs.push(i);
                     continue;
                 }
+                if reused.contains(&(t, p)) {
+                    fallback(
+                        &mut fallbacks,
+                        i,
+                        format!(
+                            "an earlier run's staging table for {} is published as it is; \
+                             this file's rows load in the publish transaction",
+                            partitions[p].name
+                        ),
+                    );
+                    direct_inputs.push(i);
+                    continue;
+                }
                 match targets
                     .iter_mut()
                     .find(|g| g.table == t && g.partition == p)
@@ -254,7 +459,7 @@ impl Stage {
                 }
             }
         }
-        if mode == Mode::Required && targets.is_empty() {
+        if mode == Mode::Required && targets.is_empty() && reused.is_empty() {
             let why: Vec<String> = fallbacks
                 .iter()
                 .map(|f| format!("{}: {}", f.file, f.reason))
@@ -282,7 +487,7 @@ impl Stage {
         // they load after the switch, so that all of the table's rows appear at once, and no
         // direct stream holds a lock on a parent the publish must lock.
         let staged_table: Vec<bool> = (0..plan.tables.len())
-            .map(|t| targets.iter().any(|g| g.table == t))
+            .map(|t| targets.iter().any(|g| g.table == t) || reused.iter().any(|r| r.0 == t))
             .collect();
         let (deferred, direct): (Vec<usize>, Vec<usize>) = (0..plan.chunks.len())
             .filter(|&c| is_direct[plan.chunks[c].input])
@@ -298,13 +503,20 @@ impl Stage {
             targets: Mutex::new(targets),
             begun: Mutex::new(vec![None; n]),
             fallbacks: Mutex::new(fallbacks),
-            times: Mutex::new(StepTimes::default()),
-            staged_inputs: Mutex::new(vec![false; plan.inputs.len()]),
+            times: Mutex::new(StepTimes {
+                reused_staging_tables: reused.len(),
+                reused_rows,
+                ..StepTimes::default()
+            }),
+            staged_inputs: Mutex::new(reused_inputs),
             deferred: Mutex::new(deferred),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
             verbose: false,
             isolate_rejects: false,
+            job: job.map(|j| j.job),
+            carried,
+            published: AtomicBool::new(false),
             input_names: plan
                 .inputs
                 .iter()
@@ -390,12 +602,13 @@ impl<D: Staging> Strategy<D> for Stage {
         dest: &D,
         stream: &mut D::Stream<'_>,
         unit: &Unit,
+        records: &[ChunkRecord],
     ) -> Result<(), DestinationError> {
         let Some(k) = unit.staged else { return Ok(()) };
         let loaded = lock(&self.begun)[k]
             .map(|t| t.elapsed())
             .unwrap_or_default();
-        let built = dest.finish_stage(stream)?;
+        let built = dest.finish_stage(stream, self.job, records)?;
         let mut times = lock(&self.times);
         times.staging_tables += 1;
         times.load_seconds += secs(loaded);
@@ -482,8 +695,28 @@ impl<D: Staging> Strategy<D> for Stage {
         Some(units)
     }
 
-    fn abandon(&self, dest: &D) {
-        // Left in place, the next load would drop them; a failed load should leave nothing.
+    fn carried(&self) -> Vec<ChunkRecord> {
+        self.carried.clone()
+    }
+
+    fn abandon(&self, dest: &D, failure: &Failure) {
+        if self.published.load(Ordering::SeqCst) {
+            return;
+        }
+        let times = self.times();
+        let finished = times.staging_tables + times.reused_staging_tables;
+        // A job the same command resumes publishes them then, without loading them again;
+        // otherwise a failed load leaves nothing.
+        if self.job.is_some() && !failure.abandons_job() {
+            if finished > 0 {
+                eprintln!(
+                    "sluice: kept the {finished} staging table(s) this load finished (invisible \
+                     to the tables' users): the run that resumes the job publishes them without \
+                     loading their rows again"
+                );
+            }
+            return;
+        }
         if let Err(e) = dest.discard_staging() {
             eprintln!(
                 "sluice: could not drop this load's staging tables ({e}); the next load drops them"
@@ -530,6 +763,7 @@ impl<D: Staging> Strategy<D> for Stage {
                 .fire_deferred_checks()
                 .and_then(|()| publisher.commit())
                 .map_err(invisible)?;
+            self.published.store(true, Ordering::SeqCst);
             let mut times = lock(&self.times);
             times.publish_seconds = secs(started.elapsed());
             times.publish_attempts = switched.attempts;

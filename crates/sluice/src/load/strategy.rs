@@ -20,6 +20,7 @@
 use super::plan::{Chunk, Plan};
 use crate::failure::Failure;
 use sluice_core::destination::{Destination, DestinationError, DestinationStream};
+use sluice_core::ledger::ChunkRecord;
 
 /// A piece of work one stream takes from the queue: chunks (indexes into `plan.chunks`)
 /// loaded in order, into the stream's long transaction, or, for a staged unit, in a
@@ -56,12 +57,14 @@ pub trait Strategy<D: Destination>: Sync {
         Ok(())
     }
 
-    /// After a staged unit's last chunk, on its stream.
+    /// After a staged unit's last chunk, on its stream; `records` are its chunks' ledger rows
+    /// (empty when the load keeps no ledger), which the publish writes.
     fn end_unit(
         &self,
         _dest: &D,
         _stream: &mut D::Stream<'_>,
         _unit: &Unit,
+        _records: &[ChunkRecord],
     ) -> Result<(), DestinationError> {
         Ok(())
     }
@@ -84,9 +87,15 @@ pub trait Strategy<D: Destination>: Sync {
         stream.fire_deferred_checks()
     }
 
-    /// The load failed before its publish (every stream has rolled back): clean up what the
-    /// strategy committed on the side.
-    fn abandon(&self, _dest: &D) {}
+    /// The ledger rows of chunks an earlier run of the job loaded on the side, which this
+    /// run's publish makes visible (and so writes with its own staged chunks').
+    fn carried(&self) -> Vec<ChunkRecord> {
+        Vec::new()
+    }
+
+    /// The load failed with `failure` before its publish (every stream has rolled back):
+    /// clean up what the strategy committed on the side, or keep it for the run that resumes.
+    fn abandon(&self, _dest: &D, _failure: &Failure) {}
 
     /// Once every stream has finished cleanly: makes the load visible. `streams` are the
     /// long transactions that did direct work; `run` loads chunks on a stream as the engine
