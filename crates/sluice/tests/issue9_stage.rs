@@ -354,6 +354,14 @@ fn staging_tables_wait_for_their_job_and_go_when_it_cannot_use_them() {
         jobs(&d),
         "1 finished 1799, 2 finished 9, 3 finished 1799, 4 abandoned 0, 5 finished 1799"
     );
+
+    // Forgetting an interrupted job drops what it staged.
+    d.psql("TRUNCATE t");
+    kill_in_publish(&d, &restart);
+    let forgot = d.sluice_ok(&["jobs", "forget", "6"]);
+    assert_has(&forgot, &["forgot job 6", "dropped 2 staging table(s)"]);
+    assert_eq!(leftovers(&d), 0);
+    assert_eq!(d.count("t"), 0);
 }
 
 #[test]
