@@ -563,19 +563,7 @@ impl Staging for PgDestination {
                 partition: p,
                 chunks: meta.chunks,
             });
-            let columns = self.tables[t]
-                .table
-                .columns
-                .iter()
-                .map(|c| quote_ident(&c.name))
-                .collect();
-            lock(&self.leftovers).push(Staged {
-                parent,
-                columns,
-                partition: detail,
-                staging: name,
-                analyzed,
-            });
+            lock(&self.leftovers).push(self.staged(t, detail, name, analyzed));
         }
         if !unfit.is_empty() {
             let names: Vec<String> = unfit.iter().map(|(n, _)| n.clone()).collect();
@@ -642,19 +630,7 @@ impl Staging for PgDestination {
                 &staging,
             ))
             .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
-        let columns = self.tables[table]
-            .table
-            .columns
-            .iter()
-            .map(|c| quote_ident(&c.name))
-            .collect();
-        stream.stage = Some(Staged {
-            parent,
-            columns,
-            partition: detail,
-            staging,
-            analyzed: true,
-        });
+        stream.stage = Some(self.staged(table, detail, staging, true));
         stream.stage_table = Some(table);
         Ok(())
     }
@@ -807,6 +783,26 @@ impl Staging for PgDestination {
             ));
         }
         started.elapsed()
+    }
+}
+
+impl PgDestination {
+    /// Staging table `staging` of the load's table `table`, standing in for `partition`.
+    fn staged(
+        &self,
+        table: usize,
+        partition: stage::PartitionDetail,
+        staging: String,
+        analyzed: bool,
+    ) -> Staged {
+        let t = &self.tables[table].table;
+        Staged {
+            parent: t.qualified(),
+            columns: t.columns.iter().map(|c| quote_ident(&c.name)).collect(),
+            partition,
+            staging,
+            analyzed,
+        }
     }
 }
 
