@@ -629,7 +629,12 @@ pub async fn create_staging(
 
 /// `'it''s'`.
 fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
+    // As the server's own quote_literal(): a backslash makes it an escape string, which
+    // reads the same whatever the session's standard_conforming_strings.
+    match s.contains('\\') {
+        true => format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''")),
+        false => format!("'{}'", s.replace('\'', "''")),
+    }
 }
 
 /// Builds `parent`'s indexes on the staging table: primary keys and unique constraints as
@@ -1045,6 +1050,12 @@ mod tests {
         assert_eq!(StagedMeta::parse(&mangled), None);
         let missing = meta.line().replace(" parent=16384", "");
         assert_eq!(StagedMeta::parse(&missing), None);
+    }
+
+    #[test]
+    fn literals_read_the_same_whatever_the_session_does_with_backslashes() {
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("p\\'3"), "E'p\\\\''3'");
     }
 
     #[test]

@@ -502,27 +502,39 @@ fn hostile_schema_table_and_partition_names_survive_the_switch() {
          CREATE TABLE \"My Schema\".\"p 1 ü\" PARTITION OF \"My Schema\".\"Line \"\"Items\"\"\" \
             FOR VALUES FROM (MINVALUE) TO (1000); \
          CREATE TABLE \"My Schema\".\"p \"\"2\"\"\" PARTITION OF \"My Schema\".\"Line \"\"Items\"\"\" \
-            FOR VALUES FROM (1000) TO (MAXVALUE)",
+            FOR VALUES FROM (1000) TO (2000); \
+         CREATE TABLE \"My Schema\".\"p\\'3\nx\" PARTITION OF \"My Schema\".\"Line \"\"Items\"\"\" \
+            FOR VALUES FROM (2000) TO (MAXVALUE)",
     );
     let a = d.file("a.csv", rows(1, 900).as_bytes());
     let b = d.file("b.csv", rows(1000, 1900).as_bytes());
-    let out = ok(&load(
-        &d,
-        &[
-            "--table",
-            "\"My Schema\".\"Line \"\"Items\"\"\"",
-            "--jobs",
-            "2",
-            "--strategy",
-            "stage",
-            a.to_str().unwrap(),
-            b.to_str().unwrap(),
-        ],
-        &[],
-    ));
-    assert_has(&out, &["2 staging tables"]);
+    let c = d.file("c.csv", rows(2000, 2100).as_bytes());
+    let args = [
+        "--table",
+        "\"My Schema\".\"Line \"\"Items\"\"\"",
+        "--jobs",
+        "2",
+        "--strategy",
+        "stage",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+    ];
+    // Backslashes are escapes in this session's string literals: the staging tables' comments
+    // (which name the partitions) must still be what sluice wrote.
+    let session = ("PGOPTIONS", "-c standard_conforming_strings=off");
+    let out = load(&d, &args, &[session, ("SLUICE_KILL_AT", "publish")]);
+    assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
+    assert_eq!(leftovers(&d), 3);
+    let out = load(&d, &args, &[session]);
+    let summary = ok(&out);
+    assert_has(
+        &summary,
+        &["published as they were (1899 rows, not loaded again)"],
+    );
     assert_eq!(d.count("\"My Schema\".\"p 1 ü\""), 899);
     assert_eq!(d.count("\"My Schema\".\"p \"\"2\"\"\""), 900);
+    assert_eq!(d.count("\"My Schema\".\"p\\'3\nx\""), 100);
     assert_eq!(
         d.psql(
             "SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_inherits i \
@@ -530,7 +542,7 @@ fn hostile_schema_table_and_partition_names_survive_the_switch() {
              WHERE i.inhparent = '\"My Schema\".\"Line \"\"Items\"\"\"'::regclass"
         )
         .trim(),
-        "p \"2\",p 1 ü"
+        "p \"2\",p 1 ü,p\\'3\nx"
     );
     assert_eq!(leftovers(&d), 0);
 }
