@@ -34,7 +34,8 @@ no row of it is visible afterwards.
 
 Each load is a job in the target's ledger (schema sluice_ledger; see `sluice
 jobs`). Running the same command again after any failure resumes it:
-chunks already committed are skipped, the rest load, exactly once.
+chunks already committed are skipped, staging tables it finished are
+published as they are, the rest load, exactly once.
 Files a finished job loaded, unchanged since, are not loaded again
 (--restart loads everything).
 
@@ -165,7 +166,8 @@ pub struct LoadArgs {
     pub rejects: Option<PathBuf>,
 
     /// Load every file again as a new job, even files a finished job loaded unchanged, and
-    /// instead of resuming an unfinished job (whose committed rows stay in the tables).
+    /// instead of resuming an unfinished job (whose committed rows stay in the tables; its
+    /// unpublished staging tables are dropped).
     #[arg(long)]
     pub restart: bool,
 
