@@ -135,6 +135,10 @@ pub struct Job {
     pub chunks_total: u64,
     pub chunks_done: u64,
     pub rows_done: u64,
+    /// Chunks (and their rows) that staging tables of the job hold: loaded by a run that
+    /// stopped before its publish, they wait for the run that resumes the job to publish them.
+    pub staged_chunks: u64,
+    pub staged_rows: u64,
     pub bytes_total: u64,
     /// When it began and (if it did) finished, as the destination prints times.
     pub started: String,

@@ -171,6 +171,8 @@ fn job_of(r: &tokio_postgres::Row) -> Job {
         finished: r.get(10),
         chunks_done: r.get::<_, i64>(11) as u64,
         rows_done: r.get::<_, i64>(12) as u64,
+        staged_chunks: 0,
+        staged_rows: 0,
     }
 }
 
@@ -185,7 +187,14 @@ pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_
             &[&key],
         )
         .await?;
-    Ok(rows.iter().map(job_of).collect())
+    let mut jobs: Vec<Job> = rows.iter().map(job_of).collect();
+    for meta in crate::stage::waiting(client).await? {
+        if let Some(j) = jobs.iter_mut().find(|j| j.id == meta.job) {
+            j.staged_chunks += meta.chunks.len() as u64;
+            j.staged_rows += meta.chunks.iter().map(|c| c.rows).sum::<u64>();
+        }
+    }
+    Ok(jobs)
 }
 
 pub async fn job_files(

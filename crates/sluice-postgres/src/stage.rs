@@ -495,6 +495,23 @@ pub async fn prepare(
     Ok(found)
 }
 
+/// The records of every staging table that belongs to a job, whichever load made it (a
+/// running load's finished ones included).
+pub async fn waiting(client: &Client) -> Result<Vec<StagedMeta>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT coalesce(obj_description(c.oid, 'pg_class'), '') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind = 'r'",
+            &[&SCHEMA],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| StagedMeta::parse(r.get(0)))
+        .collect())
+}
+
 /// Whether job `job` of the ledger can still be resumed (it is running or failed); `None`
 /// when the ledger cannot be read by this role.
 async fn job_resumable(client: &Client, job: i64) -> Result<Option<bool>, tokio_postgres::Error> {

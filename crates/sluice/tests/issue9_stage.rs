@@ -273,6 +273,11 @@ fn staging_tables_wait_for_their_job_and_go_when_it_cannot_use_them() {
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
     let args = ["--table", "t", "--jobs", "2", "--strategy", "stage", a, b];
     kill_in_publish(&d, &args);
+    // The ledger shows what waits in them, beside what the job committed (nothing).
+    assert_has(
+        &d.sluice_ok(&["jobs"]),
+        &["interrupted", "0/2 (+2 staged)", "0 (+1,799 staged)"],
+    );
     // Another job's load leaves them to the job that made them, and says so.
     let out = load(&d, &["--table", "u", c.to_str().unwrap()], &[]);
     ok(&out);

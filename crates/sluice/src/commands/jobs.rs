@@ -20,7 +20,9 @@ use std::path::PathBuf;
 States: running (a sluice process runs it now), interrupted (its process
 died: the same command resumes it), failed (it said why: the same command
 resumes it), finished, abandoned (a bad row or a usage error, fixed by a
-new command; or replaced by --restart).
+new command; or replaced by --restart). \"(+N staged)\" counts chunks and
+rows that staging tables of an interrupted run hold: the run that resumes
+the job publishes them without loading them again.
 
 Exit codes: 0 done, 2 usage (no such job, a job still running), 4 cannot
 connect, 5 server failure.")]
@@ -99,11 +101,21 @@ fn json(j: &Job) -> serde_json::Value {
         "chunks_done": j.chunks_done,
         "chunks_total": j.chunks_total,
         "rows_done": j.rows_done,
+        "staged_chunks": j.staged_chunks,
+        "staged_rows": j.staged_rows,
         "bytes_total": j.bytes_total,
         "started": j.started,
         "finished": j.finished,
         "message": j.message,
     })
+}
+
+/// What staging tables hold for a job, beside what it committed: `" (+8 staged)"`.
+fn staged(n: u64) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(" (+{} staged)", crate::progress::thousands(n)),
+    }
 }
 
 /// The jobs as an aligned table, newest first.
@@ -124,8 +136,17 @@ fn render(jobs: &[Job]) -> String {
         rows.push([
             j.id.to_string(),
             j.state.as_str().into(),
-            format!("{}/{}", j.chunks_done, j.chunks_total),
-            crate::progress::thousands(j.rows_done),
+            format!(
+                "{}/{}{}",
+                j.chunks_done,
+                j.chunks_total,
+                staged(j.staged_chunks)
+            ),
+            format!(
+                "{}{}",
+                crate::progress::thousands(j.rows_done),
+                staged(j.staged_rows)
+            ),
             j.started.clone(),
             j.finished.clone().unwrap_or_else(|| "-".into()),
             j.tables.join(","),
