@@ -652,6 +652,7 @@ impl Staging for PgDestination {
         let meta = match (job, table) {
             (Some(job), Some(t)) => Some(stage::StagedMeta {
                 job,
+                since: 0,
                 parent: self.tables[t].table.oid,
                 partition: staged.partition.oid,
                 bound: staged.partition.bound.clone(),

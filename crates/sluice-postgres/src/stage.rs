@@ -93,13 +93,17 @@ pub struct Staged {
 }
 
 /// What a staging table's comment records, on its last line, for a later run of its job:
-/// `sluice-stage 1 job=7 parent=16384 partition=16390 chunks=0:0-1048576:12345,0:1048576-:9
-/// bound=FOR VALUES FROM (1) TO (1000)` (a chunk is `file:start-end:rows`, with no end for one
-/// that runs to the end of its file). Oids and the bound tie it to the partition it was made
-/// for: a partition dropped and created again, or attached with other bounds, does not match.
+/// `sluice-stage 1 job=7 since=1795000000123456 parent=16384 partition=16390
+/// chunks=0:0-1048576:12345,0:1048576-:9 bound=FOR VALUES FROM (1) TO (1000)` (a chunk is
+/// `file:start-end:rows`, with no end for one that runs to the end of its file). The job's
+/// start (microseconds since the epoch, from the ledger) tells this job 7 from another of the
+/// same number in a ledger dropped and made again; oids and the bound tie it to the partition
+/// it was made for: a partition dropped and created again, or attached with other bounds,
+/// does not match.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagedMeta {
     pub job: i64,
+    pub since: i64,
     pub parent: u32,
     pub partition: u32,
     pub bound: String,
@@ -119,8 +123,9 @@ impl StagedMeta {
             })
             .collect();
         format!(
-            "{META_TAG} job={} parent={} partition={} chunks={} bound={}",
+            "{META_TAG} job={} since={} parent={} partition={} chunks={} bound={}",
             self.job,
+            self.since,
             self.parent,
             self.partition,
             chunks.join(","),
@@ -135,6 +140,7 @@ impl StagedMeta {
         let (fields, bound) = line.split_once(" bound=")?;
         let mut meta = StagedMeta {
             job: 0,
+            since: 0,
             parent: 0,
             partition: 0,
             bound: bound.to_string(),
@@ -145,6 +151,7 @@ impl StagedMeta {
             let (key, value) = field.split_once('=')?;
             match key {
                 "job" => meta.job = value.parse().ok()?,
+                "since" => meta.since = value.parse().ok()?,
                 "parent" => meta.parent = value.parse().ok()?,
                 "partition" => meta.partition = value.parse().ok()?,
                 "chunks" => {
@@ -167,7 +174,7 @@ impl StagedMeta {
             }
             seen += 1;
         }
-        (seen == 4).then_some(meta)
+        (seen == 5).then_some(meta)
     }
 }
 
@@ -426,7 +433,7 @@ pub async fn prepare(
         .await?;
     let mut found = Prepared::default();
     let mut checked: Vec<(u32, bool)> = Vec::new();
-    let mut jobs: Vec<(i64, Option<bool>)> = Vec::new();
+    let mut jobs: Vec<(i64, JobStatus)> = Vec::new();
     for r in rows {
         let (name, comment): (String, String) = (r.get(0), r.get(1));
         let Some(id) = load_id_of(&name) else {
@@ -461,28 +468,37 @@ pub async fn prepare(
             continue;
         }
         let first = comment.lines().next().unwrap_or_default().to_string();
-        match StagedMeta::parse(&comment) {
-            Some(meta) if Some(meta.job) == job => {
-                found.candidates.push((name, meta));
-                continue;
-            }
-            Some(StagedMeta { job: other, .. }) => {
-                let resumable = match jobs.iter().find(|(j, _)| *j == other) {
-                    Some((_, r)) => *r,
-                    None => {
-                        let r = job_resumable(client, other).await?;
-                        jobs.push((other, r));
-                        r
-                    }
-                };
-                // A job that can still be resumed publishes it; when the ledger cannot be read,
-                // nothing that such a job may count on is dropped either.
-                if resumable != Some(false) {
+        if let Some(meta) = StagedMeta::parse(&comment) {
+            let status = match jobs.iter().find(|(j, _)| *j == meta.job) {
+                Some((_, s)) => *s,
+                None => {
+                    let s = job_status(client, meta.job).await?;
+                    jobs.push((meta.job, s));
+                    s
+                }
+            };
+            // The job's start tells it from a job of the same number in a ledger that was
+            // dropped and made again.
+            match status {
+                JobStatus::Known { since, .. } if since == meta.since && Some(meta.job) == job => {
+                    found.candidates.push((name, meta));
+                    continue;
+                }
+                // A job that can still be resumed publishes it; when the ledger cannot be
+                // read, nothing that such a job may count on is dropped either.
+                JobStatus::Known {
+                    since,
+                    resumable: true,
+                } if since == meta.since => {
                     found.waiting.push(format!("{SCHEMA}.{name} ({first})"));
                     continue;
                 }
+                JobStatus::Unreadable => {
+                    found.waiting.push(format!("{SCHEMA}.{name} ({first})"));
+                    continue;
+                }
+                _ => {}
             }
-            None => {}
         }
         client
             .batch_execute(&format!(
@@ -512,35 +528,49 @@ pub async fn waiting(client: &Client) -> Result<Vec<StagedMeta>, tokio_postgres:
         .collect())
 }
 
-/// Whether job `job` of the ledger can still be resumed (it is running or failed); `None`
-/// when the ledger cannot be read by this role.
-async fn job_resumable(client: &Client, job: i64) -> Result<Option<bool>, tokio_postgres::Error> {
-    let readable: bool = client
+/// A job as [`prepare`] needs to know it.
+#[derive(Clone, Copy, Debug)]
+enum JobStatus {
+    /// This role may not read the ledger.
+    Unreadable,
+    /// No ledger, or no such job in it.
+    Gone,
+    /// Whether the same command can still resume it (it is running or failed), and when it
+    /// started.
+    Known { resumable: bool, since: i64 },
+}
+
+async fn job_status(client: &Client, job: i64) -> Result<JobStatus, tokio_postgres::Error> {
+    let ledger = client
         .query_one(
-            "SELECT to_regclass('sluice_ledger.jobs') IS NULL \
-                OR has_table_privilege('sluice_ledger.jobs', 'SELECT')",
+            "SELECT to_regclass('sluice_ledger.jobs') IS NOT NULL, \
+                    to_regclass('sluice_ledger.jobs') IS NULL \
+                    OR has_table_privilege('sluice_ledger.jobs', 'SELECT')",
             &[],
         )
-        .await?
-        .get(0);
+        .await?;
+    let (exists, readable): (bool, bool) = (ledger.get(0), ledger.get(1));
     if !readable {
-        return Ok(None);
+        return Ok(JobStatus::Unreadable);
     }
-    let ledger: bool = client
-        .query_one("SELECT to_regclass('sluice_ledger.jobs') IS NOT NULL", &[])
-        .await?
-        .get(0);
-    if !ledger {
-        return Ok(Some(false));
+    if !exists {
+        return Ok(JobStatus::Gone);
     }
-    let state: Option<String> = client
+    let row = client
         .query_opt(
-            "SELECT state FROM sluice_ledger.jobs WHERE id = $1",
+            "SELECT state IN ('running', 'failed'), \
+                    (extract(epoch FROM started) * 1000000)::bigint \
+             FROM sluice_ledger.jobs WHERE id = $1",
             &[&job],
         )
-        .await?
-        .map(|r| r.get(0));
-    Ok(Some(matches!(state.as_deref(), Some("running" | "failed"))))
+        .await?;
+    Ok(match row {
+        Some(r) => JobStatus::Known {
+            resumable: r.get(0),
+            since: r.get(1),
+        },
+        None => JobStatus::Gone,
+    })
 }
 
 /// Whether staging table `staging` (an earlier run's) can still stand in for a partition of
@@ -579,13 +609,22 @@ pub async fn still_fits(
     Ok((row.get::<_, Option<bool>>(0).unwrap_or(false), row.get(1)))
 }
 
-/// Records on the staging table, in the caller's transaction, that it holds `meta`'s chunks.
+/// Records on the staging table, in the caller's transaction, that it holds `meta`'s chunks
+/// (with the job's start, read from the ledger; a job the ledger no longer has gets no record,
+/// so no run can publish the table).
 pub async fn mark(
     client: &Client,
     staging: &str,
     partition: &PartitionDetail,
     meta: &StagedMeta,
 ) -> Result<(), tokio_postgres::Error> {
+    let JobStatus::Known { since, .. } = job_status(client, meta.job).await? else {
+        return Ok(());
+    };
+    let meta = &StagedMeta {
+        since,
+        ..meta.clone()
+    };
     let comment = format!(
         "{}\n{}",
         first_comment_line(partition, meta.job),
@@ -1034,6 +1073,7 @@ mod tests {
     fn a_staging_tables_record_reads_back_from_its_comment() {
         let meta = StagedMeta {
             job: 42,
+            since: 1_795_000_000_123_456,
             parent: 16384,
             partition: 16390,
             bound: "FOR VALUES FROM (MINVALUE) TO ('1000')".into(),

@@ -369,6 +369,34 @@ fn staging_tables_wait_for_their_job_and_go_when_it_cannot_use_them() {
     assert_eq!(d.count("t"), 0);
 }
 
+/// A ledger dropped and made again numbers its jobs from 1 again: a staging table of the old
+/// job 1 is not the new job 1's, even for files of the same names and sizes.
+#[test]
+fn a_staging_table_of_a_dropped_ledger_is_never_published() {
+    let d = db("stage_reledger");
+    three_partitions(&d, false);
+    let a = d.file("a.csv", rows(1, 900).as_bytes());
+    let b = d.file("b.csv", rows(1000, 1900).as_bytes());
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let args = ["--table", "t", "--jobs", "2", "--strategy", "stage", a, b];
+    kill_in_publish(&d, &args);
+    d.psql("DROP SCHEMA sluice_ledger CASCADE");
+    // New rows, same sizes: the old staging tables' chunks look like the new job's.
+    let new =
+        |from: u32, to: u32| -> String { (from..to).map(|i| format!("{i},new {i}\n")).collect() };
+    std::fs::write(a, new(1, 900)).unwrap();
+    std::fs::write(b, new(1000, 1900)).unwrap();
+    let out = load(&d, &args, &[]);
+    ok(&out);
+    assert_has(&stderr(&out), &["dropped 2 staging table(s)"]);
+    assert_eq!(d.count("t"), 1799);
+    assert_eq!(
+        d.psql("SELECT count(*) FROM t WHERE v LIKE 'new %'").trim(),
+        "1799"
+    );
+    assert_eq!(leftovers(&d), 0);
+}
+
 #[test]
 fn a_bad_row_in_a_staged_file_fails_the_load_and_leaves_nothing() {
     let d = db("stage_bad");
