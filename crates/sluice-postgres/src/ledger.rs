@@ -188,7 +188,21 @@ pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_
         )
         .await?;
     let mut jobs: Vec<Job> = rows.iter().map(job_of).collect();
+    // A staging table is a job's if it names the job and its start (a ledger made again
+    // numbers its jobs from 1 again).
+    let starts: Vec<(i64, i64)> = client
+        .query(
+            "SELECT id, (extract(epoch FROM started) * 1000000)::bigint FROM sluice_ledger.jobs",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     for meta in crate::stage::waiting(client).await? {
+        if !starts.contains(&(meta.job, meta.since)) {
+            continue;
+        }
         if let Some(j) = jobs.iter_mut().find(|j| j.id == meta.job) {
             j.staged_chunks += meta.chunks.len() as u64;
             j.staged_rows += meta.chunks.iter().map(|c| c.rows).sum::<u64>();
