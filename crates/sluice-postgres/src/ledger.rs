@@ -306,21 +306,32 @@ async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     if got {
         return Ok(());
     }
-    let who: Option<String> = client
+    let who = client
         .query_opt(
-            "SELECT format('process %s of %s (%s), connected since %s', a.pid, \
-                    coalesce(a.client_addr::text, 'a local socket'), a.application_name, \
-                    to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS')) \
+            "SELECT a.pid, format('process %s of %s (%s), connected since %s, %s for %s s', \
+                    a.pid, coalesce(a.client_addr::text, 'a local socket'), a.application_name, \
+                    to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS'), \
+                    coalesce(a.state, 'unknown'), \
+                    round(extract(epoch FROM now() - a.state_change))) \
              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
              WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ($1::bigint)::oid \
                AND l.objid = ($2::bigint)::oid AND l.objsubid = 2",
             &[&(LOCK_CLASS as i64), &job],
         )
-        .await?
-        .and_then(|r| r.get(0));
+        .await?;
+    let Some(who) = who else {
+        return Err(LedgerError::Refused(format!(
+            "job {job} is being run by another sluice now (server process unknown); wait for it, \
+             or stop it"
+        )));
+    };
+    let (pid, what): (i32, String) = (who.get(0), who.get(1));
+    // A sluice cut off by its network leaves its session to the server, which may not notice
+    // for hours (its TCP keepalives): say how to end it.
     Err(LedgerError::Refused(format!(
-        "job {job} is being run by another sluice now (server {}); wait for it, or stop it",
-        who.unwrap_or_else(|| "process unknown".into())
+        "job {job} is being run by another sluice now (server {what}); wait for it, or stop \
+         it. If that sluice is gone and the server has not noticed (its machine or its network \
+         failed), end its session, and run this command again: SELECT pg_terminate_backend({pid})"
     )))
 }
 

@@ -346,6 +346,65 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
     assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
 }
 
+/// A sluice cut off by its network leaves its server session, and with it the job's lock, to
+/// the server, which may not notice for hours: the same command is refused (never two runs of
+/// one job at once), naming the session and how to end it; once it is ended, the command
+/// resumes the job.
+#[test]
+fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() {
+    use std::io::Write;
+    let d = db("ledger_ghost");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let a = d.file("a.csv", rows(0, 1000).as_bytes());
+    let out = load(&d, &[&a], &[], &[("SLUICE_KILL_AT", "planned")]);
+    assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
+    // What the lost sluice's session holds: the job's advisory lock ('sljb', job 1).
+    let mut ghost = d
+        .psql_cmd()
+        .env("PGAPPNAME", "the_lost_sluice")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut sql = ghost.stdin.take().unwrap();
+    writeln!(sql, "SELECT pg_advisory_lock({}, 1);", 0x736c_6a62).unwrap();
+    sql.flush().unwrap();
+    let pid = || {
+        d.psql(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936484962 \
+             AND objid = 1 AND granted",
+        )
+        .trim()
+        .to_string()
+    };
+    common::wait_until("the lock was never taken", 30, || !pid().is_empty());
+    let held_by = pid();
+    let out = load(&d, &[&a], &[], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "job 1 is being run by another sluice now",
+            &format!("process {held_by} of "),
+            "the_lost_sluice",
+            "idle for ",
+            &format!("SELECT pg_terminate_backend({held_by})"),
+        ],
+    );
+    assert_eq!(d.count("t"), 0);
+    d.psql(&format!("SELECT pg_terminate_backend({held_by})"));
+    drop(sql);
+    let _ = ghost.wait();
+    let out = load(&d, &[&a], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 1000);
+    assert_eq!(
+        d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
+            .trim(),
+        "1 finished"
+    );
+}
+
 /// A bad row abandons its job (nothing of it is committed), so the fixed file is not refused
 /// as "changed": the fixed command is simply a new job.
 #[test]
