@@ -722,7 +722,8 @@ impl Staging for PgDestination {
 
     fn discard_staging(&self) -> Result<(), DestinationError> {
         let staged = std::mem::take(&mut *lock(&self.staged));
-        self.on_client(|c| async move { stage::discard(&c, &staged).await.map_err(db_error) })
+        let names: Vec<String> = staged.into_iter().map(|s| s.staging).collect();
+        self.on_client(|c| async move { stage::drop_named(&c, &names).await.map_err(db_error) })
     }
 
     fn switch_in(&self, stream: &mut PgStream<'_>) -> Result<PublishTimes, DestinationError> {

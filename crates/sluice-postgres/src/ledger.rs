@@ -147,7 +147,59 @@ const JOB_COLUMNS: &str = "j.id, j.key, j.state, j.message, j.tables, j.chunk_si
      (SELECT count(*) FROM sluice_ledger.job_chunks c WHERE c.job = j.id), \
      (SELECT coalesce(sum(rows), 0)::bigint FROM sluice_ledger.job_chunks c WHERE c.job = j.id), \
      EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
-             AND l.classid = 1936484962::oid AND l.objid = j.id::oid AND l.objsubid = 2)";
+             AND l.classid = 1936484962::oid AND l.objid = j.id::oid AND l.objsubid = 2), \
+     (extract(epoch FROM j.started) * 1000000)::bigint";
+
+/// The column of [`JOB_COLUMNS`] that gives when the job started, in microseconds.
+const SINCE: usize = 14;
+
+/// Where a job of the ledger stands, for the staging tables that name it.
+#[derive(Clone, Copy, Debug)]
+pub enum Standing {
+    /// This role may not read the ledger.
+    Unreadable,
+    /// No ledger, or no such job in it.
+    Gone,
+    /// Whether the same command can still resume it (it is running or failed), and when it
+    /// started (microseconds since the epoch: with its number, it names the job even across a
+    /// ledger dropped and made again, which numbers its jobs from 1 again).
+    Known { resumable: bool, since: i64 },
+}
+
+/// Where job `job` stands.
+pub async fn standing(client: &Client, job: i64) -> Result<Standing, tokio_postgres::Error> {
+    let ledger = client
+        .query_one(
+            "SELECT to_regclass('sluice_ledger.jobs') IS NOT NULL, \
+                    to_regclass('sluice_ledger.jobs') IS NULL \
+                    OR has_table_privilege('sluice_ledger.jobs', 'SELECT')",
+            &[],
+        )
+        .await?;
+    let (exists, readable): (bool, bool) = (ledger.get(0), ledger.get(1));
+    if !readable {
+        return Ok(Standing::Unreadable);
+    }
+    if !exists {
+        return Ok(Standing::Gone);
+    }
+    // Its state and start only: this runs in every staging table's transaction.
+    let row = client
+        .query_opt(
+            "SELECT j.state IN ('running', 'failed'), \
+                    (extract(epoch FROM j.started) * 1000000)::bigint \
+             FROM sluice_ledger.jobs j WHERE j.id = $1",
+            &[&job],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => Standing::Known {
+            resumable: r.get(0),
+            since: r.get(1),
+        },
+        None => Standing::Gone,
+    })
+}
 
 fn job_of(r: &tokio_postgres::Row) -> Job {
     let state: String = r.get(2);
@@ -188,22 +240,14 @@ pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_
         )
         .await?;
     let mut jobs: Vec<Job> = rows.iter().map(job_of).collect();
-    // A staging table is a job's if it names the job and its start (a ledger made again
-    // numbers its jobs from 1 again).
-    let starts: Vec<(i64, i64)> = client
-        .query(
-            "SELECT id, (extract(epoch FROM started) * 1000000)::bigint FROM sluice_ledger.jobs",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    // A staging table is a job's if it names the job and its start (see `Standing`).
+    let since: Vec<i64> = rows.iter().map(|r| r.get(SINCE)).collect();
     for meta in crate::stage::waiting(client).await? {
-        if !starts.contains(&(meta.job, meta.since)) {
+        let Some(n) = jobs.iter().position(|j| j.id == meta.job) else {
             continue;
-        }
-        if let Some(j) = jobs.iter_mut().find(|j| j.id == meta.job) {
+        };
+        if since[n] == meta.since {
+            let j = &mut jobs[n];
             j.staged_chunks += meta.chunks.len() as u64;
             j.staged_rows += meta.chunks.iter().map(|c| c.rows).sum::<u64>();
         }

@@ -30,6 +30,7 @@
 //! leave it alone while its job can be resumed; otherwise the next load drops it.
 
 use crate::catalog::quote_ident;
+use crate::ledger::{standing, Standing};
 use sluice_core::destination::{Partitioning, PublishTimes, RangePartition};
 use sluice_core::ledger::ChunkRecord;
 use std::time::{Duration, Instant};
@@ -423,19 +424,11 @@ pub async fn prepare(
             &[&LOCK_CLASS, &(load_id as i32)],
         )
         .await?;
-    let rows = client
-        .query(
-            "SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), '') \
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname",
-            &[&SCHEMA],
-        )
-        .await?;
+    let tables = staging_tables(client).await?;
     let mut found = Prepared::default();
     let mut checked: Vec<(u32, bool)> = Vec::new();
-    let mut jobs: Vec<(i64, JobStatus)> = Vec::new();
-    for r in rows {
-        let (name, comment): (String, String) = (r.get(0), r.get(1));
+    let mut jobs: Vec<(i64, Standing)> = Vec::new();
+    for (name, comment) in tables {
         let Some(id) = load_id_of(&name) else {
             continue;
         };
@@ -472,7 +465,7 @@ pub async fn prepare(
             let status = match jobs.iter().find(|(j, _)| *j == meta.job) {
                 Some((_, s)) => *s,
                 None => {
-                    let s = job_status(client, meta.job).await?;
+                    let s = standing(client, meta.job).await?;
                     jobs.push((meta.job, s));
                     s
                 }
@@ -480,32 +473,27 @@ pub async fn prepare(
             // The job's start tells it from a job of the same number in a ledger that was
             // dropped and made again.
             match status {
-                JobStatus::Known { since, .. } if since == meta.since && Some(meta.job) == job => {
+                Standing::Known { since, .. } if since == meta.since && Some(meta.job) == job => {
                     found.candidates.push((name, meta));
                     continue;
                 }
                 // A job that can still be resumed publishes it; when the ledger cannot be
                 // read, nothing that such a job may count on is dropped either.
-                JobStatus::Known {
+                Standing::Known {
                     since,
                     resumable: true,
                 } if since == meta.since => {
                     found.waiting.push(format!("{SCHEMA}.{name} ({first})"));
                     continue;
                 }
-                JobStatus::Unreadable => {
+                Standing::Unreadable => {
                     found.waiting.push(format!("{SCHEMA}.{name} ({first})"));
                     continue;
                 }
                 _ => {}
             }
         }
-        client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {}",
-                staging_qualified(&name)
-            ))
-            .await?;
+        drop_named(client, std::slice::from_ref(&name)).await?;
         found.dropped.push(format!("{SCHEMA}.{name} ({first})"));
     }
     Ok(found)
@@ -514,63 +502,24 @@ pub async fn prepare(
 /// The records of every staging table that belongs to a job, whichever load made it (a
 /// running load's finished ones included).
 pub async fn waiting(client: &Client) -> Result<Vec<StagedMeta>, tokio_postgres::Error> {
-    let rows = client
-        .query(
-            "SELECT coalesce(obj_description(c.oid, 'pg_class'), '') \
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1 AND c.relkind = 'r'",
-            &[&SCHEMA],
-        )
-        .await?;
-    Ok(rows
+    Ok(staging_tables(client)
+        .await?
         .iter()
-        .filter_map(|r| StagedMeta::parse(r.get(0)))
+        .filter_map(|(_, comment)| StagedMeta::parse(comment))
         .collect())
 }
 
-/// A job as [`prepare`] needs to know it.
-#[derive(Clone, Copy, Debug)]
-enum JobStatus {
-    /// This role may not read the ledger.
-    Unreadable,
-    /// No ledger, or no such job in it.
-    Gone,
-    /// Whether the same command can still resume it (it is running or failed), and when it
-    /// started.
-    Known { resumable: bool, since: i64 },
-}
-
-async fn job_status(client: &Client, job: i64) -> Result<JobStatus, tokio_postgres::Error> {
-    let ledger = client
-        .query_one(
-            "SELECT to_regclass('sluice_ledger.jobs') IS NOT NULL, \
-                    to_regclass('sluice_ledger.jobs') IS NULL \
-                    OR has_table_privilege('sluice_ledger.jobs', 'SELECT')",
-            &[],
+/// The tables in [`SCHEMA`], by name, each with its comment.
+async fn staging_tables(client: &Client) -> Result<Vec<(String, String)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), '') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname",
+            &[&SCHEMA],
         )
         .await?;
-    let (exists, readable): (bool, bool) = (ledger.get(0), ledger.get(1));
-    if !readable {
-        return Ok(JobStatus::Unreadable);
-    }
-    if !exists {
-        return Ok(JobStatus::Gone);
-    }
-    let row = client
-        .query_opt(
-            "SELECT state IN ('running', 'failed'), \
-                    (extract(epoch FROM started) * 1000000)::bigint \
-             FROM sluice_ledger.jobs WHERE id = $1",
-            &[&job],
-        )
-        .await?;
-    Ok(match row {
-        Some(r) => JobStatus::Known {
-            resumable: r.get(0),
-            since: r.get(1),
-        },
-        None => JobStatus::Gone,
-    })
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Whether staging table `staging` (an earlier run's) can still stand in for a partition of
@@ -618,7 +567,7 @@ pub async fn mark(
     partition: &PartitionDetail,
     meta: &StagedMeta,
 ) -> Result<(), tokio_postgres::Error> {
-    let JobStatus::Known { since, .. } = job_status(client, meta.job).await? else {
+    let Standing::Known { since, .. } = standing(client, meta.job).await? else {
         return Ok(());
     };
     let meta = &StagedMeta {
@@ -651,7 +600,8 @@ fn first_comment_line(partition: &PartitionDetail, job: i64) -> String {
     )
 }
 
-/// Drops the staging tables named (an earlier run's that this load does not reuse).
+/// Drops the staging tables named (a dead load's, an earlier run's that this load does not
+/// reuse, or this load's when it fails for good).
 pub async fn drop_named(client: &Client, names: &[String]) -> Result<(), tokio_postgres::Error> {
     for name in names {
         client
@@ -760,19 +710,6 @@ pub async fn build_indexes(
             }
         };
         client.batch_execute(&sql).await?;
-    }
-    Ok(())
-}
-
-/// Drops staging tables (a load that failed before its publish).
-pub async fn discard(client: &Client, staged: &[Staged]) -> Result<(), tokio_postgres::Error> {
-    for s in staged {
-        client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {}",
-                staging_qualified(&s.staging)
-            ))
-            .await?;
     }
     Ok(())
 }
