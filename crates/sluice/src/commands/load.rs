@@ -709,16 +709,16 @@ fn run_plan<D: Staging + Ledger>(
     let mut stage = mode
         .map(|mode| Stage::plan(&mut plan, &*dest, mode, jobs, job.as_ref()))
         .transpose()?;
-    if let Some(s) = stage.as_mut() {
-        s.verbose = !args.quiet;
-        s.isolate_rejects = args.max_errors.is_some_and(|t| t.allows_any());
-    }
     let ledger_note = job.as_ref().and_then(|j| j.note.clone());
     let job_id = job.as_ref().map(|j| j.job);
     let rejects = args
         .max_errors
         .filter(|t| t.allows_any())
         .map(|t| Arc::new(Rejects::new(t, args.rejects.clone(), &plan)));
+    if let Some(s) = stage.as_mut() {
+        s.verbose = !args.quiet;
+        s.isolate_rejects = rejects.is_some();
+    }
     let opts = RunOptions {
         jobs,
         copy_buffer: args.copy_buffer,

@@ -280,11 +280,7 @@ fn take_back<D: Staging>(
             back.rows
         );
     }
-    let mut n = 0;
-    plan.retain_chunks(|_| {
-        n += 1;
-        !held[n - 1]
-    });
+    plan.retain_chunks(|c| !held[c.id]);
     Ok(back)
 }
 
