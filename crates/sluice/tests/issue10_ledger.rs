@@ -352,23 +352,16 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
 /// resumes the job.
 #[test]
 fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() {
-    use std::io::Write;
     let d = db("ledger_ghost");
     d.psql("CREATE TABLE t (id int, v text)");
     let a = d.file("a.csv", rows(0, 1000).as_bytes());
     let out = load(&d, &[&a], &[], &[("SLUICE_KILL_AT", "planned")]);
     assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
     // What the lost sluice's session holds: the job's advisory lock ('sljb', job 1).
-    let mut ghost = d
-        .psql_cmd()
-        .env("PGAPPNAME", "the_lost_sluice")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut sql = ghost.stdin.take().unwrap();
-    writeln!(sql, "SELECT pg_advisory_lock({}, 1);", 0x736c_6a62).unwrap();
-    sql.flush().unwrap();
+    let ghost = d.open_session(
+        "the_lost_sluice",
+        &format!("SELECT pg_advisory_lock({}, 1);", 0x736c_6a62),
+    );
     let pid = || {
         d.psql(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936484962 \
@@ -393,8 +386,7 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     );
     assert_eq!(d.count("t"), 0);
     d.psql(&format!("SELECT pg_terminate_backend({held_by})"));
-    drop(sql);
-    let _ = ghost.wait();
+    ghost.end();
     let out = load(&d, &[&a], &[], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 1000);

@@ -736,23 +736,12 @@ fn statistics_are_gathered_once_per_partition_and_for_the_parent() {
 /// command loads every row once.
 #[test]
 fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
-    use std::io::Write;
-    use std::process::Stdio;
     use std::time::{Duration, Instant};
     let d = db("stage_reader");
     three_partitions(&d, false);
     let a = d.file("a.csv", rows(1, 900).as_bytes());
     let b = d.file("b.csv", rows(1000, 1900).as_bytes());
-    let mut reader = d
-        .psql_cmd()
-        .env("PGAPPNAME", "the_reader")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut sql = reader.stdin.take().unwrap();
-    writeln!(sql, "BEGIN; SELECT count(*) FROM t;").unwrap();
-    sql.flush().unwrap();
+    let reader = d.open_session("the_reader", "BEGIN; SELECT count(*) FROM t;");
     wait_until("the reader never took its lock", 30, || {
         d.psql(
             "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
@@ -804,8 +793,7 @@ fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
     );
     assert_eq!(leftovers(&d), 2);
 
-    drop(sql);
-    assert!(reader.wait().unwrap().success());
+    assert!(reader.end().success());
     let summary = ok(&load(&d, &args, &[]));
     assert_has(
         &summary,

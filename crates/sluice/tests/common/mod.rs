@@ -127,6 +127,26 @@ impl Db {
         c
     }
 
+    /// A psql session that stays open (a transaction, a lock held) while the test goes on:
+    /// as application `app`, it has been sent `sql` and waits for more.
+    pub fn open_session(&self, app: &str, sql: &str) -> Session {
+        use std::io::Write;
+        let mut child = self
+            .psql_cmd()
+            .env("PGAPPNAME", app)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{sql}").unwrap();
+        stdin.flush().unwrap();
+        Session {
+            child,
+            stdin: Some(stdin),
+        }
+    }
+
     /// Runs SQL, panicking on failure; returns unaligned, tuples-only output.
     pub fn psql(&self, sql: &str) -> String {
         let out = self.psql_cmd().args(["-Atq", "-c", sql]).output().unwrap();
@@ -258,6 +278,20 @@ pub fn run_bounded(mut cmd: Command, secs: u64) -> Output {
             );
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A psql session [`Db::open_session`] keeps open.
+pub struct Session {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Session {
+    /// Ends its input (psql then quits, rolling back what is open) and waits for psql.
+    pub fn end(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.child.wait().unwrap()
     }
 }
 
