@@ -54,6 +54,48 @@ pub struct LoadTable {
     pub columns: Vec<String>,
 }
 
+/// How a destination's SQL writes names: what `--columns` and messages follow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentifierRules {
+    /// The character that quotes a name (`"` in PostgreSQL, `` ` `` in MariaDB).
+    pub quote: char,
+    /// Whether unquoted names fold to lower case (PostgreSQL); otherwise they are kept.
+    pub fold_lower: bool,
+    /// Whether column names match ignoring case (MariaDB's do, PostgreSQL's do not).
+    pub case_insensitive_columns: bool,
+    /// The longest name, in bytes; longer ones are cut (PostgreSQL: 63) or refused.
+    pub max_bytes: usize,
+}
+
+/// How a destination makes staged partitions visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishModel {
+    /// Every staging table is switched in by one transaction: readers see all of them at
+    /// once, or none (PostgreSQL: DETACH/ATTACH are transactional DDL).
+    OneTransaction,
+    /// Each partition is switched in by a durable step of its own (its DDL commits
+    /// implicitly, as MariaDB's `EXCHANGE PARTITION` does), which the ledger records so that a
+    /// rerun finishes a publish cut off halfway. A reader may see partitions appear one by
+    /// one.
+    PerPartition,
+}
+
+/// What a destination can do, stated rather than assumed: the engine asks, and takes the named
+/// fallback where a capability is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    pub identifiers: IdentifierRules,
+    /// How staged partitions are published; `None` when the destination cannot stage at all.
+    pub publish: Option<PublishModel>,
+    /// Whether a savepoint works inside a staged unit (PostgreSQL's `COPY ... FREEZE` refuses
+    /// them; so does a bulk path that must see an empty table). Without them, a staged unit
+    /// whose rows the server refuses is loaded again where rows can be isolated.
+    pub savepoints_in_staged_unit: bool,
+    /// Whether a stream's transaction can be prepared (two-phase commit) on this server now,
+    /// or why not (PostgreSQL: `max_prepared_transactions` is 0).
+    pub prepare: Result<(), String>,
+}
+
 /// A destination database, as the engine uses it during a load.
 ///
 /// Before the load: [`describe`](Destination::describe) each table the inputs name, read
@@ -75,6 +117,40 @@ pub trait Destination: Sync {
 
     /// The target as the summary shows it, with no password.
     fn target(&self) -> String;
+
+    /// What this destination can do (see [`Capabilities`]).
+    fn capabilities(&self) -> Capabilities;
+
+    /// Why this session cannot load at all (read-only, a standby), if so: the load is refused
+    /// before anything starts.
+    fn cannot_write(&self) -> Option<String> {
+        None
+    }
+
+    /// The next step for a server that spent most of a load in `class`, in this database's
+    /// terms (its settings, its wait events): the verdict's advice. `waits` are the samples,
+    /// `tables` what the loaded tables carry (indexes, triggers, checks), so that advice names
+    /// only what applies. `None` for the engine's own, database-neutral words.
+    fn advice(
+        &self,
+        _class: Activity,
+        _waits: &ServerWaits,
+        _tables: &TableCosts,
+    ) -> Option<String> {
+        None
+    }
+
+    /// What the loaded tables carry that costs the server per row, for the verdict's advice.
+    fn table_costs(&self) -> TableCosts {
+        TableCosts::default()
+    }
+
+    /// The destination's own name for an activity class, where it has one that its users know
+    /// better than the engine's (PostgreSQL calls its log `WAL`): the verdict says `WAL-bound`
+    /// rather than `log-bound`.
+    fn activity_label(&self, _class: Activity) -> Option<&'static str> {
+        None
+    }
 
     /// One connection in one open transaction.
     type Stream<'a>: DestinationStream
@@ -133,8 +209,8 @@ pub enum Activity {
     WaitingForClient,
     /// Working: on CPU, no wait event.
     Cpu,
-    /// Writing or flushing the write-ahead log.
-    Wal,
+    /// Writing or flushing the database's log (PostgreSQL's WAL, InnoDB's redo log).
+    Log,
     /// Reading, writing or extending data files.
     DiskIo,
     /// Waiting on a lock another session holds.
@@ -148,7 +224,7 @@ impl Activity {
     pub const ALL: [Activity; 6] = [
         Activity::WaitingForClient,
         Activity::Cpu,
-        Activity::Wal,
+        Activity::Log,
         Activity::DiskIo,
         Activity::Lock,
         Activity::Other,
@@ -159,7 +235,7 @@ impl Activity {
         match self {
             Activity::WaitingForClient => "waiting_for_client",
             Activity::Cpu => "cpu",
-            Activity::Wal => "wal",
+            Activity::Log => "log",
             Activity::DiskIo => "disk_io",
             Activity::Lock => "lock",
             Activity::Other => "other",
@@ -193,6 +269,25 @@ impl ServerWaits {
             .map(|(_, _, n)| n)
             .sum();
         n as f64 / self.samples as f64
+    }
+}
+
+/// What the load's tables carry that costs the server work per row: the verdict names only
+/// what a table has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableCosts {
+    /// `table: index, index` for each loaded table with indexes (a primary key counts).
+    pub indexes: Vec<(String, Vec<String>)>,
+    /// Row triggers, by table.
+    pub triggers: Vec<(String, Vec<String>)>,
+    /// Check and foreign-key constraints, by table.
+    pub checks: Vec<(String, Vec<String>)>,
+}
+
+impl TableCosts {
+    /// Whether no loaded table has any of them.
+    pub fn is_empty(&self) -> bool {
+        self.indexes.is_empty() && self.triggers.is_empty() && self.checks.is_empty()
     }
 }
 
@@ -286,6 +381,10 @@ pub struct Leftover {
 /// every staging table in at once: the seed paper's design. The staging tables are invisible
 /// to the table's users until [`publish`](Staging::publish), which is one transaction.
 pub trait Staging: Destination {
+    /// Bounds each lock wait of the publish and of the statistics step (the destination has
+    /// a default).
+    fn set_lock_wait(&mut self, wait: std::time::Duration);
+
     /// Before the load: readies the staging area and drops staging tables that earlier loads
     /// left behind, that no running load owns and no resumable job can publish. Those of
     /// `job` (this load's, when it keeps a ledger) that still fit come back as leftovers.

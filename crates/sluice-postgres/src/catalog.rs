@@ -273,3 +273,50 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
         references,
     })
 }
+
+/// What tables `oids` carry that costs the server work per row (their indexes, row triggers,
+/// and check and foreign-key constraints), each as `(table name, [names])`, for the verdict's
+/// advice: it names only what a loaded table has.
+pub async fn table_costs(
+    client: &Client,
+    oids: &[u32],
+) -> Result<sluice_core::destination::TableCosts, tokio_postgres::Error> {
+    let list: Vec<i64> = oids.iter().map(|&o| i64::from(o)).collect();
+    let rows = client
+        .query(
+            "SELECT c.relname::text, k.kind, k.name
+               FROM pg_class c
+               CROSS JOIN LATERAL (
+                     SELECT 'index' AS kind, i.relname::text AS name
+                       FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                      WHERE x.indrelid = c.oid
+                     UNION ALL
+                     SELECT 'trigger', t.tgname::text
+                       FROM pg_trigger t
+                      WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
+                        AND (t.tgtype & 1) = 1
+                     UNION ALL
+                     SELECT 'check', n.conname::text
+                       FROM pg_constraint n
+                      WHERE n.conrelid = c.oid AND n.contype IN ('c', 'f')
+                   ) k
+              WHERE c.oid = ANY($1::bigint[]::oid[])
+              ORDER BY c.relname, k.kind, k.name",
+            &[&list],
+        )
+        .await?;
+    let mut costs = sluice_core::destination::TableCosts::default();
+    for r in rows {
+        let (table, kind, name): (String, String, String) = (r.get(0), r.get(1), r.get(2));
+        let into = match kind.as_str() {
+            "index" => &mut costs.indexes,
+            "trigger" => &mut costs.triggers,
+            _ => &mut costs.checks,
+        };
+        match into.last_mut() {
+            Some((t, names)) if *t == table => names.push(name),
+            _ => into.push((table, vec![name])),
+        }
+    }
+    Ok(costs)
+}

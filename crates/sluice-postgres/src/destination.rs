@@ -25,9 +25,10 @@ use crate::types::datetime::SessionZone;
 use crate::watchdog::Watchdog;
 use bytes::Bytes;
 use sluice_core::destination::{
-    ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey, ErrorKind, ErrorReport,
-    Ledger, Leftover, LoadTable, Partitioning, PreparedStaging, PublishTimes, RecordEncoder,
-    ServerWaits, StageTimes, Staging, TableInfo,
+    Activity, Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
+    ErrorKind, ErrorReport, IdentifierRules, Ledger, Leftover, LoadTable, Partitioning,
+    PreparedStaging, PublishModel, PublishTimes, RecordEncoder, ServerWaits, StageTimes, Staging,
+    TableCosts, TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
@@ -154,10 +155,6 @@ impl PgDestination {
     /// How long each attempt of the publish waits for its locks (the server's `lock_timeout`)
     /// before it gives way to the table's other users and tries again, and how long the
     /// statistics step waits before it gives up.
-    pub fn set_lock_wait(&mut self, wait: std::time::Duration) {
-        self.lock_wait = wait;
-    }
-
     /// The load's own connection, connected anew (to the same server) if the old one closed.
     async fn live(&self) -> Result<Arc<Client>, DestinationError> {
         let current = lock(&self.client).clone();
@@ -360,6 +357,43 @@ impl Destination for PgDestination {
         self.info.to_string()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            identifiers: IdentifierRules {
+                quote: '"',
+                fold_lower: true,
+                case_insensitive_columns: false,
+                max_bytes: 63,
+            },
+            publish: Some(PublishModel::OneTransaction),
+            // COPY ... FREEZE refuses a savepoint.
+            savepoints_in_staged_unit: false,
+            prepare: Err("not used by this version".into()),
+        }
+    }
+
+    fn cannot_write(&self) -> Option<String> {
+        self.session.cannot_write()
+    }
+
+    fn activity_label(&self, class: Activity) -> Option<&'static str> {
+        (class == Activity::Log).then_some("WAL")
+    }
+
+    fn advice(&self, class: Activity, waits: &ServerWaits, costs: &TableCosts) -> Option<String> {
+        crate::watchdog::advice(class, waits, costs)
+    }
+
+    fn table_costs(&self) -> TableCosts {
+        let oids: Vec<u32> = self.tables.iter().map(|t| t.table.oid).collect();
+        self.on_client(|c| async move {
+            crate::catalog::table_costs(&c, &oids)
+                .await
+                .map_err(db_error)
+        })
+        .unwrap_or_default()
+    }
+
     type Stream<'a> = PgStream<'a>;
 
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
@@ -506,6 +540,10 @@ fn db_error(e: tokio_postgres::Error) -> DestinationError {
 }
 
 impl Staging for PgDestination {
+    fn set_lock_wait(&mut self, wait: std::time::Duration) {
+        self.lock_wait = wait;
+    }
+
     fn prepare_staging(&self, job: Option<i64>) -> Result<PreparedStaging, DestinationError> {
         let id = self.load_id;
         let found =

@@ -168,8 +168,8 @@ fn activity(wait_type: Option<&str>, event: Option<&str>, state: &str) -> Activi
         (None, _) if state == "active" => Activity::Cpu,
         (None, _) => Activity::WaitingForClient,
         (Some("Client"), Some("ClientRead")) => Activity::WaitingForClient,
-        (Some("IO"), Some(e)) if e.starts_with("WAL") => Activity::Wal,
-        (Some("LWLock"), Some(e)) if e.starts_with("WAL") => Activity::Wal,
+        (Some("IO"), Some(e)) if e.starts_with("WAL") => Activity::Log,
+        (Some("LWLock"), Some(e)) if e.starts_with("WAL") => Activity::Log,
         (Some("IO"), _) => Activity::DiskIo,
         (Some("Lock" | "LWLock"), _) => Activity::Lock,
         _ => Activity::Other,
@@ -452,5 +452,39 @@ async fn watch(
                 Some(_) => {}
             }
         }
+    }
+}
+
+/// The verdict's advice in PostgreSQL's terms, where the engine's would say less: its WAL
+/// settings, and what `extend` (the lock for growing a table) means. The engine's own words
+/// serve the other classes.
+pub fn advice(
+    class: Activity,
+    waits: &ServerWaits,
+    _costs: &sluice_core::destination::TableCosts,
+) -> Option<String> {
+    let log_event = waits
+        .activities
+        .iter()
+        .find(|(c, _, _)| *c == Activity::Log)
+        .map(|(_, e, _)| e.as_str());
+    match class {
+        Activity::Log if log_event.is_some_and(|e| e.starts_with("WALInit")) => Some(
+            "the server is creating new WAL segments: a larger min_wal_size lets it recycle \
+             them (and wal_init_zero = off on copy-on-write filesystems); the stage strategy \
+             writes almost no WAL under wal_level = minimal"
+                .into(),
+        ),
+        Activity::Log => Some(
+            "the stage strategy writes almost no WAL into new staging tables under wal_level = \
+             minimal; else a faster WAL disk, or wal_compression"
+                .into(),
+        ),
+        Activity::Lock => Some(
+            "another session holds the tables' locks, or the streams contend on one table \
+             (`extend` is the lock for growing a table): fewer --jobs, or load when it is quiet"
+                .into(),
+        ),
+        _ => None,
     }
 }

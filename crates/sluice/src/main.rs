@@ -13,16 +13,16 @@
 //! | 5 | the server failed for a reason not tied to one row |
 
 mod commands;
+mod destination;
 mod failure;
 mod faults;
-mod load;
+mod host;
 mod progress;
-mod report;
 mod report_html;
 mod signals;
+mod summary;
 mod target;
 mod tpch;
-mod verdict;
 
 use clap::{Parser, Subcommand};
 use failure::Failure;

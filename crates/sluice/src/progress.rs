@@ -2,8 +2,9 @@
 //! `--quiet`. The display only reads the atomic counters the streams update, on its own
 //! thread, so it costs the hot path one relaxed atomic add per COPY message.
 
-use crate::load::chunk::Counters;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sluice_engine::chunk::Counters;
+pub use sluice_engine::units::{human_bytes, thousands};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -42,39 +43,6 @@ impl Drop for Display {
             let _ = t.join();
         }
     }
-}
-
-/// Formats a byte count in decimal units (kB, MB, GB: powers of 1000), as everywhere in
-/// sluice's output, throughput figures included.
-pub fn human_bytes(n: u64) -> String {
-    let n = n as f64;
-    if n >= 1e12 {
-        format!("{:.2} TB", n / 1e12)
-    } else if n >= 1e9 {
-        format!("{:.2} GB", n / 1e9)
-    } else if n >= 1e6 {
-        format!("{:.1} MB", n / 1e6)
-    } else if n >= 1e3 {
-        format!("{:.1} kB", n / 1e3)
-    } else {
-        format!("{n} B")
-    }
-}
-
-/// A count with thousands separators (`8,661,245`), for people; JSON reports keep plain
-/// numbers.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let head = match digits.len() % 3 {
-        0 => 3.min(digits.len()),
-        r => r,
-    };
-    let mut out = digits[..head].to_string();
-    for group in digits.as_bytes()[head..].chunks(3) {
-        out.push(',');
-        out.push_str(std::str::from_utf8(group).unwrap_or_default());
-    }
-    out
 }
 
 /// Seconds as `42s`, `3m05s` or `1h02m`.

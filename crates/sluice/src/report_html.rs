@@ -6,7 +6,7 @@
 //! table; where each stream's time went; the server's activity over time; `--jobs auto`'s
 //! curve and the rejects when there are any; and the server settings that matter.
 
-use crate::report::Report;
+use sluice_engine::report::Report;
 use std::fmt::Write;
 
 /// Colours for tables, stages and server activities, readable on white.

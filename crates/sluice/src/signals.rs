@@ -89,23 +89,13 @@ pub fn install() {
     }
 }
 
-/// Marks the commit phase; a signal received meanwhile is deferred until the guard is dropped.
-pub struct CommitPhase(());
-
-impl CommitPhase {
-    pub fn begin() -> CommitPhase {
-        COMMITTING.fetch_add(1, Ordering::SeqCst);
-        CommitPhase(())
-    }
-
-    /// The signal received during the commit, if any.
-    pub fn deferred(&self) -> Option<i32> {
-        Some(DEFERRED.load(Ordering::SeqCst)).filter(|&s| s != 0)
-    }
+/// The commit phase begins: a signal received from now on is deferred until it ends.
+pub fn enter_commit() {
+    COMMITTING.fetch_add(1, Ordering::SeqCst);
 }
 
-impl Drop for CommitPhase {
-    fn drop(&mut self) {
-        COMMITTING.fetch_sub(1, Ordering::SeqCst);
-    }
+/// The commit phase ends; whether a signal was deferred during it.
+pub fn leave_commit() -> bool {
+    COMMITTING.fetch_sub(1, Ordering::SeqCst);
+    DEFERRED.load(Ordering::SeqCst) != 0
 }

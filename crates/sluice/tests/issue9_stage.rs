@@ -302,13 +302,13 @@ fn staging_tables_wait_for_their_job_and_go_when_it_cannot_use_them() {
     let summary = ok(&out);
     assert_has(
         &stderr(&out),
-        &["2 staging table(s) that an earlier run of job 1 committed hold 2 chunk(s) (1799 rows)"],
+        &["2 staging table(s) that an earlier run of job 1 committed hold 2 chunk(s) (1,799 rows)"],
     );
     assert_has(
         &summary,
         &[
             "strategy: stage",
-            "published as they were (1799 rows, not loaded again)",
+            "published as they were (1,799 rows, not loaded again)",
         ],
     );
     assert_eq!(d.count("t"), 1799);
@@ -797,7 +797,7 @@ fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
     let summary = ok(&load(&d, &args, &[]));
     assert_has(
         &summary,
-        &["published as they were (1799 rows, not loaded again)"],
+        &["published as they were (1,799 rows, not loaded again)"],
     );
     assert_eq!(d.count("t"), 899 + 900);
     assert_eq!(

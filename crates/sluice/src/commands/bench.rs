@@ -12,12 +12,12 @@
 use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::StrategyArg;
 use super::load::{load, LoadArgs};
-use crate::failure::Failure;
-use crate::load::StreamStats;
-use crate::report::Report;
+use crate::failure::{Failure, OrFailure};
 use crate::tpch::{self, Manifest};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
+use sluice_engine::report::Report;
+use sluice_engine::run::StreamStats;
 use sluice_postgres::cluster::Cluster;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -390,7 +390,8 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
         .data
         .clone()
         .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
-    let manifest = ensure_tpch(args.scale, args.parts, &data, !args.quiet, !args.quiet)?;
+    let manifest =
+        ensure_tpch(args.scale, args.parts, &data, !args.quiet, !args.quiet).or_fail()?;
     let files: Vec<String> = manifest
         .files
         .iter()
@@ -418,11 +419,11 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
             };
             let partitions = (args.layout == Layout::Partitioned).then_some(args.parts);
             let ddl = super::ddl::layout(partitions, args.scale, false);
-            super::ddl::create_sql(Some(&url), None, true, &ddl)?;
+            super::ddl::create_sql(Some(&url), None, true, &ddl).or_fail()?;
             let load_args = LoadArgs {
                 files: files.clone(),
                 target: Some(url.clone()),
-                jobs: Some(j),
+                jobs: Some(sluice_engine::spec::Jobs::Fixed(j)),
                 quiet: true,
                 strategy: args.strategy,
                 ..LoadArgs::defaults()
@@ -432,7 +433,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
             let page = out.join(format!("run-{n}-jobs-{j}.html"));
             std::fs::write(&page, crate::report_html::render(&report))
                 .map_err(|e| Failure::Local(format!("{}: {e}", page.display())))?;
-            let state = inspect(&url)?;
+            let state = inspect(&url).or_fail()?;
             if let Some(c) = cluster {
                 let _ = c.destroy();
             }
@@ -631,8 +632,8 @@ mod tests {
     /// verification must fail and say which chunk and which table.
     #[test]
     fn a_lost_chunk_fails_verification() {
-        use crate::load::ChunkStat;
-        use crate::report::TableReport;
+        use sluice_engine::report::TableReport;
+        use sluice_engine::run::ChunkStat;
         let manifest = Manifest {
             scale: 0.01,
             parts: 2,

@@ -1,6 +1,6 @@
 //! `sluice ddl tpch`: print, or create, the TPC-H tables.
 
-use crate::failure::Failure;
+use crate::failure::{Failure, OrFailure};
 use crate::target;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -58,7 +58,8 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
         args.pg_dir.clone(),
         args.replace,
         &sql,
-    )?;
+    )
+    .or_fail()?;
     eprintln!(
         "sluice: created the TPC-H tables{}{}",
         args.partitions.map_or(String::new(), |n| format!(

@@ -5,7 +5,7 @@
 
 use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::{load, LoadArgs};
-use crate::failure::Failure;
+use crate::failure::{Failure, OrFailure};
 use crate::tpch;
 use clap::Args;
 use std::path::PathBuf;
@@ -27,9 +27,9 @@ pub struct DemoArgs {
     /// TPC-H scale factor (1 is about 1 GB).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
-    /// Parallel connections (default as for `sluice load`).
-    #[arg(long, short = 'j')]
-    pub jobs: Option<usize>,
+    /// Parallel connections, or `auto` (default as for `sluice load`).
+    #[arg(long, short = 'j', value_name = "N|auto", value_parser = super::load::parse_jobs)]
+    pub jobs: Option<sluice_engine::spec::Jobs>,
     /// Load into this server instead of the private cluster.
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
@@ -67,7 +67,7 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
     // 1. Data.
     step(1, "TPC-H data");
-    let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet)?;
+    let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet).or_fail()?;
     // 2. Server.
     step(
         2,
@@ -76,11 +76,12 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
             None => "starting sluice's private PostgreSQL",
         },
     );
-    let target = crate::target::resolve(args.target.as_deref(), Some(pg_dir.clone()), false)?;
+    let target =
+        crate::target::resolve(args.target.as_deref(), Some(pg_dir.clone()), false).or_fail()?;
     let url = target.info.to_string();
     // 3. Tables.
     step(3, "creating the TPC-H tables (dropping old ones)");
-    super::ddl::create(args.target.as_deref(), Some(pg_dir.clone()), true)?;
+    super::ddl::create(args.target.as_deref(), Some(pg_dir.clone()), true).or_fail()?;
     // 4. Load.
     step(4, "loading all eight tables");
     let files: Vec<String> = manifest
@@ -97,14 +98,18 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
         ..LoadArgs::defaults()
     };
     let report = load(&load_args)?;
-    print!("{}", crate::report::render(&report));
+    print!("{}", crate::summary::render(&report));
     // 5. Verify.
     step(
         5,
         "verifying every table's row count against the generator's",
     );
-    let db = sluice_postgres::admin::Admin::connect(&target.info).map_err(anyhow::Error::from)?;
-    let counts = tpch::table_counts(&db).map_err(anyhow::Error::from)?;
+    let db = sluice_postgres::admin::Admin::connect(&target.info)
+        .map_err(anyhow::Error::from)
+        .or_fail()?;
+    let counts = tpch::table_counts(&db)
+        .map_err(anyhow::Error::from)
+        .or_fail()?;
     let mut bad = Vec::new();
     for (t, n) in &counts {
         let want = manifest.rows(t);
@@ -121,7 +126,10 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     println!("verified: all eight tables hold exactly the generated rows");
     // 6. Query.
     step(6, "running TPC-H Q1");
-    let q1 = db.query_text(tpch::Q1).map_err(anyhow::Error::from)?;
+    let q1 = db
+        .query_text(tpch::Q1)
+        .map_err(anyhow::Error::from)
+        .or_fail()?;
     println!("\nTPC-H Q1 (pricing summary report):");
     print_rows(&q1);
     // 7. The figure next to the seed's.
@@ -156,7 +164,8 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     if args.clean {
         let freed = size(&data);
         std::fs::remove_dir_all(&data)
-            .map_err(|e| anyhow::anyhow!("removing {}: {e}", data.display()))?;
+            .map_err(|e| anyhow::anyhow!("removing {}: {e}", data.display()))
+            .or_fail()?;
         println!("removed the generated data in {} ({freed})", data.display());
     } else {
         println!(

@@ -1,6 +1,6 @@
 //! `sluice gen tpch`: dbgen-identical TPC-H data, files generated in parallel.
 
-use crate::failure::{Failure, UsageError};
+use crate::failure::{Failure, OrFailure, UsageError};
 use crate::tpch::{self, file_path, generate_file, is_partitioned, GenFormat, Manifest};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -53,7 +53,7 @@ pub struct GenTpchArgs {
 
 pub fn run(cmd: GenCommand) -> Result<(), Failure> {
     let GenCommand::Tpch(args) = cmd;
-    let m = generate_all(&args)?;
+    let m = generate_all(&args).or_fail()?;
     if !args.quiet {
         let rows: u64 = m.files.iter().map(|f| f.rows).sum();
         let bytes: u64 = m.files.iter().map(|f| f.bytes).sum();

@@ -3,12 +3,12 @@
 //! The ledger is the target's own (schema `sluice_ledger`), so this command reads it where the loads
 //! wrote it, with the same connection conventions as `sluice load`.
 
-use super::load::open_destination;
+use crate::destination::{self, WithDestination};
 use crate::failure::Failure;
-use crate::load::ledger::ledger_failure;
 use clap::{Args, Subcommand};
-use sluice_core::destination::Ledger;
+use sluice_core::destination::{Ledger, Staging};
 use sluice_core::ledger::{Job, JobState};
+use sluice_engine::ledger::ledger_failure;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -56,7 +56,20 @@ pub enum JobsCommand {
 }
 
 pub fn run(args: JobsArgs) -> Result<(), Failure> {
-    let dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), true)?;
+    let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), true)?;
+    dest.with(Jobs(args))
+}
+
+/// The command on whichever destination the target names.
+struct Jobs(JobsArgs);
+
+impl WithDestination<Result<(), Failure>> for Jobs {
+    fn call<D: Ledger + Staging>(self, dest: &mut D) -> Result<(), Failure> {
+        jobs(self.0, dest)
+    }
+}
+
+fn jobs<D: Ledger>(args: JobsArgs, dest: &D) -> Result<(), Failure> {
     dest.open_ledger()
         .map_err(|e| ledger_failure("opening the ledger", e))?;
     match args.command {

@@ -1,21 +1,15 @@
-//! `sluice load`: flags to a checked plan, then the run, the summary and the JSON report.
+//! `sluice load`: flags to a load specification, then the engine's load on the destination
+//! the target names, the summary and the JSON and HTML reports.
 
+use crate::destination;
 use crate::failure::Failure;
-use crate::load::chunk::Counters;
-use crate::load::ledger;
-use crate::load::plan::{self, table_from_file_name};
-use crate::load::rejects::{self, Rejects, Threshold};
-use crate::load::stage::{Mode, Stage};
-use crate::load::strategy::{Direct, Strategy};
-use crate::load::{execute, RunOptions};
-use crate::{progress, report, target};
+use crate::host::CliHost;
 use clap::Args;
-use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
 use sluice_core::dialect::Format;
-use sluice_core::ledger::JobState;
-use sluice_postgres::destination::{OpenError, PgDestination};
+use sluice_engine::rejects::{self, Threshold};
+use sluice_engine::report::Report;
+use sluice_engine::spec::{Jobs, LoadSpec, StrategyChoice};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "Examples:
@@ -118,7 +112,7 @@ pub struct LoadArgs {
     /// one and add streams while each raises the throughput by 10% or more (up to twice the
     /// cores, at most 16); the summary shows the curve and the choice.
     #[arg(long, short = 'j', value_name = "N|auto", value_parser = parse_jobs)]
-    pub jobs: Option<usize>,
+    pub jobs: Option<Jobs>,
 
     /// Size of each COPY message (k/M suffixes).
     #[arg(long, default_value = "256k", value_parser = parse_size, value_name = "SIZE")]
@@ -146,9 +140,9 @@ pub struct LoadArgs {
     /// the publish waits, the server queues the table's later queries behind it, so this is
     /// also how long readers may be held up at a time. PostgreSQL's units (`500ms`, `10s`,
     /// `1min`; a bare number is milliseconds, as for lock_timeout and pg_dump's option of
-    /// this name).
-    #[arg(long, default_value = "10s", value_parser = parse_lock_wait, value_name = "DURATION")]
-    pub lock_wait_timeout: std::time::Duration,
+    /// this name). Default: 10s.
+    #[arg(long, value_parser = parse_lock_wait, value_name = "DURATION")]
+    pub lock_wait_timeout: Option<std::time::Duration>,
 
     /// How many bad rows the load may reject and still commit the rest: a count (`100`) or
     /// a share of all input rows (`0.1%`). Rows sluice cannot convert are dropped before
@@ -219,7 +213,7 @@ impl LoadArgs {
             chunk_size: None,
             dry_run: false,
             retries: 5,
-            lock_wait_timeout: sluice_postgres::stage::DEFAULT_LOCK_WAIT,
+            lock_wait_timeout: None,
             max_errors: None,
             rejects: None,
             restart: false,
@@ -229,84 +223,46 @@ impl LoadArgs {
             pg_dir: None,
         }
     }
-}
 
-/// Parses a column list with SQL's identifier rules, as the server parses `COPY t (a, "B")`:
-/// unquoted names fold ASCII letters to lower case, double-quoted names are taken as they are
-/// (`""` for a quote), and names longer than 63 bytes are cut, as PostgreSQL cuts them.
-pub fn parse_column_list(list: &str) -> Result<Vec<String>, String> {
-    let mut names = Vec::new();
-    let mut chars = list.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let mut name = String::new();
-        if chars.peek() == Some(&'"') {
-            chars.next();
-            loop {
-                match chars.next() {
-                    None => return Err(format!("unterminated quoted name in --columns `{list}`")),
-                    Some('"') if chars.peek() == Some(&'"') => {
-                        chars.next();
-                        name.push('"');
-                    }
-                    Some('"') => break,
-                    Some(c) => name.push(c),
-                }
-            }
-            if name.is_empty() {
-                return Err(format!("an empty quoted name (\"\") in --columns `{list}`"));
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c == ',' || c.is_whitespace() {
-                    break;
-                }
-                if c == '"' {
-                    return Err(format!(
-                        "a quote inside a name in --columns `{list}`: quote the whole name"
-                    ));
-                }
-                name.push(c.to_ascii_lowercase());
-                chars.next();
-            }
-            if name.is_empty() {
-                return Err(format!("an empty column name in --columns `{list}`"));
-            }
-        }
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        if name.len() > 63 {
-            let mut cut = 63;
-            while !name.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            name.truncate(cut);
-        }
-        names.push(name);
-        match chars.next() {
-            None => return Ok(names),
-            Some(',') => {}
-            Some(c) => {
-                return Err(format!(
-                    "unexpected `{c}` after column \"{}\" in --columns `{list}`",
-                    names.last().map_or("", |n| n.as_str())
-                ))
-            }
+    /// The load these flags ask for.
+    pub fn spec(&self) -> LoadSpec {
+        LoadSpec {
+            files: self.files.clone(),
+            table: self.table.clone(),
+            format: self.format,
+            delimiter: self.delimiter.clone(),
+            quote: self.quote.clone(),
+            escape: self.escape.clone(),
+            header: self.header,
+            match_header: self.match_header,
+            null: self.null.clone(),
+            columns: self.columns.clone(),
+            strategy: match self.strategy {
+                StrategyArg::Auto => StrategyChoice::Auto,
+                StrategyArg::Direct => StrategyChoice::Direct,
+                StrategyArg::Stage => StrategyChoice::Stage,
+            },
+            jobs: self.jobs.unwrap_or(Jobs::Default),
+            copy_buffer: self.copy_buffer,
+            chunk_size: self.chunk_size.map(|s| s as u64),
+            dry_run: self.dry_run,
+            retries: self.retries,
+            lock_wait: self.lock_wait_timeout,
+            max_errors: self.max_errors,
+            rejects: self.rejects.clone(),
+            restart: self.restart,
         }
     }
 }
 
-/// Parses `--jobs`: a positive number.
-pub fn parse_jobs(s: &str) -> Result<usize, String> {
+/// Parses `--jobs`: a positive number, or `auto`.
+pub fn parse_jobs(s: &str) -> Result<Jobs, String> {
     if s.trim().eq_ignore_ascii_case("auto") {
-        return Ok(plan::AUTO_JOBS);
+        return Ok(Jobs::Auto);
     }
     match s.trim().parse::<usize>() {
         Ok(0) => Err("--jobs must be at least 1 (it is the number of connections)".into()),
-        Ok(n) => Ok(n),
+        Ok(n) => Ok(Jobs::Fixed(n)),
         Err(_) => Err(format!("`{s}` is not a number of connections")),
     }
 }
@@ -413,9 +369,9 @@ pub fn failure_report(f: &Failure) -> serde_json::Value {
     serde_json::json!({ "ok": false, "error": error })
 }
 
-/// Prints the summary and writes the JSON report.
-pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), Failure> {
-    print!("{}", report::render(rep));
+/// Prints the summary and writes the JSON and HTML reports.
+pub fn print_report(args: &LoadArgs, rep: &Report) -> Result<(), Failure> {
+    print!("{}", crate::summary::render(rep));
     if let Some(path) = &args.report_json {
         let json = serde_json::to_string_pretty(rep).expect("report serializes");
         std::fs::write(path, json + "\n")
@@ -428,428 +384,13 @@ pub fn print_report(args: &LoadArgs, rep: &report::Report) -> Result<(), Failure
     Ok(())
 }
 
-/// Plans and runs a load; returns its report.
-pub fn load(args: &LoadArgs) -> Result<report::Report, Failure> {
-    let (file_tables, columns) = inputs(args)?;
-    let mut dest = open_destination(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
-    dest.set_lock_wait(args.lock_wait_timeout);
-    if let Some(why) = dest.session.cannot_write().filter(|_| !args.dry_run) {
-        return Err(Failure::Usage(why));
-    }
-    load_into(args, &mut dest, &file_tables, columns)
-}
-
-/// A load on a destination already open (the probe's dry run).
-pub fn load_on(args: &LoadArgs, dest: &mut PgDestination) -> Result<report::Report, Failure> {
-    let (file_tables, columns) = inputs(args)?;
-    load_into(args, dest, &file_tables, columns)
-}
-
-/// The table each input goes to and the column list, once every input is known readable.
-fn inputs(args: &LoadArgs) -> Result<(Vec<String>, Option<Vec<String>>), Failure> {
-    if args.files.iter().filter(|f| f.as_str() == "-").count() > 1 {
-        return Err(Failure::Usage(
-            "standard input (`-`) can be given only once".into(),
-        ));
-    }
-    // The table each file goes to: --table, or the file's name up to its first dot.
-    let file_tables = args
-        .files
-        .iter()
-        .map(|f| match (&args.table, f.as_str()) {
-            (Some(t), _) => Ok(t.clone()),
-            (None, "-") => Err(Failure::Usage(
-                "reading standard input needs --table (and --format)".into(),
-            )),
-            (None, path) => table_from_file_name(path).ok_or_else(|| {
-                Failure::Usage(format!("cannot name a table after `{path}`: give --table"))
-            }),
-        })
-        .collect::<Result<Vec<String>, Failure>>()?;
-    let columns = args
-        .columns
-        .as_deref()
-        .map(parse_column_list)
-        .transpose()
-        .map_err(Failure::Usage)?;
+/// Checks the inputs, opens the destination the target names, and loads; returns the report.
+pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
+    let spec = args.spec();
     // Every input must be readable before anything connects (or starts a cluster).
-    for f in args.files.iter().filter(|f| f.as_str() != "-") {
-        plan::check_input(f)?;
-    }
-    Ok((file_tables, columns))
-}
-
-/// Opens the destination a command names (`--target`, else libpq's variables, else the
-/// private cluster). Every later connection goes to the host the first one reached.
-pub fn open_destination(
-    target: Option<&str>,
-    pg_dir: Option<PathBuf>,
-    quiet: bool,
-) -> Result<PgDestination, Failure> {
-    let target = target::resolve(target, pg_dir, quiet).map_err(|e| {
-        match e.downcast_ref::<target::BadTarget>() {
-            Some(_) => Failure::Usage(format!("{e:#}")),
-            None => Failure::Connect(format!("{e:#}")),
-        }
-    })?;
-    open_info(&target.info)
-}
-
-/// Opens the destination at a resolved connection.
-pub fn open_info(info: &sluice_postgres::conninfo::ConnInfo) -> Result<PgDestination, Failure> {
-    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
-    PgDestination::open(info, warn).map_err(|e| match e {
-        OpenError::Server(m) => Failure::Server(m),
-        OpenError::Unsupported(m) => Failure::Usage(m),
-        OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
-        other => Failure::Connect(other.to_string()),
-    })
-}
-
-/// The load once a destination is open: describe, plan, run, report. Nothing here knows
-/// which database it is.
-fn load_into<D: Staging + Ledger>(
-    args: &LoadArgs,
-    dest: &mut D,
-    file_tables: &[String],
-    columns: Option<Vec<String>>,
-) -> Result<report::Report, Failure> {
-    let mut described: Vec<(String, TableInfo)> = Vec::new();
-    for name in file_tables {
-        if described.iter().any(|(n, _)| n == name) {
-            continue;
-        }
-        let table = dest.describe(name).map_err(|e| {
-            let by_name = match (&args.table, file_tables.iter().position(|t| t == name)) {
-                (None, Some(i)) => format!("{} -> table {name}: ", args.files[i]),
-                _ => String::new(),
-            };
-            match e.kind {
-                ErrorKind::Usage => Failure::Usage(format!("{by_name}{e}")),
-                ErrorKind::Connection => Failure::Connect(format!("{by_name}{e}")),
-                _ => Failure::Server(format!("{by_name}reading the catalog: {e}")),
-            }
-        })?;
-        described.push((name.clone(), table));
-    }
-    let plan = plan::build(args, file_tables, &described, columns.clone())?;
-    let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
-    dest.set_tables(&load_tables).map_err(|e| match e.kind {
-        ErrorKind::Usage => Failure::Usage(e.to_string()),
-        _ => Failure::Server(e.to_string()),
-    })?;
-    // The ledger: resume an unfinished job, leave out what a finished one loaded.
-    let replan = |size: u64| {
-        let mut again = args.clone();
-        again.chunk_size = Some(size as usize);
-        plan::build(&again, file_tables, &described, columns.clone())
-    };
-    let (plan, job) = match open_ledger(args, &plan, &*dest) {
-        false => (plan, None),
-        true => match ledger::start(&*dest, plan, args.restart, &replan)? {
-            ledger::Start::Run(plan, job) => (plan, Some(job)),
-            ledger::Start::Nothing(why) => return Ok(nothing_to_load(args, &*dest, why)),
-        },
-    };
-    if let (Some(note), false) = (job.as_ref().and_then(|j| j.note.as_ref()), args.quiet) {
-        eprintln!("sluice: {note}");
-    }
-    let job_id = job.as_ref().map(|j| j.job);
-    if let Some(id) = job_id {
-        crate::signals::set_resume_hint(&format!(
-            "run the same command again to resume job {id} (`sluice jobs` lists it)"
-        ));
-    }
-    crate::faults::point("planned");
-    let resumed = job.as_ref().is_some_and(|j| j.resumed);
-    let result = match (job_id, resumed && plan.chunks.is_empty()) {
-        (Some(id), true) => Ok(nothing_to_load(
-            args,
-            &*dest,
-            format!("job {id}: every chunk was committed by an earlier run; it is finished now"),
-        )),
-        _ => run_plan(args, dest, plan, job.clone()),
-    };
-    let Some(id) = job_id else {
-        return result.map_err(|f| match f {
-            Failure::Server(m) if m.contains("COMMIT failed") => Failure::Server(format!(
-                "{m}. This load kept no ledger: reload into empty tables"
-            )),
-            other => other,
-        });
-    };
-    crate::faults::point("finished");
-    end_job(&*dest, id, &result);
-    // What a rerun does, now that the ledger knows what is in.
-    result.map_err(|f| match f {
-        Failure::Server(m) if m.contains("COMMIT failed") => Failure::Server(format!(
-            "{m}. The ledger records exactly which chunks committed: run the same command \
-             again to load the rest (job {id})"
-        )),
-        Failure::Server(m) => Failure::Server(format!(
-            "{m}. Run the same command again to resume job {id}"
-        )),
-        Failure::Connect(m) => Failure::Connect(format!(
-            "{m}. Run the same command again to resume job {id}"
-        )),
-        other => other,
-    })
-}
-
-/// Whether this load keeps a ledger: not a dry run, not standard input (read once, it cannot
-/// be resumed), and a role that may keep one (else a warning says why not).
-fn open_ledger<D: Ledger>(args: &LoadArgs, plan: &plan::Plan, dest: &D) -> bool {
-    if args.dry_run || plan.inputs.iter().any(|i| i.identity.is_none()) {
-        return false;
-    }
-    match dest.open_ledger() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!(
-                "warning: this load keeps no resume ledger, so a rerun cannot resume it: {e}"
-            );
-            false
-        }
-    }
-}
-
-/// Records how the job ended: finished, failed (resumable), or for a bad row or a usage error,
-/// which the user fixes in the input or the command, abandoned (nothing of it is committed, and
-/// the fixed command is a new job).
-fn end_job<D: Ledger>(dest: &D, id: i64, result: &Result<report::Report, Failure>) {
-    let (state, message) = match result {
-        Ok(_) => (JobState::Finished, None),
-        Err(f) if f.abandons_job() => (JobState::Abandoned, Some(f.to_string())),
-        Err(f) => (JobState::Failed, Some(f.to_string())),
-    };
-    if let Err(e) = dest.end_job(id, state, message.as_deref()) {
-        eprintln!(
-            "warning: could not record in the ledger that job {id} is {} ({e}); the next run \
-             of the same command finds it interrupted and completes it",
-            state.as_str()
-        );
-    }
-}
-
-/// The report of a load the ledger found nothing to do for.
-fn nothing_to_load<D: Destination>(args: &LoadArgs, dest: &D, why: String) -> report::Report {
-    if !args.quiet {
-        eprintln!("sluice: {why}");
-    }
-    let plan = plan::Plan {
-        tables: Vec::new(),
-        inputs: Vec::new(),
-        chunks: Vec::new(),
-        chunk_size: 0,
-    };
-    let outcome = crate::load::RunOutcome {
-        streams: Vec::new(),
-        elapsed: std::time::Duration::ZERO,
-        server_conversions: 0,
-        strategy: "direct",
-        server_waits: Default::default(),
-        calibration: None,
-    };
-    let facts = report::Facts {
-        target: dest.target(),
-        formats: Vec::new(),
-        staged: Vec::new(),
-        fallbacks: Vec::new(),
-        steps: None,
-        wal_bytes: None,
-        job: None,
-        ledger: Some(why),
-        rejected: None,
-        server_settings: Vec::new(),
-    };
-    report::build(&plan, &outcome, facts, false, 0, args.copy_buffer)
-}
-
-/// Runs a checked plan (as the ledger left it) and reports.
-fn run_plan<D: Staging + Ledger>(
-    args: &LoadArgs,
-    dest: &mut D,
-    mut plan: plan::Plan,
-    job: Option<ledger::JobRun>,
-) -> Result<report::Report, Failure> {
-    // A load that stages opens one more connection at its end, for the publish; and when it
-    // also loads tables directly, each stream may hold a direct and a staging connection.
-    let staging = |t: usize| {
-        matches!(
-            dest.partitioning(t),
-            Ok(sluice_core::destination::Partitioning::IntegerRange { .. })
-        )
-    };
-    let may_stage = args.strategy != StrategyArg::Direct
-        && !args.dry_run
-        && (0..plan.tables.len()).any(staging);
-    let connections = match may_stage {
-        false => (1, 0),
-        true if (0..plan.tables.len()).all(staging) => (1, 1),
-        true => (2, 1),
-    };
-    let (jobs, warning) = plan::choose_jobs(
-        args.jobs,
-        plan.chunks.len(),
-        dest.free_slots(),
-        connections,
-        args.dry_run,
-    );
-    if let Some(w) = warning {
-        eprintln!("warning: {w}");
-    }
-    // Routing reads each partitioned input's first row, and may say what earlier loads left;
-    // the chunks an earlier run of the job staged leave the plan, their tables published as
-    // they are.
-    let mode = match (args.strategy, args.dry_run) {
-        (StrategyArg::Direct, _) | (_, true) => None,
-        (StrategyArg::Auto, false) => Some(Mode::Auto),
-        (StrategyArg::Stage, false) => Some(Mode::Required),
-    };
-    let mut stage = mode
-        .map(|mode| Stage::plan(&mut plan, &*dest, mode, jobs, job.as_ref()))
-        .transpose()?;
-    let ledger_note = job.as_ref().and_then(|j| j.note.clone());
-    let job_id = job.as_ref().map(|j| j.job);
-    let rejects = args
-        .max_errors
-        .filter(|t| t.allows_any())
-        .map(|t| Arc::new(Rejects::new(t, args.rejects.clone(), &plan)));
-    if let Some(s) = stage.as_mut() {
-        s.verbose = !args.quiet;
-        s.isolate_rejects = rejects.is_some();
-    }
-    let opts = RunOptions {
-        jobs,
-        copy_buffer: args.copy_buffer,
-        dry_run: args.dry_run,
-        job,
-        retries: args.retries,
-        rejects: rejects.clone(),
-        calibrate: args.jobs == Some(plan::AUTO_JOBS) && !args.dry_run,
-    };
-    if !args.quiet && !args.dry_run {
-        for group in crate::load::strategy::reference_groups(&plan) {
-            let name = |t: usize| plan.tables[t].table.name.as_str();
-            let mut keys: Vec<String> = Vec::new();
-            for &t in &group {
-                for &p in &group {
-                    if plan.tables[t]
-                        .table
-                        .references
-                        .contains(&plan.tables[p].table.id)
-                    {
-                        keys.push(format!("{} -> {}", name(t), name(p)));
-                    }
-                }
-            }
-            let order: Vec<&str> = group.iter().map(|&t| name(t)).collect();
-            eprintln!(
-                "sluice: foreign keys tie tables of this load ({}): they load on one stream, \
-                 parents first ({}), so that each check sees its parent rows (streams cannot \
-                 see each other's rows before they commit); to load them in parallel, load the \
-                 parents in a command of their own first",
-                keys.join(", "),
-                order.join(", ")
-            );
-        }
-    }
-    let counters: Arc<Vec<Counters>> = Arc::new(
-        (0..plan.tables.len())
-            .map(|_| Counters::default())
-            .collect(),
-    );
-    let names = plan.tables.iter().map(|t| t.table.name.clone()).collect();
-    let totals = (0..plan.tables.len())
-        .map(|t| {
-            plan.chunks
-                .iter()
-                .filter(|c| plan.inputs[c.input].table == t)
-                .map(|c| c.weight(&plan.inputs))
-                .sum()
-        })
-        .collect();
-    let chunk_counts = (0..plan.tables.len())
-        .map(|t| {
-            plan.chunks
-                .iter()
-                .filter(|c| plan.inputs[c.input].table == t)
-                .count() as u64
-        })
-        .collect();
-    let display = progress::start(
-        progress::Mode::choose(args.quiet),
-        names,
-        totals,
-        chunk_counts,
-        counters.clone(),
-        if args.dry_run { "checking" } else { "loading" },
-    );
-    let wal_start = (!args.dry_run).then(|| dest.log_position()).flatten();
-    let strategy: &dyn Strategy<D> = match &stage {
-        Some(s) => s,
-        None => &Direct,
-    };
-    let outcome = execute(&plan, &opts, &*dest, strategy, &counters);
-    drop(display);
-    // The rejects files, whatever the outcome: past the threshold they say what to fix.
-    if let Some(r) = &rejects {
-        if let Err(e) = r.write(&plan) {
-            let path = r.path.as_deref().unwrap_or(std::path::Path::new(""));
-            eprintln!(
-                "warning: cannot write the rejects file {}: {e}",
-                path.display()
-            );
-        }
-    }
-    let outcome = outcome.map_err(|e| match e {
-        // Say which table a file went to when the file's name chose it.
-        Failure::Input(mut ie) if args.table.is_none() => {
-            let t = plan.inputs.iter().find(|i| i.display == ie.file);
-            ie.table = t.map(|i| plan.tables[i.table].table.name.clone());
-            Failure::Input(ie)
-        }
-        other => other,
-    })?;
-    let formats = (0..plan.tables.len())
-        .map(|t| dest.load_format(t))
-        .collect();
-    let wal_bytes = wal_start.and_then(|a| Some(dest.log_position()?.saturating_sub(a)));
-    let facts = report::Facts {
-        target: dest.target(),
-        formats,
-        staged: (0..plan.inputs.len())
-            .map(|i| stage.as_ref().is_some_and(|s| s.staged(i)))
-            .collect(),
-        fallbacks: stage.as_ref().map(Stage::fallbacks).unwrap_or_default(),
-        steps: stage.as_ref().map(Stage::times),
-        wal_bytes,
-        job: job_id,
-        ledger: ledger_note,
-        rejected: rejects.as_ref().map(|r| report::RejectedReport {
-            rows: r.count(),
-            by_cause: r.by_cause(),
-            max_errors: r.threshold.to_string(),
-            file: r.path.as_ref().map(|p| p.display().to_string()),
-            details: r
-                .path
-                .as_ref()
-                .map(|p| rejects::details_path(p).display().to_string()),
-            first: r.first(&plan).map(|e| e.to_string()),
-        }),
-        server_settings: match args.dry_run {
-            true => Vec::new(),
-            false => dest.settings(),
-        },
-    };
-    Ok(report::build(
-        &plan,
-        &outcome,
-        facts,
-        args.dry_run,
-        jobs,
-        args.copy_buffer,
-    ))
+    sluice_engine::load::check_inputs(&spec)?;
+    let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
+    dest.load(&spec, &CliHost::new(args.quiet))
 }
 
 #[cfg(test)]
@@ -870,24 +411,6 @@ mod tests {
         assert!(p("30d")
             .unwrap_err()
             .contains("longer than the server accepts"));
-    }
-
-    #[test]
-    fn column_lists_follow_sql_identifier_rules() {
-        let p = |s: &str| parse_column_list(s);
-        assert_eq!(p("ID,v").unwrap(), ["id", "v"]);
-        assert_eq!(p(" a , B ").unwrap(), ["a", "b"]);
-        assert_eq!(
-            p("\"Ünï \"\"q\"\"\",\"my col\"").unwrap(),
-            ["Ünï \"q\"", "my col"]
-        );
-        assert_eq!(p("\"a,b\",\"ColA\"").unwrap(), ["a,b", "ColA"]);
-        // Only ASCII letters fold, as in a UTF8 database.
-        assert_eq!(p("ÄB").unwrap(), ["Äb"]);
-        assert_eq!(p(&"x".repeat(70)).unwrap(), ["x".repeat(63)]);
-        for bad in ["", "a,,b", "a,", "\"open", "a b", "x\"y\"", "\"\""] {
-            assert!(p(bad).is_err(), "{bad:?} should be refused");
-        }
     }
 
     #[test]

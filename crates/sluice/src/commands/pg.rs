@@ -74,11 +74,13 @@ fn run_inner(args: PgArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let dir = default_pg_dir(args.pg_dir);
-    let cluster = Cluster::new(&dir)?;
+    let cluster = Cluster::new(&dir).map_err(crate::failure::from_cluster)?;
     match args.command {
         PgCommand::Start => {
-            cluster.init(&bulk_load_settings())?;
-            let port = cluster.start()?;
+            cluster
+                .init(&bulk_load_settings())
+                .map_err(crate::failure::from_cluster)?;
+            let port = cluster.start().map_err(crate::failure::from_cluster)?;
             eprintln!(
                 "sluice: PostgreSQL is running in {} on port {port}",
                 dir.display()
@@ -94,7 +96,7 @@ fn run_inner(args: PgArgs) -> Result<(), Failure> {
                 );
                 return Ok(());
             }
-            cluster.stop()?;
+            cluster.stop().map_err(crate::failure::from_cluster)?;
             eprintln!("sluice: stopped the cluster in {}", dir.display());
             Ok(())
         }
@@ -114,7 +116,7 @@ fn run_inner(args: PgArgs) -> Result<(), Failure> {
                 )));
             }
             let size = dir_size(&dir);
-            cluster.destroy()?;
+            cluster.destroy().map_err(crate::failure::from_cluster)?;
             eprintln!(
                 "sluice: removed the cluster in {} ({})",
                 dir.display(),
@@ -177,8 +179,10 @@ fn run_inner(args: PgArgs) -> Result<(), Failure> {
         },
         PgCommand::Settings { .. } => Ok(()),
         PgCommand::Psql { args } => {
-            cluster.init(&bulk_load_settings())?;
-            cluster.start()?;
+            cluster
+                .init(&bulk_load_settings())
+                .map_err(crate::failure::from_cluster)?;
+            cluster.start().map_err(crate::failure::from_cluster)?;
             let url = cluster.url().unwrap_or_default();
             // clap keeps a `--` that follows other arguments; psql would take it as the end
             // of its options and ignore the rest.

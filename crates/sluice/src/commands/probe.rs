@@ -98,7 +98,7 @@ pub fn run(args: ProbeArgs) -> Result<(), Failure> {
         return Err(Failure::Usage("--seconds is between 0.1 and 600".into()));
     }
     for f in &args.files {
-        crate::load::plan::check_input(f)?;
+        sluice_engine::plan::check_input(f)?;
     }
     let resolved = target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.json)
         .map_err(|e| match e.downcast_ref::<target::BadTarget>() {
@@ -106,7 +106,7 @@ pub fn run(args: ProbeArgs) -> Result<(), Failure> {
             None => Failure::Connect(format!("{e:#}")),
         })?;
     let server = |e: sluice_postgres::admin::AdminError| match e {
-        sluice_postgres::admin::AdminError::Server(m) => Failure::Server(m),
+        sluice_postgres::admin::AdminError::Server(m) => Failure::server(m),
         other => Failure::Connect(other.to_string()),
     };
     let probe = Probe::connect(&resolved.info).map_err(server)?;
@@ -243,7 +243,7 @@ fn parse_rate(args: &ProbeArgs, resolved: &target::Target) -> Result<(f64, u64),
     let mut bytes = 0u64;
     for f in &args.files {
         let path = std::path::Path::new(f);
-        let head = crate::load::plan::read_head(&path.to_path_buf(), SAMPLE)
+        let head = sluice_engine::plan::read_head(&path.to_path_buf(), SAMPLE)
             .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
         if head.starts_with(&[0x1f, 0x8b]) || head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
             eprintln!("sluice: {f} is compressed: left out of the parse measurement");
@@ -271,13 +271,14 @@ fn parse_rate(args: &ProbeArgs, resolved: &target::Target) -> Result<(f64, u64),
         files: samples,
         table: args.table.clone(),
         dry_run: true,
-        jobs: Some(1),
+        jobs: Some(sluice_engine::spec::Jobs::Fixed(1)),
         quiet: true,
         ..LoadArgs::defaults()
     };
-    let mut dest = super::load::open_info(&resolved.info)?;
+    let mut dest = crate::destination::open_postgres(&resolved.info)?;
     let before = cpu_seconds();
-    let result = super::load::load_on(&load, &mut dest);
+    let result =
+        sluice_engine::load::load_staging(&load.spec(), &mut dest, &sluice_engine::events::Silent);
     let cpu = cpu_seconds() - before;
     let _ = std::fs::remove_dir_all(&dir);
     result?;

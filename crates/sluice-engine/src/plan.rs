@@ -14,10 +14,10 @@
 //! range, and its boundaries depend on the input alone, never on `--jobs`: the same files cut
 //! the same way on every run, which is what a resume ledger keys on.
 
-use crate::commands::load::LoadArgs;
 use crate::failure::Failure;
+use crate::spec::{Jobs, LoadSpec};
 use sluice_core::boundary::{count_quotes, next_record_start, splittable};
-use sluice_core::destination::{ColumnInfo, LoadTable, TableInfo};
+use sluice_core::destination::{ColumnInfo, IdentifierRules, LoadTable, TableInfo};
 use sluice_core::dialect::{Dialect, Format, LineEnding};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -124,6 +124,91 @@ impl TablePlan {
             columns: self.columns.iter().map(|c| c.name.clone()).collect(),
         }
     }
+}
+
+/// Parses a column list with the destination's identifier rules, as its server parses
+/// `COPY t (a, "B")`: unquoted names fold to lower case where the rules say so, quoted names
+/// are taken as they are (a doubled quote for a quote), and names longer than the rules allow
+/// are cut, as PostgreSQL cuts them.
+pub fn parse_column_list(list: &str, rules: &IdentifierRules) -> Result<Vec<String>, String> {
+    let q = rules.quote;
+    let mut names = Vec::new();
+    let mut chars = list.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut name = String::new();
+        if chars.peek() == Some(&q) {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => return Err(format!("unterminated quoted name in --columns `{list}`")),
+                    Some(c) if c == q && chars.peek() == Some(&q) => {
+                        chars.next();
+                        name.push(q);
+                    }
+                    Some(c) if c == q => break,
+                    Some(c) => name.push(c),
+                }
+            }
+            if name.is_empty() {
+                return Err(format!(
+                    "an empty quoted name ({q}{q}) in --columns `{list}`"
+                ));
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' || c.is_whitespace() {
+                    break;
+                }
+                if c == q {
+                    return Err(format!(
+                        "a quote inside a name in --columns `{list}`: quote the whole name"
+                    ));
+                }
+                name.push(if rules.fold_lower {
+                    c.to_ascii_lowercase()
+                } else {
+                    c
+                });
+                chars.next();
+            }
+            if name.is_empty() {
+                return Err(format!("an empty column name in --columns `{list}`"));
+            }
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if name.len() > rules.max_bytes {
+            let mut cut = rules.max_bytes;
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            name.truncate(cut);
+        }
+        names.push(name);
+        match chars.next() {
+            None => return Ok(names),
+            Some(',') => {}
+            Some(c) => {
+                return Err(format!(
+                    "unexpected `{c}` after column \"{}\" in --columns `{list}`",
+                    names.last().map_or("", |n| n.as_str())
+                ))
+            }
+        }
+    }
+}
+
+/// Checks, before anything connects, what an input's name and first bytes promise: a format
+/// sluice can tell, and compression that is what its name says.
+pub fn check_file_format(f: &str, given: Option<Format>) -> Result<(), Failure> {
+    format_for(f, given).map_err(Failure::Usage)?;
+    let head = read_head(&PathBuf::from(f), 8)
+        .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
+    check_compression(f, Compression::sniff(&head))
 }
 
 /// Picks the columns a file's fields map to: all of them in order, or the `--columns` list,
@@ -238,19 +323,19 @@ pub fn default_chunk_size(total: u64) -> u64 {
 /// (`described[i]` for the name `file_tables` gives each file). `columns` is the parsed
 /// `--columns` list.
 pub fn build(
-    args: &LoadArgs,
+    spec: &LoadSpec,
     file_tables: &[String],
     described: &[(String, TableInfo)],
     columns: Option<Vec<String>>,
 ) -> Result<Plan, Failure> {
     let mut inputs = Vec::new();
-    for (f, name) in args.files.iter().zip(file_tables) {
+    for (f, name) in spec.files.iter().zip(file_tables) {
         let table = described
             .iter()
             .position(|(n, _)| n == name)
             .ok_or_else(|| Failure::Local(format!("table {name} was not described")))?;
         if f == "-" {
-            let format = args.format.ok_or_else(|| {
+            let format = spec.format.ok_or_else(|| {
                 Failure::Usage("reading standard input needs --format tbl|csv|text".into())
             })?;
             inputs.push(Input {
@@ -260,14 +345,14 @@ pub fn build(
                 compression: Compression::None,
                 size: 0,
                 table,
-                dialect: dialect_for(format, args)?,
+                dialect: dialect_for(format, spec)?,
             });
             continue;
         }
         let path = PathBuf::from(f);
         let meta = check_input(f)?;
-        let format = format_for(f, args.format).map_err(Failure::Usage)?;
-        let mut dialect = dialect_for(format, args)?;
+        let format = format_for(f, spec.format).map_err(Failure::Usage)?;
+        let mut dialect = dialect_for(format, spec)?;
         let head = read_head(&path, 64 << 10)
             .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
         let compression = Compression::sniff(&head);
@@ -288,9 +373,9 @@ pub fn build(
     // Each table's columns: --columns, the header's names, or all in order.
     let mut tables: Vec<TablePlan> = Vec::new();
     for (t, (name, table)) in described.iter().enumerate() {
-        let names = if args.match_header {
+        let names = if spec.match_header {
             Some(header_columns(table, &inputs, t).map_err(|e| {
-                Failure::Usage(match args.table {
+                Failure::Usage(match spec.table {
                     Some(_) => e,
                     None => format!("table {name}: {e}"),
                 })
@@ -306,9 +391,7 @@ pub fn build(
     }
     // Chunks: cut big plain files, biggest work first.
     let total: u64 = inputs.iter().map(|i| i.size).sum();
-    let chunk_target = args
-        .chunk_size
-        .map_or_else(|| default_chunk_size(total), |s| s as u64);
+    let chunk_target = spec.chunk_size.unwrap_or_else(|| default_chunk_size(total));
     let mut chunks = Vec::new();
     for (i, input) in inputs.iter().enumerate() {
         let ranges = match (&input.source, input.compression) {
@@ -372,7 +455,7 @@ fn check_compression(name: &str, found: Compression) -> Result<(), Failure> {
 /// two or more streams also need the watchdog's, and `extra` more are opened besides (stage's
 /// publish). Returns a warning when the slots cut the number.
 pub fn choose_jobs(
-    wanted: Option<usize>,
+    wanted: Jobs,
     chunks: usize,
     free_slots: Option<u64>,
     (per_stream, extra): (u64, u64),
@@ -380,14 +463,12 @@ pub fn choose_jobs(
 ) -> (usize, Option<String>) {
     // `auto` may go up to twice the cores (the server's and the client's share them, or the
     // server is elsewhere), at most 16; the calibration decides how far.
-    let wanted = wanted.map(|w| match w {
-        AUTO_JOBS => (2 * available_cores()).min(16),
-        w => w,
-    });
-    let mut jobs = wanted
-        .unwrap_or_else(default_jobs)
-        .max(1)
-        .min(chunks.max(1));
+    let wanted = match wanted {
+        Jobs::Auto => (2 * available_cores()).min(16),
+        Jobs::Fixed(w) => w,
+        Jobs::Default => default_jobs(),
+    };
+    let mut jobs = wanted.max(1).min(chunks.max(1));
     let needed = |j: u64| j * per_stream + u64::from(j > 1) + extra;
     let free_slots = free_slots.unwrap_or(u64::MAX);
     if !dry_run && free_slots < needed(jobs as u64) {
@@ -417,29 +498,29 @@ fn one_byte(flag: &str, s: &str) -> Result<u8, Failure> {
     Ok(v.as_bytes()[0])
 }
 
-fn dialect_for(format: Format, args: &LoadArgs) -> Result<Dialect, Failure> {
+fn dialect_for(format: Format, spec: &LoadSpec) -> Result<Dialect, Failure> {
     let mut d = Dialect::new(format);
-    if let Some(x) = &args.delimiter {
+    if let Some(x) = &spec.delimiter {
         d.delimiter = one_byte("delimiter", x)?;
     }
-    if args.quote.is_some() || args.escape.is_some() {
+    if spec.quote.is_some() || spec.escape.is_some() {
         if format != Format::Csv {
             return Err(Failure::Usage(
                 "--quote and --escape apply to CSV only (give --format csv)".into(),
             ));
         }
-        if let Some(q) = &args.quote {
+        if let Some(q) = &spec.quote {
             d.quote = one_byte("quote", q)?;
             d.escape = d.quote;
         }
-        if let Some(e) = &args.escape {
+        if let Some(e) = &spec.escape {
             d.escape = one_byte("escape", e)?;
         }
     }
-    if let Some(n) = &args.null {
+    if let Some(n) = &spec.null {
         d.null = n.as_bytes().to_vec();
     }
-    d.header = args.header;
+    d.header = spec.header;
     d.validate().map_err(Failure::Usage)?;
     Ok(d)
 }
@@ -517,7 +598,7 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
         start: 0,
         end: None,
     };
-    let mut reader = crate::load::source::open_chunk(input, &whole)
+    let mut reader = crate::source::open_chunk(input, &whole)
         .map_err(|e| format!("cannot read {}: {e}", input.display))?;
     let mut head = Vec::new();
     (&mut reader)
@@ -554,9 +635,6 @@ pub fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
     std::fs::File::open(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
     Ok(meta)
 }
-
-/// `--jobs auto`, as the parsed flag holds it.
-pub const AUTO_JOBS: usize = usize::MAX;
 
 fn available_cores() -> usize {
     std::thread::available_parallelism()
@@ -746,12 +824,11 @@ pub(crate) mod tests {
         let described = vec![table("t")];
         let tables = vec!["t".to_string(); 2];
         let keys = |jobs: usize| {
-            let args = LoadArgs {
-                files: files.clone(),
-                jobs: Some(jobs),
-                ..LoadArgs::defaults()
+            let spec = LoadSpec {
+                jobs: Jobs::Fixed(jobs),
+                ..LoadSpec::new(files.clone())
             };
-            let plan = build(&args, &tables, &described, None).unwrap();
+            let plan = build(&spec, &tables, &described, None).unwrap();
             plan.chunks
                 .iter()
                 .map(|c| c.key(&plan.inputs))
@@ -778,29 +855,80 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// PostgreSQL's rules, as `psql \copy t(a,b)` reads a list.
+    fn pg_rules() -> IdentifierRules {
+        IdentifierRules {
+            quote: '"',
+            fold_lower: true,
+            case_insensitive_columns: false,
+            max_bytes: 63,
+        }
+    }
+
+    #[test]
+    fn column_lists_follow_the_destinations_identifier_rules() {
+        let p = |s: &str| parse_column_list(s, &pg_rules());
+        assert_eq!(p("ID,v").unwrap(), ["id", "v"]);
+        assert_eq!(p(" a , B ").unwrap(), ["a", "b"]);
+        assert_eq!(
+            p("\"Ünï \"\"q\"\"\",\"my col\"").unwrap(),
+            ["Ünï \"q\"", "my col"]
+        );
+        assert_eq!(p("\"a,b\",\"ColA\"").unwrap(), ["a,b", "ColA"]);
+        // Only ASCII letters fold, as in a UTF8 database.
+        assert_eq!(p("ÄB").unwrap(), ["Äb"]);
+        assert_eq!(p(&"x".repeat(70)).unwrap(), ["x".repeat(63)]);
+        for bad in ["", "a,,b", "a,", "\"open", "a b", "x\"y\"", "\"\""] {
+            assert!(p(bad).is_err(), "{bad:?} should be refused");
+        }
+        // Backquotes and no folding, as MariaDB writes names.
+        let maria = IdentifierRules {
+            quote: '`',
+            fold_lower: false,
+            case_insensitive_columns: true,
+            max_bytes: 64,
+        };
+        assert_eq!(
+            parse_column_list("Id,`my col`,`a``b`", &maria).unwrap(),
+            ["Id", "my col", "a`b"]
+        );
+    }
+
     #[test]
     fn jobs_are_bounded_by_chunks_and_free_slots() {
-        assert_eq!(choose_jobs(Some(8), 3, Some(100), (1, 0), false), (3, None));
-        assert_eq!(choose_jobs(Some(0), 3, Some(100), (1, 0), false).0, 1);
-        assert_eq!(choose_jobs(Some(4), 10, None, (1, 0), false), (4, None));
-        let (jobs, warning) = choose_jobs(Some(4), 10, Some(3), (1, 0), false);
+        assert_eq!(
+            choose_jobs(Jobs::Fixed(8), 3, Some(100), (1, 0), false),
+            (3, None)
+        );
+        assert_eq!(
+            choose_jobs(Jobs::Fixed(0), 3, Some(100), (1, 0), false).0,
+            1
+        );
+        assert_eq!(
+            choose_jobs(Jobs::Fixed(4), 10, None, (1, 0), false),
+            (4, None)
+        );
+        let (jobs, warning) = choose_jobs(Jobs::Fixed(4), 10, Some(3), (1, 0), false);
         assert_eq!(jobs, 2, "two streams and the watchdog fit in three slots");
         assert!(warning.unwrap().contains("3 free connection slots"));
-        let (jobs, _) = choose_jobs(Some(4), 10, Some(4), (1, 1), false);
+        let (jobs, _) = choose_jobs(Jobs::Fixed(4), 10, Some(4), (1, 1), false);
         assert_eq!(
             jobs, 2,
             "two streams, the watchdog and the publish fit in four"
         );
-        assert_eq!(choose_jobs(Some(2), 10, Some(4), (1, 1), false), (2, None));
-        let (jobs, _) = choose_jobs(Some(4), 10, Some(7), (2, 1), false);
+        assert_eq!(
+            choose_jobs(Jobs::Fixed(2), 10, Some(4), (1, 1), false),
+            (2, None)
+        );
+        let (jobs, _) = choose_jobs(Jobs::Fixed(4), 10, Some(7), (2, 1), false);
         assert_eq!(
             jobs, 2,
             "two streams of two, the watchdog and the publish fit in seven"
         );
-        assert_eq!(choose_jobs(Some(4), 10, Some(6), (2, 1), false).0, 2);
-        assert_eq!(choose_jobs(Some(4), 10, Some(5), (2, 1), false).0, 1);
+        assert_eq!(choose_jobs(Jobs::Fixed(4), 10, Some(6), (2, 1), false).0, 2);
+        assert_eq!(choose_jobs(Jobs::Fixed(4), 10, Some(5), (2, 1), false).0, 1);
         assert_eq!(
-            choose_jobs(Some(4), 10, Some(0), (1, 0), true),
+            choose_jobs(Jobs::Fixed(4), 10, Some(0), (1, 0), true),
             (4, None),
             "a dry run opens none"
         );

@@ -6,9 +6,9 @@
 //! buffer that is handed off as a single COPY message once it reaches the configured size:
 //! no per-row allocation and few, large protocol messages.
 
-use super::plan::{Chunk, Compression, InputSource, Plan};
-use super::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
 use crate::failure::Failure;
+use crate::plan::{Chunk, Compression, InputSource, Plan};
+use crate::source::{open_chunk, pump, Block, BLOCKS_IN_FLIGHT};
 use sluice_core::destination::RecordEncoder;
 use sluice_core::dialect::Dialect;
 use sluice_core::error::InputError;
@@ -98,7 +98,7 @@ pub struct ClientReject {
 fn chunk_dialect(plan: &Plan, chunk: &Chunk, first_block: &[u8]) -> Dialect {
     let mut d = plan.inputs[chunk.input].dialect.clone();
     if chunk.is_first() {
-        d.line_ending = super::plan::detect_line_ending(first_block, &d);
+        d.line_ending = crate::plan::detect_line_ending(first_block, &d);
     }
     d
 }
@@ -134,7 +134,7 @@ struct Position {
 /// What both walkers keep while they go: the line count, whether the header is still to be
 /// skipped, and how a syntax error is placed.
 struct LineTracker<'a> {
-    input: &'a super::plan::Input,
+    input: &'a crate::plan::Input,
     header: bool,
     /// 1-based line, within the chunk, where the next record starts.
     line: u64,

@@ -13,8 +13,8 @@
 //! `--restart` skips both checks and loads everything as a new job. The chunks' ledger rows
 //! are written by the streams, in the transactions that commit the rows (`super::execute`).
 
-use super::plan::{Chunk, InputSource, Plan};
 use crate::failure::Failure;
+use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{ErrorKind, Ledger};
 use sluice_core::ledger::{ChunkRecord, FileRecord, JobSpec, JobState};
 use std::io::{Read, Seek, SeekFrom};
@@ -155,7 +155,7 @@ pub fn ledger_failure(what: &str, e: sluice_core::destination::DestinationError)
     match e.kind {
         ErrorKind::Usage => Failure::Usage(e.to_string()),
         ErrorKind::Connection => Failure::Connect(format!("{what}: {e}")),
-        _ => Failure::Server(format!("{what}: {e}")),
+        _ => crate::run::destination_failure(&e, format!("{what}: {e}")),
     }
 }
 

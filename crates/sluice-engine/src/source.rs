@@ -2,7 +2,7 @@
 //! on the fly, or standard input, delivered as large blocks by a reader thread so that reading
 //! and decompressing overlap with converting.
 
-use super::plan::{Chunk, Compression, Input, InputSource};
+use crate::plan::{Chunk, Compression, Input, InputSource};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::mpsc::{Receiver, SyncSender};

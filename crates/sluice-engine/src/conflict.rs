@@ -11,10 +11,10 @@
 //! that differ (`1.50` and `1.5`) still match. All of it runs only on the error path, bounded in
 //! time, so that an error is never turned into a hang.
 
-use super::absolute_line;
-use super::chunk::{find_key, locate_record, Found, KeyProbe};
-use super::plan::{Chunk, Plan};
+use crate::chunk::{find_key, locate_record, Found, KeyProbe};
 use crate::failure::Failure;
+use crate::plan::{Chunk, Plan};
+use crate::run::absolute_line;
 use sluice_core::destination::Destination;
 use sluice_core::error::InputError;
 use std::time::{Duration, Instant};

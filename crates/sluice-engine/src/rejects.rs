@@ -11,8 +11,8 @@
 //! sorted by input and offset, with line numbers counted in one pass over each input: a load
 //! that expects millions of bad rows is better fixed first.
 
-use super::plan::Plan;
 use crate::failure::Failure;
+use crate::plan::Plan;
 use sluice_core::error::InputError;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, Write};
@@ -128,7 +128,7 @@ impl Rejects {
             .map(|c| {
                 let input = &plan.inputs[c.input];
                 let plain =
-                    input.compression == super::plan::Compression::None && input.identity.is_some();
+                    input.compression == crate::plan::Compression::None && input.identity.is_some();
                 plain.then(|| c.end.unwrap_or(input.size).saturating_sub(c.start))
             })
             .sum();
@@ -152,7 +152,7 @@ impl Rejects {
     /// to be exceeded whatever the rest of the input holds. Past the threshold, the error
     /// is the row that crossed it.
     pub fn add(&self, r: Reject, seen: (u64, u64)) -> Result<(), Failure> {
-        let mut found = super::lock(&self.found);
+        let mut found = crate::run::lock(&self.found);
         if !found.seen.insert((r.input, r.offset)) {
             // The same row again, in a chunk redone after a lost connection.
             return Ok(());
@@ -189,7 +189,7 @@ impl Rejects {
         if count as f64 <= share * total as f64 {
             return Ok(());
         }
-        let last = super::lock(&self.found)
+        let last = crate::run::lock(&self.found)
             .rows
             .last()
             .map(|r| r.error.clone());
@@ -219,9 +219,24 @@ impl Rejects {
     }
 
     /// Rejects by cause, for the summary and the report.
+    /// What the report says of the rejects.
+    pub fn report(&self, plan: &Plan) -> crate::report::RejectedReport {
+        crate::report::RejectedReport {
+            rows: self.count(),
+            by_cause: self.by_cause(),
+            max_errors: self.threshold.to_string(),
+            file: self.path.as_ref().map(|p| p.display().to_string()),
+            details: self
+                .path
+                .as_ref()
+                .map(|p| details_path(p).display().to_string()),
+            first: self.first(plan).map(|e| e.to_string()),
+        }
+    }
+
     pub fn by_cause(&self) -> BTreeMap<&'static str, u64> {
         let mut m = BTreeMap::new();
-        for r in &super::lock(&self.found).rows {
+        for r in &crate::run::lock(&self.found).rows {
             *m.entry(r.cause).or_insert(0) += 1;
         }
         m
@@ -229,10 +244,10 @@ impl Rejects {
 
     /// The first reject in input order, with its line made absolute, for the summary.
     pub fn first(&self, plan: &Plan) -> Option<InputError> {
-        let found = super::lock(&self.found);
+        let found = crate::run::lock(&self.found);
         let r = found.rows.iter().min_by_key(|r| (r.input, r.offset))?;
         let mut e = r.error.clone();
-        e.line = super::lines_at(plan, r.input, &[r.offset])[0].or(Some(r.chunk_line));
+        e.line = crate::run::lines_at(plan, r.input, &[r.offset])[0].or(Some(r.chunk_line));
         Some(e)
     }
 
@@ -243,7 +258,7 @@ impl Rejects {
             return Ok(());
         };
         // Sorted in place: the load is over, nothing adds rejects now.
-        let mut found = super::lock(&self.found);
+        let mut found = crate::run::lock(&self.found);
         found.rows.sort_by_key(|r| (r.input, r.offset));
         let rows = &found.rows;
         let lines = absolute_lines(plan, rows);
@@ -294,7 +309,7 @@ fn absolute_lines(plan: &Plan, rows: &[Reject]) -> Vec<Option<u64>> {
     let mut out = Vec::with_capacity(rows.len());
     for group in rows.chunk_by(|a, b| a.input == b.input) {
         let offsets: Vec<u64> = group.iter().map(|r| r.offset).collect();
-        out.extend(super::lines_at(plan, group[0].input, &offsets));
+        out.extend(crate::run::lines_at(plan, group[0].input, &offsets));
     }
     out
 }

@@ -10,7 +10,7 @@
 //! and takes no other). Stopping one stream short costs far more than one stream too many on
 //! a flat curve, so the rule leans that way. The curve and the choice go in the report.
 
-use super::chunk::Counters;
+use crate::chunk::Counters;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -91,7 +91,7 @@ impl Gate {
 
     /// The calibration's outcome, once the load is done.
     pub fn result(&self) -> Calibration {
-        super::lock(&self.result).clone()
+        crate::run::lock(&self.result).clone()
     }
 
     /// Runs the calibration for up to `max` streams, reading `counters`, until it settles,
@@ -166,7 +166,7 @@ impl Gate {
         self.settled.store(true, Ordering::SeqCst);
         let admitted = self.admitted.load(Ordering::SeqCst);
         let chosen = self.retired_from.load(Ordering::SeqCst).min(admitted);
-        *super::lock(&self.result) = Calibration {
+        *crate::run::lock(&self.result) = Calibration {
             curve,
             knee,
             chosen,

@@ -22,14 +22,15 @@
 //! go into the publish with this run's. A failure the job resumes from keeps this run's
 //! finished staging tables for that; one that ends the job (a bad row) drops them.
 
-use super::chunk::locate_record;
-use super::ledger::JobRun;
-use super::lock;
-use super::plan::{Chunk, Plan};
-use super::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
+use crate::chunk::locate_record;
+use crate::events::{CommitPhase, Event, Host};
 use crate::failure::Failure;
+use crate::ledger::JobRun;
+use crate::plan::{Chunk, Plan};
+use crate::run::lock;
+use crate::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
 use sluice_core::destination::{
-    DestinationError, DestinationStream, ErrorKind, Leftover, Partitioning, Staging,
+    Destination, DestinationError, DestinationStream, ErrorKind, Leftover, Partitioning, Staging,
 };
 use sluice_core::error::InputError;
 use sluice_core::ledger::ChunkRecord;
@@ -105,8 +106,6 @@ pub struct Stage {
     input_names: Vec<(String, String)>,
     /// Streams of the load: the parents' statistics are gathered as many at a time.
     jobs: usize,
-    /// Say what the publish is doing (it can take a while, after the progress display).
-    pub verbose: bool,
     /// Rows may be rejected (`--max-errors`): a staged unit the server refuses a row of is
     /// loaded again in the publish transaction, where its bad rows are isolated under
     /// savepoints (COPY FREEZE refuses them).
@@ -222,6 +221,7 @@ fn take_back<D: Staging>(
     dest: &D,
     partitionings: &[Partitioning],
     job: Option<&JobRun>,
+    host: &dyn Host,
 ) -> Result<TakenBack, Failure> {
     let mut back = TakenBack::none(plan);
     let prepared = match dest.prepare_staging(job.map(|j| j.job)) {
@@ -237,7 +237,7 @@ fn take_back<D: Staging>(
     };
     let keep: Vec<String> = take.iter().map(|(l, _)| l.id.clone()).collect();
     dest.reuse_staging(&keep)
-        .map_err(|e| Failure::Server(format!("taking back the staging tables: {e}")))?;
+        .map_err(|e| Failure::server(format!("taking back the staging tables: {e}")))?;
     let mut dropped = prepared.dropped;
     dropped.extend(
         refuse
@@ -245,20 +245,20 @@ fn take_back<D: Staging>(
             .map(|(l, why)| format!("{} (this job's, but {why})", l.id)),
     );
     if !dropped.is_empty() {
-        eprintln!(
-            "sluice: dropped {} staging table(s) left by a load that stopped before its \
-             publish (none of their rows was ever visible): {}",
+        host.event(Event::Notice(format!(
+            "dropped {} staging table(s) left by a load that stopped before its publish (none \
+             of their rows was ever visible): {}",
             dropped.len(),
             dropped.join(", ")
-        );
+        )));
     }
     if !prepared.waiting.is_empty() {
-        eprintln!(
-            "sluice: left {} staging table(s) in place for the job that made them, which \
-             publishes them when it resumes (`sluice jobs forget ID` drops them): {}",
+        host.event(Event::Notice(format!(
+            "left {} staging table(s) in place for the job that made them, which publishes \
+             them when it resumes (`sluice jobs forget ID` drops them): {}",
             prepared.waiting.len(),
             prepared.waiting.join(", ")
-        );
+        )));
     }
     let mut held = vec![false; plan.chunks.len()];
     for (l, chunks) in take {
@@ -271,17 +271,72 @@ fn take_back<D: Staging>(
         back.partitions.push((l.table, l.partition));
     }
     if !back.partitions.is_empty() {
-        eprintln!(
-            "sluice: {} staging table(s) that an earlier run of job {} committed hold {} \
-             chunk(s) ({} rows): they are published with this run's, not loaded again",
+        host.event(Event::Notice(format!(
+            "{} staging table(s) that an earlier run of job {} committed hold {} chunk(s) ({} \
+             rows): they are published with this run's, not loaded again",
             back.partitions.len(),
             job.map_or(0, |j| j.job),
             back.carried.len(),
-            back.rows
-        );
+            crate::units::thousands(back.rows)
+        )));
     }
     plan.retain_chunks(|c| !held[c.id]);
     Ok(back)
+}
+
+/// The stage strategy as the engine asks for it, for a destination whose type it does not
+/// know: a load of a destination that can stage carries a planner ([`Staged`]); any other
+/// carries none and loads direct.
+pub trait StagePlanner<D: Destination>: Sync {
+    /// Whether table `table` of the load could be staged (for counting connections).
+    fn may_stage(&self, dest: &D, table: usize) -> bool;
+
+    /// Routes every input (see [`Stage::plan`]).
+    #[allow(clippy::too_many_arguments)]
+    fn plan(
+        &self,
+        plan: &mut Plan,
+        dest: &D,
+        mode: Mode,
+        jobs: usize,
+        job: Option<&JobRun>,
+        isolate_rejects: bool,
+        host: &dyn Host,
+    ) -> Result<Stage, Failure>;
+
+    /// The routed stage as the strategy the engine runs.
+    fn strategy<'s>(&self, stage: &'s Stage) -> &'s dyn Strategy<D>;
+}
+
+/// The planner of a destination that can stage.
+pub struct Staged;
+
+impl<D: Staging> StagePlanner<D> for Staged {
+    fn may_stage(&self, dest: &D, table: usize) -> bool {
+        matches!(
+            dest.partitioning(table),
+            Ok(Partitioning::IntegerRange { .. })
+        )
+    }
+
+    fn plan(
+        &self,
+        plan: &mut Plan,
+        dest: &D,
+        mode: Mode,
+        jobs: usize,
+        job: Option<&JobRun>,
+        isolate_rejects: bool,
+        host: &dyn Host,
+    ) -> Result<Stage, Failure> {
+        let mut stage = Stage::plan(plan, dest, mode, jobs, job, host)?;
+        stage.isolate_rejects = isolate_rejects;
+        Ok(stage)
+    }
+
+    fn strategy<'s>(&self, stage: &'s Stage) -> &'s dyn Strategy<D> {
+        stage
+    }
 }
 
 impl Stage {
@@ -294,11 +349,12 @@ impl Stage {
         mode: Mode,
         jobs: usize,
         job: Option<&JobRun>,
+        host: &dyn Host,
     ) -> Result<Stage, Failure> {
         let mut partitionings = Vec::new();
         for table in &plan.tables {
             let p = dest.partitioning(partitionings.len()).map_err(|e| {
-                Failure::Server(format!(
+                Failure::server(format!(
                     "reading {}'s partitions: {e}",
                     table.table.qualified
                 ))
@@ -308,7 +364,7 @@ impl Stage {
         // The staging area is readied when a table could use it.
         let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerRange { .. });
         let back = match partitionings.iter().any(routable) {
-            true => take_back(plan, dest, &partitionings, job)?,
+            true => take_back(plan, dest, &partitionings, job, host)?,
             false => TakenBack::none(plan),
         };
         let TakenBack {
@@ -508,7 +564,6 @@ impl Stage {
             deferred: Mutex::new(deferred),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
-            verbose: false,
             isolate_rejects: false,
             job: job.map(|j| j.job),
             carried,
@@ -695,7 +750,7 @@ impl<D: Staging> Strategy<D> for Stage {
         self.carried.clone()
     }
 
-    fn abandon(&self, dest: &D, failure: &Failure) {
+    fn abandon(&self, dest: &D, failure: &Failure, host: &dyn Host) {
         if self.published.load(Ordering::SeqCst) {
             return;
         }
@@ -705,18 +760,18 @@ impl<D: Staging> Strategy<D> for Stage {
         // otherwise a failed load leaves nothing.
         if self.job.is_some() && !failure.abandons_job() {
             if finished > 0 {
-                eprintln!(
-                    "sluice: kept the {finished} staging table(s) this load finished (invisible \
-                     to the tables' users): the run that resumes the job publishes them without \
+                host.event(Event::Notice(format!(
+                    "kept the {finished} staging table(s) this load finished (invisible to the \
+                     tables' users): the run that resumes the job publishes them without \
                      loading their rows again"
-                );
+                )));
             }
             return;
         }
         if let Err(e) = dest.discard_staging() {
-            eprintln!(
-                "sluice: could not drop this load's staging tables ({e}); the next load drops them"
-            );
+            host.event(Event::Warning(format!(
+                "could not drop this load's staging tables ({e}); the next load drops them"
+            )));
         }
     }
 
@@ -725,36 +780,35 @@ impl<D: Staging> Strategy<D> for Stage {
         dest: &'s D,
         streams: Vec<D::Stream<'s>>,
         run: &mut ChunkRunner<'_, 's, D>,
+        host: &dyn Host,
     ) -> Result<(), Failure> {
         // A signal from here on waits for the publish and the commits: one phase.
-        let phase = crate::signals::CommitPhase::begin();
+        let phase = CommitPhase::begin(host);
         let deferred = lock(&self.deferred).clone();
         let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
         if staged > 0 || !deferred.is_empty() {
-            if self.verbose {
-                eprintln!(
-                    "sluice: publishing the staging tables of {staged} input(s){} in one \
-                     transaction, then gathering the tables' statistics (ANALYZE)",
-                    if deferred.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" and {} chunk(s) that could not be staged", deferred.len())
-                    }
-                );
-            }
+            host.event(Event::Info(format!(
+                "publishing the staging tables of {staged} input(s){} in one transaction, then \
+                 gathering the tables' statistics",
+                if deferred.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} chunk(s) that could not be staged", deferred.len())
+                }
+            )));
             // The switch, then the rows that could not be staged, then COMMIT: all of the
             // staged tables' rows appear at once, or none (the direct streams for other
             // tables are still open, and roll back if this fails).
             let invisible = |e: DestinationError| {
-                Failure::Server(format!("{e}; no row of this load is visible"))
+                crate::run::destination_failure(&e, format!("{e}; no row of this load is visible"))
             };
-            let mut publisher = dest
-                .open_stream(0)
-                .map_err(|e| Failure::Server(format!("opening the publish connection: {e}")))?;
+            let mut publisher = dest.open_stream(0).map_err(|e| {
+                crate::run::destination_failure(&e, format!("opening the publish connection: {e}"))
+            })?;
             let started = Instant::now();
             let switched = dest.switch_in(&mut publisher).map_err(invisible)?;
             run(&mut publisher, &deferred)?;
-            crate::faults::point("publish");
+            host.event(Event::Point("publish"));
             publisher
                 .fire_deferred_checks()
                 .and_then(|()| publisher.commit())
@@ -765,19 +819,19 @@ impl<D: Staging> Strategy<D> for Stage {
             times.publish_attempts = switched.attempts;
             times.appended = switched.appended;
         }
-        crate::faults::point("published");
+        host.event(Event::Point("published"));
         // Direct streams load only tables that nothing was staged into.
-        commit_all::<D>(streams).map_err(|e| match e {
-            Failure::Server(m) if staged > 0 => Failure::Server(format!(
-                "{m} (the staged tables were published just before this COMMIT)"
-            )),
-            other => other,
+        commit_all::<D>(streams, host).map_err(|e| match staged > 0 {
+            true => e.and_then_say(" (the staged tables were published just before this COMMIT)"),
+            false => e,
         })?;
         if staged > 0 {
             lock(&self.times).parent_analyze_seconds = secs(dest.gather_statistics(self.jobs));
         }
-        if phase.deferred().is_some() {
-            eprintln!("sluice: the interrupted load finished its publish: every row is committed");
+        if phase.end() {
+            host.event(Event::Notice(
+                "the interrupted load finished its publish: every row is committed".into(),
+            ));
         }
         Ok(())
     }

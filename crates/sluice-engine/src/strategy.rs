@@ -15,10 +15,11 @@
 //!    stream; or swap the staging tables in, in one transaction).
 //!
 //! [`Direct`] loads straight into the target tables, committed back to back. The seed paper's
-//! staging-and-switch design is [`super::stage::Stage`].
+//! staging-and-switch design is [`crate::stage::Stage`].
 
-use super::plan::{Chunk, Plan};
-use crate::failure::Failure;
+use crate::events::{CommitPhase, Event, Host};
+use crate::failure::{Failure, ServerKind};
+use crate::plan::{Chunk, Plan};
 use sluice_core::destination::{Destination, DestinationError, DestinationStream};
 use sluice_core::ledger::ChunkRecord;
 
@@ -95,7 +96,7 @@ pub trait Strategy<D: Destination>: Sync {
 
     /// The load failed with `failure` before its publish (every stream has rolled back):
     /// clean up what the strategy committed on the side, or keep it for the run that resumes.
-    fn abandon(&self, _dest: &D, _failure: &Failure) {}
+    fn abandon(&self, _dest: &D, _failure: &Failure, _host: &dyn Host) {}
 
     /// Once every stream has finished cleanly: makes the load visible. `streams` are the
     /// long transactions that did direct work; `run` loads chunks on a stream as the engine
@@ -107,6 +108,7 @@ pub trait Strategy<D: Destination>: Sync {
         dest: &'s D,
         streams: Vec<D::Stream<'s>>,
         run: &mut ChunkRunner<'_, 's, D>,
+        host: &dyn Host,
     ) -> Result<(), Failure>;
 }
 
@@ -141,30 +143,39 @@ impl<D: Destination> Strategy<D> for Direct {
         _dest: &'s D,
         streams: Vec<D::Stream<'s>>,
         _run: &mut ChunkRunner<'_, 's, D>,
+        host: &dyn Host,
     ) -> Result<(), Failure> {
-        commit_all::<D>(streams)
+        commit_all::<D>(streams, host)
     }
 }
 
 /// Commits the streams back to back; a Ctrl-C meanwhile waits for the last COMMIT rather
 /// than leave the load half committed.
-pub fn commit_all<D: Destination>(streams: Vec<D::Stream<'_>>) -> Result<(), Failure> {
-    let phase = crate::signals::CommitPhase::begin();
+pub fn commit_all<D: Destination>(
+    streams: Vec<D::Stream<'_>>,
+    host: &dyn Host,
+) -> Result<(), Failure> {
+    let phase = CommitPhase::begin(host);
     let total = streams.len();
     for (committed, s) in streams.into_iter().enumerate() {
         if committed == 1 {
-            crate::faults::point("commit");
+            host.event(Event::Point("commit"));
         }
         if let Err(e) = s.commit() {
-            return Err(Failure::Server(format!(
-                "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
-                 The committed streams' rows are visible",
-                committed + 1
-            )));
+            return Err(Failure::server_kind(
+                ServerKind::Commit,
+                format!(
+                    "COMMIT failed on stream {} of {total} after {committed} committed: {e}. \
+                     The committed streams' rows are visible",
+                    committed + 1
+                ),
+            ));
         }
     }
-    if phase.deferred().is_some() {
-        eprintln!("sluice: the interrupted load finished its commit: every row is committed");
+    if phase.end() {
+        host.event(Event::Notice(
+            "the interrupted load finished its commit: every row is committed".into(),
+        ));
     }
     Ok(())
 }

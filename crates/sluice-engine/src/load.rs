@@ -1,0 +1,469 @@
+//! A whole load on a destination already open: check the inputs, describe the tables, plan,
+//! ask the ledger, choose the strategy, run, and report. Nothing here knows which database it
+//! is: a destination that can stage is loaded through [`load_staging`], any other through
+//! [`load`], and both share every step.
+
+use crate::chunk::Counters;
+use crate::events::{Event, Host, Progress};
+use crate::failure::{Failure, ServerKind};
+use crate::ledger::{self, JobRun};
+use crate::plan::{self, table_from_file_name, Plan};
+use crate::rejects::{self, Rejects};
+use crate::report::{self, Report};
+use crate::run::{execute, RunOptions, RunOutcome, RETRY_PAUSE};
+use crate::spec::{Jobs, LoadSpec, StrategyChoice};
+use crate::stage::{Mode, Stage, StagePlanner, Staged};
+use crate::strategy::{self, Direct, Strategy};
+use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
+use sluice_core::ledger::JobState;
+use std::sync::Arc;
+
+/// Loads `spec` into a destination that cannot stage: every input goes direct.
+pub fn load<D: Destination + Ledger>(
+    spec: &LoadSpec,
+    dest: &mut D,
+    host: &dyn Host,
+) -> Result<Report, Failure> {
+    Load { spec, host }.run(dest, None)
+}
+
+/// Loads `spec` into a destination that can stage: `--strategy` decides where it does.
+pub fn load_staging<D: Destination + Ledger + Staging>(
+    spec: &LoadSpec,
+    dest: &mut D,
+    host: &dyn Host,
+) -> Result<Report, Failure> {
+    Load { spec, host }.run(dest, Some(&Staged))
+}
+
+/// The table each input goes to, once every input is known readable. Call it before anything
+/// connects: a mistyped file name must never start a server.
+pub fn check_inputs(spec: &LoadSpec) -> Result<Vec<String>, Failure> {
+    if spec.files.iter().filter(|f| f.as_str() == "-").count() > 1 {
+        return Err(Failure::Usage(
+            "standard input (`-`) can be given only once".into(),
+        ));
+    }
+    if spec.files.iter().any(|f| f == "-") && spec.format.is_none() {
+        return Err(Failure::Usage(
+            "reading standard input needs --format tbl|csv|text (and --table)".into(),
+        ));
+    }
+    let file_tables = spec
+        .files
+        .iter()
+        .map(|f| match (&spec.table, f.as_str()) {
+            (Some(t), _) => Ok(t.clone()),
+            (None, "-") => Err(Failure::Usage(
+                "reading standard input needs --table (and --format)".into(),
+            )),
+            (None, path) => table_from_file_name(path).ok_or_else(|| {
+                Failure::Usage(format!("cannot name a table after `{path}`: give --table"))
+            }),
+        })
+        .collect::<Result<Vec<String>, Failure>>()?;
+    for f in spec.files.iter().filter(|f| f.as_str() != "-") {
+        plan::check_input(f)?;
+        plan::check_file_format(f, spec.format)?;
+    }
+    Ok(file_tables)
+}
+
+/// One load's request and its listener.
+struct Load<'a> {
+    spec: &'a LoadSpec,
+    host: &'a dyn Host,
+}
+
+impl Load<'_> {
+    fn run<D: Destination + Ledger>(
+        &self,
+        dest: &mut D,
+        stager: Option<&dyn StagePlanner<D>>,
+    ) -> Result<Report, Failure> {
+        let spec = self.spec;
+        let file_tables = check_inputs(spec)?;
+        if let Some(why) = dest.cannot_write().filter(|_| !spec.dry_run) {
+            return Err(Failure::Usage(why));
+        }
+        let columns = spec
+            .columns
+            .as_deref()
+            .map(|l| plan::parse_column_list(l, &dest.capabilities().identifiers))
+            .transpose()
+            .map_err(Failure::Usage)?;
+        let described = self.describe(dest, &file_tables)?;
+        let plan = plan::build(spec, &file_tables, &described, columns.clone())?;
+        let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
+        dest.set_tables(&load_tables).map_err(|e| match e.kind {
+            ErrorKind::Usage => Failure::Usage(e.to_string()),
+            _ => crate::run::destination_failure(&e, e.to_string()),
+        })?;
+        // The ledger: resume an unfinished job, leave out what a finished one loaded.
+        let replan = |size: u64| {
+            let mut again = spec.clone();
+            again.chunk_size = Some(size);
+            plan::build(&again, &file_tables, &described, columns.clone())
+        };
+        let (plan, job) = match self.keeps_ledger(&plan, &*dest) {
+            false => (plan, None),
+            true => match ledger::start(&*dest, plan, spec.restart, &replan)? {
+                ledger::Start::Run(plan, job) => (plan, Some(job)),
+                ledger::Start::Nothing(why) => return Ok(self.nothing_to_load(&*dest, why)),
+            },
+        };
+        self.run_job(dest, stager, plan, job)
+    }
+
+    /// Describes each table the inputs name, once.
+    fn describe<D: Destination>(
+        &self,
+        dest: &mut D,
+        file_tables: &[String],
+    ) -> Result<Vec<(String, TableInfo)>, Failure> {
+        let spec = self.spec;
+        let mut described: Vec<(String, TableInfo)> = Vec::new();
+        for name in file_tables {
+            if described.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            let table = dest.describe(name).map_err(|e| {
+                let by_name = match (&spec.table, file_tables.iter().position(|t| t == name)) {
+                    (None, Some(i)) => format!("{} -> table {name}: ", spec.files[i]),
+                    _ => String::new(),
+                };
+                match e.kind {
+                    ErrorKind::Usage => Failure::Usage(format!("{by_name}{e}")),
+                    ErrorKind::Connection => Failure::Connect(format!("{by_name}{e}")),
+                    _ => crate::run::destination_failure(
+                        &e,
+                        format!("{by_name}reading the catalog: {e}"),
+                    ),
+                }
+            })?;
+            described.push((name.clone(), table));
+        }
+        Ok(described)
+    }
+
+    /// Runs the plan as the ledger left it, and records how the job ended.
+    fn run_job<D: Destination + Ledger>(
+        &self,
+        dest: &mut D,
+        stager: Option<&dyn StagePlanner<D>>,
+        plan: Plan,
+        job: Option<JobRun>,
+    ) -> Result<Report, Failure> {
+        if let Some(note) = job.as_ref().and_then(|j| j.note.as_ref()) {
+            self.host.event(Event::Info(note.clone()));
+        }
+        let job_id = job.as_ref().map(|j| j.job);
+        if let Some(id) = job_id {
+            self.host.event(Event::Job { id });
+        }
+        self.host.event(Event::Point("planned"));
+        let resumed = job.as_ref().is_some_and(|j| j.resumed);
+        let result = match (job_id, resumed && plan.chunks.is_empty()) {
+            (Some(id), true) => Ok(self.nothing_to_load(
+                &*dest,
+                format!(
+                    "job {id}: every chunk was committed by an earlier run; it is finished now"
+                ),
+            )),
+            _ => self.run_plan(dest, stager, plan, job),
+        };
+        let Some(id) = job_id else {
+            return result.map_err(|f| match f.server_kind_of() {
+                Some(ServerKind::Commit) => {
+                    f.and_then_say(". This load kept no ledger: reload into empty tables")
+                }
+                _ => f,
+            });
+        };
+        self.host.event(Event::Point("finished"));
+        self.end_job(&*dest, id, &result);
+        // What a rerun does, now that the ledger knows what is in.
+        result.map_err(|f| match (&f, f.server_kind_of()) {
+            (_, Some(ServerKind::Commit)) => f.and_then_say(&format!(
+                ". The ledger records exactly which chunks committed: run the same command \
+                 again to load the rest (job {id})"
+            )),
+            (Failure::Server(_) | Failure::Connect(_), _) => {
+                f.and_then_say(&format!(". Run the same command again to resume job {id}"))
+            }
+            _ => f,
+        })
+    }
+
+    /// Whether this load keeps a ledger: not a dry run, not standard input (read once, it
+    /// cannot be resumed), and a role that may keep one (else a warning says why not).
+    fn keeps_ledger<D: Ledger>(&self, plan: &Plan, dest: &D) -> bool {
+        if self.spec.dry_run || plan.inputs.iter().any(|i| i.identity.is_none()) {
+            return false;
+        }
+        match dest.open_ledger() {
+            Ok(()) => true,
+            Err(e) => {
+                self.host.event(Event::Warning(format!(
+                    "this load keeps no resume ledger, so a rerun cannot resume it: {e}"
+                )));
+                false
+            }
+        }
+    }
+
+    /// Records how the job ended: finished, failed (resumable), or for a bad row or a usage
+    /// error, which the user fixes in the input or the command, abandoned (nothing of it is
+    /// committed, and the fixed command is a new job).
+    fn end_job<D: Ledger>(&self, dest: &D, id: i64, result: &Result<Report, Failure>) {
+        let (state, message) = match result {
+            Ok(_) => (JobState::Finished, None),
+            Err(f) if f.abandons_job() => (JobState::Abandoned, Some(f.to_string())),
+            Err(f) => (JobState::Failed, Some(f.to_string())),
+        };
+        if let Err(e) = dest.end_job(id, state, message.as_deref()) {
+            self.host.event(Event::Warning(format!(
+                "could not record in the ledger that job {id} is {} ({e}); the next run of the \
+                 same command finds it interrupted and completes it",
+                state.as_str()
+            )));
+        }
+    }
+
+    /// The report of a load the ledger found nothing to do for; the reason is a notice,
+    /// shown whatever `-q` says.
+    fn nothing_to_load<D: Destination>(&self, dest: &D, why: String) -> Report {
+        self.host.event(Event::Notice(why.clone()));
+        let plan = Plan {
+            tables: Vec::new(),
+            inputs: Vec::new(),
+            chunks: Vec::new(),
+            chunk_size: 0,
+        };
+        let outcome = RunOutcome {
+            streams: Vec::new(),
+            elapsed: std::time::Duration::ZERO,
+            server_conversions: 0,
+            strategy: "direct",
+            server_waits: Default::default(),
+            calibration: None,
+        };
+        let facts = report::Facts {
+            target: dest.target(),
+            ledger: Some(why),
+            ..report::Facts::default()
+        };
+        report::build(&plan, &outcome, facts, false, 0, self.spec.copy_buffer)
+    }
+
+    /// The streams this load runs, and a warning when the server's free slots cut them.
+    fn choose_jobs<D: Destination>(
+        &self,
+        dest: &D,
+        stager: Option<&dyn StagePlanner<D>>,
+        plan: &Plan,
+    ) -> usize {
+        let spec = self.spec;
+        // A load that stages opens one more connection at its end, for the publish; and when
+        // it also loads tables directly, each stream may hold a direct and a staging one.
+        let stageable: Vec<bool> = match (stager, spec.strategy, spec.dry_run) {
+            (Some(s), StrategyChoice::Auto | StrategyChoice::Stage, false) => {
+                (0..plan.tables.len())
+                    .map(|t| s.may_stage(dest, t))
+                    .collect()
+            }
+            _ => vec![false; plan.tables.len()],
+        };
+        let connections = match (stageable.iter().any(|&s| s), stageable.iter().all(|&s| s)) {
+            (false, _) => (1, 0),
+            (true, true) => (1, 1),
+            (true, false) => (2, 1),
+        };
+        let (jobs, warning) = plan::choose_jobs(
+            spec.jobs,
+            plan.chunks.len(),
+            dest.free_slots(),
+            connections,
+            spec.dry_run,
+        );
+        if let Some(w) = warning {
+            self.host.event(Event::Warning(w));
+        }
+        jobs
+    }
+
+    /// Says which tables load on one stream because foreign keys tie them.
+    fn announce_reference_groups(&self, plan: &Plan) {
+        for group in strategy::reference_groups(plan) {
+            let name = |t: usize| plan.tables[t].table.name.as_str();
+            let mut keys: Vec<String> = Vec::new();
+            for &t in &group {
+                for &p in &group {
+                    if plan.tables[t]
+                        .table
+                        .references
+                        .contains(&plan.tables[p].table.id)
+                    {
+                        keys.push(format!("{} -> {}", name(t), name(p)));
+                    }
+                }
+            }
+            let order: Vec<&str> = group.iter().map(|&t| name(t)).collect();
+            self.host.event(Event::Info(format!(
+                "foreign keys tie tables of this load ({}): they load on one stream, parents \
+                 first ({}), so that each check sees its parent rows (streams cannot see each \
+                 other's rows before they commit); to load them in parallel, load the parents \
+                 in a command of their own first",
+                keys.join(", "),
+                order.join(", ")
+            )));
+        }
+    }
+
+    /// Runs a checked plan (as the ledger left it) and reports.
+    fn run_plan<D: Destination + Ledger>(
+        &self,
+        dest: &mut D,
+        stager: Option<&dyn StagePlanner<D>>,
+        mut plan: Plan,
+        job: Option<JobRun>,
+    ) -> Result<Report, Failure> {
+        let spec = self.spec;
+        let jobs = self.choose_jobs(&*dest, stager, &plan);
+        let rejects = spec
+            .max_errors
+            .filter(|t| t.allows_any())
+            .map(|t| Arc::new(Rejects::new(t, spec.rejects.clone(), &plan)));
+        // Routing reads each partitioned input's first row, and may say what earlier loads
+        // left; the chunks an earlier run of the job staged leave the plan, their tables
+        // published as they are.
+        let mode = match (spec.strategy, spec.dry_run) {
+            (StrategyChoice::Direct, _) | (_, true) => None,
+            (StrategyChoice::Auto, false) => Some(Mode::Auto),
+            (StrategyChoice::Stage, false) => Some(Mode::Required),
+        };
+        let stage: Option<Stage> = match (stager, mode) {
+            (Some(s), Some(mode)) => Some(s.plan(
+                &mut plan,
+                &*dest,
+                mode,
+                jobs,
+                job.as_ref(),
+                rejects.is_some(),
+                self.host,
+            )?),
+            (None, Some(Mode::Required)) => {
+                return Err(Failure::Usage(format!(
+                    "--strategy stage: {} cannot stage (give --strategy direct)",
+                    dest.target()
+                )))
+            }
+            _ => None,
+        };
+        let opts = RunOptions {
+            jobs,
+            copy_buffer: spec.copy_buffer,
+            dry_run: spec.dry_run,
+            job: job.clone(),
+            retries: spec.retries,
+            rejects: rejects.clone(),
+            calibrate: spec.jobs == Jobs::Auto && !spec.dry_run,
+            retry_pause: RETRY_PAUSE,
+        };
+        if !spec.dry_run {
+            self.announce_reference_groups(&plan);
+        }
+        let counters: Arc<Vec<Counters>> = Arc::new(
+            (0..plan.tables.len())
+                .map(|_| Counters::default())
+                .collect(),
+        );
+        self.host.event(Event::Progress(&progress_of(
+            &plan,
+            &counters,
+            spec.dry_run,
+        )));
+        let wal_start = (!spec.dry_run).then(|| dest.log_position()).flatten();
+        let strategy: &dyn Strategy<D> = match (&stage, stager) {
+            (Some(s), Some(stager)) => stager.strategy(s),
+            _ => &Direct,
+        };
+        let outcome = execute(&plan, &opts, &*dest, strategy, &counters, self.host);
+        self.host.event(Event::ProgressDone);
+        // The rejects files, whatever the outcome: past the threshold they say what to fix.
+        if let Some(r) = &rejects {
+            if let Err(e) = r.write(&plan) {
+                let path = r.path.as_deref().unwrap_or(std::path::Path::new(""));
+                self.host.event(Event::Warning(format!(
+                    "cannot write the rejects file {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+        let outcome = outcome.map_err(|e| self.name_table(&plan, e))?;
+        let wal_bytes = wal_start.and_then(|a| Some(dest.log_position()?.saturating_sub(a)));
+        let facts = report::Facts {
+            target: dest.target(),
+            formats: (0..plan.tables.len())
+                .map(|t| dest.load_format(t))
+                .collect(),
+            staged: (0..plan.inputs.len())
+                .map(|i| stage.as_ref().is_some_and(|s| s.staged(i)))
+                .collect(),
+            fallbacks: stage.as_ref().map(Stage::fallbacks).unwrap_or_default(),
+            steps: stage.as_ref().map(Stage::times),
+            wal_bytes,
+            job: job.as_ref().map(|j| j.job),
+            ledger: job.as_ref().and_then(|j| j.note.clone()),
+            rejected: rejects.as_ref().map(|r| r.report(&plan)),
+            server_settings: match spec.dry_run {
+                true => Vec::new(),
+                false => dest.settings(),
+            },
+        };
+        Ok(report::build_judged(
+            &plan,
+            &outcome,
+            facts,
+            spec.dry_run,
+            jobs,
+            spec.copy_buffer,
+            &*dest,
+        ))
+    }
+
+    /// Says which table a file went to when the file's name chose it.
+    fn name_table(&self, plan: &Plan, e: Failure) -> Failure {
+        match e {
+            Failure::Input(mut ie) if self.spec.table.is_none() => {
+                let t = plan.inputs.iter().find(|i| i.display == ie.file);
+                ie.table = t.map(|i| plan.tables[i.table].table.name.clone());
+                Failure::Input(ie)
+            }
+            other => other,
+        }
+    }
+}
+
+/// What a progress display shows of a plan.
+fn progress_of(plan: &Plan, counters: &Arc<Vec<Counters>>, dry_run: bool) -> Progress {
+    let of_table = |t: usize| {
+        plan.chunks
+            .iter()
+            .filter(move |c| plan.inputs[c.input].table == t)
+    };
+    Progress {
+        tables: plan.tables.iter().map(|t| t.table.name.clone()).collect(),
+        bytes: (0..plan.tables.len())
+            .map(|t| of_table(t).map(|c| c.weight(&plan.inputs)).sum())
+            .collect(),
+        chunks: (0..plan.tables.len())
+            .map(|t| of_table(t).count() as u64)
+            .collect(),
+        counters: counters.clone(),
+        verb: if dry_run { "checking" } else { "loading" },
+    }
+}
+
+/// `--max-errors` parsing, for callers that take it as text.
+pub use rejects::parse_threshold;

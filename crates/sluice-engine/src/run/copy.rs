@@ -1,0 +1,315 @@
+//! One chunk on one stream: a COPY of its records, or, when rows may be rejected, as many
+//! COPYs under savepoints as it takes to single out the rows the server refuses.
+
+use super::lines::absolute_line;
+use super::{RunContext, StreamTiming};
+use crate::chunk::{
+    self, convert_chunk, Added, ChunkJob, ChunkOutcome, ClientReject, Counters, Selection,
+};
+use crate::events::Event;
+use crate::failure::Failure;
+use crate::ledger::JobRun;
+use crate::plan::Chunk;
+use crate::rejects::{Reject, Rejects};
+use sluice_core::destination::{Destination, DestinationError, DestinationStream, ErrorKind};
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Why a chunk failed: the destination refused it (mapped to rows by the caller, or redone
+/// by the strategy), or anything else.
+pub(super) enum ChunkError {
+    Destination(DestinationError),
+    Failed(Failure),
+}
+
+/// Runs one chunk on a stream (or on none, for a dry run), and writes its ledger row in the
+/// stream's transaction when `record` says the load keeps one. With `savepoints` false (a
+/// staged COPY FREEZE, which refuses them), a row the server refuses fails the chunk even
+/// when rows may be rejected: the strategy redoes it where savepoints work.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_chunk<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    chunk: &Chunk,
+    mut stream: Option<&mut D::Stream<'_>>,
+    encoder: &mut D::Encoder<'_>,
+    counters: &Counters,
+    record: Option<&JobRun>,
+    savepoints: bool,
+    timing: &mut StreamTiming,
+) -> Result<ChunkOutcome, ChunkError> {
+    let outcome = match ctx.opts.rejects.as_deref() {
+        None => {
+            let mut added = Added::default();
+            let attempt = Attempt {
+                counters,
+                added: &mut added,
+                select: None,
+                on_reject: None,
+                timing: &mut *timing,
+            };
+            copy_once(ctx, chunk, stream.as_deref_mut(), encoder, attempt)?
+        }
+        Some(rejects) => {
+            let stream = stream.as_deref_mut();
+            isolate(
+                ctx,
+                rejects,
+                chunk,
+                stream,
+                encoder,
+                counters,
+                savepoints,
+                &mut *timing,
+            )?
+        }
+    };
+    if let Some(s) = stream {
+        if let Some((job, r)) =
+            record.and_then(|j| Some((j.job, j.record(chunk, outcome.records)?)))
+        {
+            timed(&mut timing.server_seconds, || s.record_chunks(job, &[r]))
+                .map_err(ChunkError::Destination)?;
+            ctx.host.event(Event::Point("copied"));
+        }
+    }
+    Ok(outcome)
+}
+
+/// One COPY's worth of a chunk: which records it sends and where refused ones go.
+struct Attempt<'a> {
+    counters: &'a Counters,
+    added: &'a mut Added,
+    select: Option<Selection<'a>>,
+    on_reject: Option<&'a mut dyn FnMut(ClientReject) -> Result<(), Failure>>,
+    timing: &'a mut StreamTiming,
+}
+
+/// Runs `f`, adding its time to `seconds`.
+pub(super) fn timed<T>(seconds: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    *seconds += t.elapsed().as_secs_f64();
+    r
+}
+
+/// Sends a chunk's records (those `attempt` selects) in one COPY.
+fn copy_once<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    chunk: &Chunk,
+    mut stream: Option<&mut D::Stream<'_>>,
+    encoder: &mut D::Encoder<'_>,
+    attempt: Attempt<'_>,
+) -> Result<ChunkOutcome, ChunkError> {
+    let (plan, opts) = (ctx.plan, ctx.opts);
+    let t = plan.inputs[chunk.input].table;
+    let started = Instant::now();
+    let timing = attempt.timing;
+    let (mut read, mut send, mut server) = (Duration::ZERO, 0f64, 0f64);
+    if let Some(s) = stream.as_deref_mut() {
+        timed(&mut server, || s.begin_copy(t)).map_err(ChunkError::Destination)?;
+    }
+    let job = ChunkJob {
+        plan,
+        chunk,
+        encoder,
+        framing: ctx.dest.framing(t),
+        copy_buffer: opts.copy_buffer,
+        abort: &ctx.abort,
+        counters: attempt.counters,
+        added: attempt.added,
+        select: attempt.select,
+        on_reject: attempt.on_reject,
+        read: &mut read,
+    };
+    let mut send_failed = None;
+    let result = convert_chunk(job, |bytes| {
+        if let Some(s) = stream.as_deref_mut() {
+            if let Err(e) = timed(&mut send, || s.send(bytes)) {
+                send_failed = Some(e);
+                return Err(Failure::Aborted);
+            }
+        }
+        Ok(())
+    });
+    let finished = stream
+        .filter(|_| result.is_ok() && send_failed.is_none())
+        .map(|s| timed(&mut server, || s.finish_copy()));
+    let read = read.as_secs_f64();
+    timing.read_seconds += read;
+    timing.send_seconds += send;
+    timing.server_seconds += server;
+    timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
+    let outcome = match (result, send_failed) {
+        (Ok(o), None) => o,
+        (_, Some(e)) => return Err(ChunkError::Destination(e)),
+        (Err(Failure::Input(mut e)), None) => {
+            absolute_line(plan, chunk, &mut e);
+            return Err(ChunkError::Failed(Failure::Input(e)));
+        }
+        (Err(e), None) => return Err(ChunkError::Failed(e)),
+    };
+    if let Some(finished) = finished {
+        let rows = finished.map_err(ChunkError::Destination)?;
+        if rows != outcome.records {
+            return Err(ChunkError::Failed(Failure::server(format!(
+                "the server stored {rows} rows from {} where sluice sent {}",
+                plan.inputs[chunk.input].display, outcome.records
+            ))));
+        }
+    }
+    Ok(outcome)
+}
+
+/// Whether a server error is about rows that isolation can single out: data the server
+/// refused, or a key a sibling stream holds uncommitted (the later row is the reject).
+fn isolatable(e: &DestinationError) -> bool {
+    matches!(e.kind, ErrorKind::Rejected | ErrorKind::Conflict { .. })
+}
+
+/// The chunk index of the `n`-th record (1-based) an attempt over `lo..hi` sent, skipping
+/// `skip`.
+fn nth_sent(lo: u64, hi: u64, skip: &BTreeSet<u64>, n: u64) -> Option<u64> {
+    let mut index = lo.checked_add(n)? - 1;
+    // Each skipped index at or below the candidate pushes it one further.
+    let mut counted = 0;
+    loop {
+        let skipped = skip.range(lo..=index).count();
+        if skipped == counted {
+            break;
+        }
+        index += (skipped - counted) as u64;
+        counted = skipped;
+    }
+    (index < hi).then_some(index)
+}
+
+/// Loads a chunk while rows may be rejected: rows the encoder refuses are dropped before
+/// they are sent; a COPY the server refuses is rolled back to its savepoint and sent again
+/// without the row the error names, or, when the error names none (a foreign key checked
+/// after the last row), in halves, until each bad row stands alone. Every good row loads, once.
+/// Each attempt re-reads the chunk from its start, so a chunk's k server-side rejects cost
+/// about k more reads of it.
+#[allow(clippy::too_many_arguments)]
+fn isolate<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    rejects: &Rejects,
+    chunk: &Chunk,
+    mut stream: Option<&mut D::Stream<'_>>,
+    encoder: &mut D::Encoder<'_>,
+    counters: &Counters,
+    savepoints: bool,
+    timing: &mut StreamTiming,
+) -> Result<ChunkOutcome, ChunkError> {
+    let plan = ctx.plan;
+    // Without savepoints, one attempt: the encoder's rejects are dropped, the server's fail.
+    let mut skip: BTreeSet<u64> = BTreeSet::new();
+    let mut ranges: Vec<(u64, u64)> = vec![(1, u64::MAX)];
+    let mut total = ChunkOutcome::default();
+    let mut records: Option<u64> = None;
+    // The first attempt shows on the progress display as it goes; if it fails, what it
+    // showed is taken back, and the chunk shows once it is done.
+    let mut first = true;
+    let mut shown = true;
+    let quiet = Counters::default();
+    while let Some((lo, hi)) = ranges.pop() {
+        let hi = records.map_or(hi, |n| hi.min(n + 1));
+        if lo >= hi || (records.is_some() && skip.range(lo..hi).count() as u64 == hi - lo) {
+            continue;
+        }
+        if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
+            timed(&mut timing.server_seconds, || s.savepoint()).map_err(ChunkError::Destination)?;
+        }
+        let mut added = Added::default();
+        let mut dropped: Vec<u64> = Vec::new();
+        let result = {
+            let input = chunk.input;
+            let mut on_reject = |r: ClientReject| {
+                dropped.push(r.index);
+                let reject = Reject {
+                    input,
+                    offset: r.offset,
+                    chunk_line: r.chunk_line,
+                    raw: r.raw,
+                    error: r.error,
+                    cause: r.cause,
+                    by_server: false,
+                };
+                rejects.add(reject, ctx.seen())
+            };
+            let attempt = Attempt {
+                counters: if first { counters } else { &quiet },
+                added: &mut added,
+                select: Some(Selection {
+                    lo,
+                    hi,
+                    skip: &skip,
+                }),
+                on_reject: Some(&mut on_reject),
+                timing: &mut *timing,
+            };
+            copy_once(ctx, chunk, stream.as_deref_mut(), encoder, attempt)
+        };
+        skip.extend(dropped);
+        let was_first = std::mem::take(&mut first);
+        let e = match result {
+            Ok(o) => {
+                if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
+                    timed(&mut timing.server_seconds, || s.release_savepoint())
+                        .map_err(ChunkError::Destination)?;
+                }
+                total.records += o.records;
+                total.bytes = total.bytes.max(o.bytes);
+                continue;
+            }
+            Err(ChunkError::Destination(e)) if isolatable(&e) => e,
+            Err(e) => return Err(e),
+        };
+        let Some(s) = stream.as_deref_mut().filter(|_| savepoints) else {
+            return Err(ChunkError::Destination(e));
+        };
+        timed(&mut timing.server_seconds, || s.rollback_to_savepoint())
+            .map_err(ChunkError::Destination)?;
+        if was_first {
+            counters.rows.fetch_sub(added.rows, Ordering::Relaxed);
+            counters.bytes.fetch_sub(added.bytes, Ordering::Relaxed);
+            shown = false;
+        }
+        if let Some(i) = e.record.and_then(|n| nth_sent(lo, hi, &skip, n)) {
+            // The error names its row: reject it, and send the rows before and after it.
+            ctx.server_reject(rejects, chunk, i, &e)?;
+            skip.insert(i);
+            ranges.push((i + 1, hi));
+            ranges.push((lo, i));
+            continue;
+        }
+        let n = match records {
+            Some(n) => n,
+            None => {
+                let n = chunk::count_records(plan, chunk).map_err(ChunkError::Failed)?;
+                records = Some(n);
+                n
+            }
+        };
+        let hi = hi.min(n + 1);
+        let left = (hi - lo.min(hi)) - skip.range(lo..hi).count() as u64;
+        match left {
+            0 => return Err(ChunkError::Destination(e)),
+            1 => {
+                let i = (lo..hi).find(|i| !skip.contains(i)).unwrap_or(lo);
+                ctx.server_reject(rejects, chunk, i, &e)?;
+                skip.insert(i);
+            }
+            _ => {
+                let mid = lo + (hi - lo) / 2;
+                ranges.push((mid, hi));
+                ranges.push((lo, mid));
+            }
+        }
+    }
+    if !shown {
+        counters.rows.fetch_add(total.records, Ordering::Relaxed);
+        counters.bytes.fetch_add(total.bytes, Ordering::Relaxed);
+    }
+    Ok(total)
+}

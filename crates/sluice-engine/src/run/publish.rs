@@ -1,0 +1,91 @@
+//! The last step of a run: every stream finished cleanly, and the strategy makes the load
+//! visible. A strategy may load chunks inside its publish transaction (the stage strategy's
+//! rows that could not be staged); it does so through [`load_in_publish`], which runs them as
+//! the streams do and writes there the ledger rows of every staged chunk.
+
+use super::copy::{run_chunk, ChunkError};
+use super::{lock, within_max_errors, ChunkStat, RunContext, StreamTiming};
+use crate::failure::Failure;
+use sluice_core::destination::{Destination, DestinationStream};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// Publishes the load through the strategy; returns the chunks loaded in the publish, which
+/// the report counts with the first stream's.
+pub(super) fn publish<'d, D: Destination>(
+    ctx: &RunContext<'d, D>,
+    streams: Vec<D::Stream<'d>>,
+) -> Result<Vec<ChunkStat>, Failure> {
+    let mut late: Vec<ChunkStat> = Vec::new();
+    let mut run =
+        |s: &mut D::Stream<'d>, chunks: &[usize]| load_in_publish(ctx, s, chunks, &mut late);
+    let published = ctx.strategy.publish(ctx.dest, streams, &mut run, ctx.host);
+    if let Err(e) = published {
+        ctx.strategy.abandon(ctx.dest, &e, ctx.host);
+        return Err(e);
+    }
+    Ok(late)
+}
+
+/// Loads `chunks` on the publish stream `s`, then writes the ledger rows of every staged
+/// chunk (and of these) in its transaction.
+fn load_in_publish<'d, D: Destination>(
+    ctx: &RunContext<'d, D>,
+    s: &mut D::Stream<'d>,
+    chunks: &[usize],
+    late: &mut Vec<ChunkStat>,
+) -> Result<(), Failure> {
+    let plan = ctx.plan;
+    let mut encoders: Vec<Option<D::Encoder<'d>>> = (0..plan.tables.len()).map(|_| None).collect();
+    for &c in chunks {
+        let chunk = &plan.chunks[c];
+        let t = plan.inputs[chunk.input].table;
+        let encoder = encoders[t].get_or_insert_with(|| ctx.dest.encoder(t));
+        let chunk_start = Instant::now();
+        // The publish's chunks are timed apart from the streams': the report counts them with
+        // the first stream's rows, not its time.
+        let mut timing = StreamTiming::default();
+        let counters = &ctx.counters[t];
+        match run_chunk(
+            ctx,
+            chunk,
+            Some(&mut *s),
+            encoder,
+            counters,
+            None,
+            true,
+            &mut timing,
+        ) {
+            Ok(o) => {
+                if let Some(r) = ctx
+                    .opts
+                    .job
+                    .as_ref()
+                    .and_then(|j| j.record(chunk, o.records))
+                {
+                    lock(&ctx.staged_records).push(r);
+                }
+                late.push(ChunkStat::of(
+                    plan,
+                    chunk,
+                    o,
+                    chunk_start - ctx.started,
+                    ctx.started.elapsed(),
+                ));
+                counters.chunks_done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(ChunkError::Destination(e)) => return Err(ctx.copy_error(0, chunk, e)),
+            Err(ChunkError::Failed(f)) => return Err(f),
+        }
+    }
+    let loaded: u64 = late.iter().map(|c| c.rows).sum::<u64>() + ctx.loaded_by_streams();
+    within_max_errors(ctx.opts, loaded)?;
+    // Every staged chunk's ledger row, and these chunks', commit with the publish.
+    if let Some(job) = &ctx.opts.job {
+        let records = std::mem::take(&mut *lock(&ctx.staged_records));
+        s.record_chunks(job.job, &records).map_err(|e| {
+            super::destination_failure(&e, format!("recording the publish in the ledger: {e}"))
+        })?;
+    }
+    Ok(())
+}

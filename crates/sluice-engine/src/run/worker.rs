@@ -1,0 +1,447 @@
+//! One stream of a load: a thread that takes units of work from the shared queue and loads
+//! them, until the queue is empty or the load stops.
+//!
+//! A stream holds up to two connections: its long transaction for direct units (committed
+//! at the end, with every other stream's) and, opened when a staged unit first comes, one whose
+//! transactions each fill one staging table. A lost connection puts back on the queue what its
+//! transaction held and connects anew after a pause; a staged unit the strategy can redo
+//! another way goes back on the queue as the strategy's new units. Every other failure stops
+//! the whole load (the first one is the one reported).
+
+use super::copy::{run_chunk, ChunkError};
+use super::diagnose::server_failure;
+use super::{lock, ChunkStat, RunContext, StreamStats};
+use crate::chunk::{ChunkOutcome, Counters};
+use crate::events::Event;
+use crate::failure::{Failure, ServerKind};
+use crate::strategy::{self, Unit};
+use sluice_core::destination::{Destination, DestinationError, ErrorKind, RecordEncoder};
+use sluice_core::ledger::ChunkRecord;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A stream's lost connections: what each takes with it, and how many more it may survive.
+struct LostConnections {
+    stream: usize,
+    retries: u32,
+    retries_left: u32,
+    /// Chunks loaded on the current direct connection: its transaction holds them.
+    on_direct: Vec<usize>,
+}
+
+/// How a unit ended on a stream.
+enum UnitEnd {
+    /// Loaded (or handed back to the queue: requeued for a redo, or for a retry after a lost
+    /// connection); the stream takes the next unit.
+    Next,
+    /// The load stops: the failure is recorded, or another stream's already is.
+    Stop,
+}
+
+/// How the stream's build step (deferred checks) ended.
+enum BuildEnd {
+    Done,
+    /// Its connection was lost and its work is back on the queue: load again.
+    Again,
+}
+
+impl LostConnections {
+    /// Connection `id` was lost while running `unit`: puts back on the queue what its
+    /// transaction held (the unit, and for the direct connection every chunk it loaded), takes
+    /// those chunks out of the stream's tallies, and waits before the stream connects anew.
+    /// `false` when no retry is left or the load is stopping.
+    fn retry<D: Destination>(
+        &mut self,
+        ctx: &RunContext<'_, D>,
+        stats: &mut StreamStats,
+        unit: &Unit,
+        id: usize,
+        e: &DestinationError,
+    ) -> bool {
+        if self.retries_left == 0 || ctx.abort.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.retries_left -= 1;
+        let attempt = self.retries - self.retries_left;
+        let mut back: Vec<Unit> = Vec::new();
+        let mut chunks: Vec<usize> = Vec::new();
+        if id == self.stream {
+            chunks.append(&mut self.on_direct);
+            back.extend(strategy::direct_units(ctx.plan, chunks.iter().copied()));
+        }
+        if !unit.chunks.is_empty() {
+            chunks.extend(&unit.chunks);
+            back.push(unit.clone());
+        }
+        stats.chunks.retain(|c| {
+            let keep = !chunks.contains(&c.chunk);
+            if !keep {
+                untally(&ctx.counters[c.table_index], c);
+            }
+            keep
+        });
+        lock(&ctx.taken)[id].retain(|c| !chunks.contains(c));
+        ctx.push_front(back);
+        let wait = ctx.opts.retry_pause * (1 << (attempt - 1).min(4));
+        ctx.host.event(Event::Warning(format!(
+            "stream {} lost its connection ({e}); its {} uncommitted chunk(s) go back on the \
+             queue, and it reconnects in {:.0} s (retry {attempt} of {})",
+            self.stream + 1,
+            chunks.len(),
+            wait.as_secs_f64(),
+            self.retries
+        )));
+        ctx.pause(wait)
+    }
+
+    /// The failure once no retry is left.
+    fn exhausted(&self, e: &DestinationError) -> Failure {
+        let tries = match self.retries {
+            0 => " (--retries 0)".to_string(),
+            n => format!(", and {n} reconnection(s) did not get it through"),
+        };
+        Failure::server_kind(
+            ServerKind::Lost,
+            format!("stream {} lost its connection{tries}: {e}", self.stream + 1),
+        )
+    }
+}
+
+/// Takes a chunk's rows, bytes and completion back off its table's counters.
+fn untally(counters: &Counters, c: &ChunkStat) {
+    counters.chunks_done.fetch_sub(1, Ordering::Relaxed);
+    counters.rows.fetch_sub(c.rows, Ordering::Relaxed);
+    counters.bytes.fetch_sub(c.bytes, Ordering::Relaxed);
+}
+
+/// One stream's state while it runs.
+pub(super) struct Worker<'c, 'd, D: Destination + 'd> {
+    ctx: &'c RunContext<'d, D>,
+    n: usize,
+    stats: StreamStats,
+    /// The long transaction of direct units.
+    direct: Option<D::Stream<'d>>,
+    /// The connection whose transactions each fill one staging table.
+    staged: Option<D::Stream<'d>>,
+    encoders: Vec<Option<D::Encoder<'d>>>,
+    lost: LostConnections,
+}
+
+impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
+    pub(super) fn new(ctx: &'c RunContext<'d, D>, n: usize) -> Self {
+        Worker {
+            ctx,
+            n,
+            stats: StreamStats {
+                stream: n,
+                ..Default::default()
+            },
+            direct: None,
+            staged: None,
+            encoders: (0..ctx.plan.tables.len()).map(|_| None).collect(),
+            lost: LostConnections {
+                stream: n,
+                retries: ctx.opts.retries,
+                retries_left: ctx.opts.retries,
+                on_direct: Vec::new(),
+            },
+        }
+    }
+
+    /// Runs the stream to its end: its long transaction (still open, for the commit) and what
+    /// it did.
+    pub(super) fn run(mut self) -> (Option<D::Stream<'d>>, StreamStats) {
+        // Under --jobs auto, a stream runs once the calibrator admits it.
+        if !self.ctx.gate.wait_admitted(self.n, &self.ctx.abort) {
+            return (None, self.stats);
+        }
+        let t0 = Instant::now();
+        loop {
+            if !self.run_units() {
+                break;
+            }
+            match self.build() {
+                BuildEnd::Done => break,
+                BuildEnd::Again => continue,
+            }
+        }
+        self.finish(t0)
+    }
+
+    /// Takes units until the queue is empty (true) or the load stops (false).
+    fn run_units(&mut self) -> bool {
+        loop {
+            if self.ctx.abort.load(Ordering::Relaxed) || !self.ctx.gate.may_continue(self.n) {
+                break;
+            }
+            let next = lock(&self.ctx.queue).pop_front();
+            let Some(unit) = next else { break };
+            if let UnitEnd::Stop = self.run_unit(&unit) {
+                return false;
+            }
+        }
+        !self.ctx.abort.load(Ordering::Relaxed)
+    }
+
+    /// The connection a unit runs on, as the watch numbers it: staged units run on the
+    /// stream's second connection, `jobs + n`, since each commits on its own.
+    fn connection_id(&self, unit: &Unit) -> usize {
+        match unit.staged {
+            Some(_) => self.ctx.jobs + self.n,
+            None => self.n,
+        }
+    }
+
+    fn slot(&mut self, unit: &Unit) -> &mut Option<D::Stream<'d>> {
+        match unit.staged {
+            Some(_) => &mut self.staged,
+            None => &mut self.direct,
+        }
+    }
+
+    /// Runs one unit: opens its connection if need be, begins a staged unit, loads its chunks
+    /// in order, ends a staged unit.
+    fn run_unit(&mut self, unit: &Unit) -> UnitEnd {
+        let ctx = self.ctx;
+        let id = self.connection_id(unit);
+        if let Err(e) = self.connect(unit, id) {
+            return match e.kind {
+                ErrorKind::Connection => self.lose(unit, id, e),
+                _ => self.stop(server_failure(&e, self.n)),
+            };
+        }
+        if let Err(e) = self.begin_staged(unit) {
+            return match e.kind {
+                ErrorKind::Connection => self.lose(unit, id, e),
+                _ => self.stop(server_failure(&e, self.n)),
+            };
+        }
+        let mark = self.stats.chunks.len();
+        let mut records: Vec<ChunkRecord> = Vec::new();
+        for &c in &unit.chunks {
+            if ctx.abort.load(Ordering::Relaxed) {
+                return UnitEnd::Stop;
+            }
+            let chunk = &ctx.plan.chunks[c];
+            lock(&ctx.taken)[id].push(chunk.id);
+            let started = Instant::now();
+            match self.load_chunk(unit, c) {
+                Ok(o) => self.chunk_done(unit, c, o, started, &mut records),
+                Err(ChunkError::Destination(e))
+                    if e.kind == ErrorKind::Connection && !ctx.opts.dry_run =>
+                {
+                    return self.lose(unit, id, e)
+                }
+                Err(ChunkError::Destination(e)) => {
+                    // A staged unit the strategy can redo another way (a file whose rows span
+                    // partitions) goes back on the queue; its chunks' rows were rolled back.
+                    if let Some(units) = self.redo(unit, c, &e) {
+                        return self.requeue(mark, units);
+                    }
+                    return self.stop(ctx.copy_error(id, chunk, e));
+                }
+                Err(ChunkError::Failed(f)) => return self.stop(f),
+            }
+        }
+        self.end_staged(unit, id, mark, records)
+    }
+
+    /// Opens the unit's connection if it has none (not in a dry run, which sends nothing).
+    fn connect(&mut self, unit: &Unit, id: usize) -> Result<(), DestinationError> {
+        let ctx = self.ctx;
+        if ctx.opts.dry_run || self.slot(unit).is_some() {
+            return Ok(());
+        }
+        let mut s = ctx.dest.open_stream(id)?;
+        // Isolating bad rows needs each check to fire at its COPY, under that COPY's savepoint.
+        if ctx.opts.rejects.is_some() && unit.staged.is_none() {
+            sluice_core::destination::DestinationStream::check_each_copy(&mut s)?;
+        }
+        *self.slot(unit) = Some(s);
+        Ok(())
+    }
+
+    fn begin_staged(&mut self, unit: &Unit) -> Result<(), DestinationError> {
+        let ctx = self.ctx;
+        match (self.staged.as_mut(), unit.staged) {
+            (Some(s), Some(_)) => ctx.strategy.begin_unit(ctx.dest, s, unit),
+            _ => Ok(()),
+        }
+    }
+
+    /// Loads chunk `c` of `unit` on its connection (none in a dry run). A direct chunk's
+    /// ledger row goes in with its rows; a staged one's, with the publish.
+    fn load_chunk(&mut self, unit: &Unit, c: usize) -> Result<ChunkOutcome, ChunkError> {
+        let ctx = self.ctx;
+        let chunk = &ctx.plan.chunks[c];
+        let t = ctx.plan.inputs[chunk.input].table;
+        let encoder = self.encoders[t].get_or_insert_with(|| ctx.dest.encoder(t));
+        let record = match unit.staged {
+            None => ctx.opts.job.as_ref(),
+            Some(_) => None,
+        };
+        let stream = match unit.staged {
+            Some(_) => self.staged.as_mut(),
+            None => self.direct.as_mut(),
+        };
+        run_chunk(
+            ctx,
+            chunk,
+            stream,
+            encoder,
+            &ctx.counters[t],
+            record,
+            unit.staged.is_none(),
+            &mut self.stats.timing,
+        )
+    }
+
+    /// Tallies a loaded chunk: the stream's statistics, its table's progress, and where its
+    /// ledger row goes (the staged unit's list, or the direct transaction's chunks).
+    fn chunk_done(
+        &mut self,
+        unit: &Unit,
+        c: usize,
+        o: ChunkOutcome,
+        started: Instant,
+        records: &mut Vec<ChunkRecord>,
+    ) {
+        let ctx = self.ctx;
+        let chunk = &ctx.plan.chunks[c];
+        match unit.staged {
+            Some(_) => records.extend(
+                ctx.opts
+                    .job
+                    .as_ref()
+                    .and_then(|j| j.record(chunk, o.records)),
+            ),
+            None => self.lost.on_direct.push(c),
+        }
+        self.stats.chunks.push(ChunkStat::of(
+            ctx.plan,
+            chunk,
+            o,
+            started - ctx.started,
+            ctx.started.elapsed(),
+        ));
+        let t = ctx.plan.inputs[chunk.input].table;
+        ctx.counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The strategy's way of redoing a staged unit that failed with `e` on chunk `c`, if any.
+    fn redo(&mut self, unit: &Unit, c: usize, e: &DestinationError) -> Option<Vec<Unit>> {
+        let ctx = self.ctx;
+        unit.staged?;
+        let s = self.staged.as_mut()?;
+        ctx.strategy.redo(ctx.dest, s, unit, &ctx.plan.chunks[c], e)
+    }
+
+    /// Ends a staged unit (its indexes, statistics and commit); a failure there is redone the
+    /// strategy's way when it can be (a key its rows hold twice), else it stops the load.
+    fn end_staged(
+        &mut self,
+        unit: &Unit,
+        id: usize,
+        mark: usize,
+        mut records: Vec<ChunkRecord>,
+    ) -> UnitEnd {
+        let ctx = self.ctx;
+        let (Some(s), Some(_)) = (self.staged.as_mut(), unit.staged) else {
+            return UnitEnd::Next;
+        };
+        match ctx.strategy.end_unit(ctx.dest, s, unit, &records) {
+            Ok(()) => {
+                lock(&ctx.staged_records).append(&mut records);
+                UnitEnd::Next
+            }
+            Err(e) if e.kind == ErrorKind::Connection => self.lose(unit, id, e),
+            Err(e) => {
+                // A key the staged rows hold twice, found by the index build: redone where
+                // rows can be rejected.
+                if let Some(&first) = unit.chunks.first() {
+                    if let Some(units) = self.redo(unit, first, &e) {
+                        return self.requeue(mark, units);
+                    }
+                }
+                self.stop(ctx.unit_error(self.n, unit, e))
+            }
+        }
+    }
+
+    /// A staged unit the strategy redoes another way: its chunks' rows were rolled back, so
+    /// they leave the tallies, and the strategy's units go first in the queue.
+    fn requeue(&mut self, mark: usize, units: Vec<Unit>) -> UnitEnd {
+        let ctx = self.ctx;
+        for done in self.stats.chunks.drain(mark..) {
+            untally(&ctx.counters[done.table_index], &done);
+        }
+        ctx.push_front(units);
+        UnitEnd::Next
+    }
+
+    /// Connection `id` was lost during `unit`: retried when a retry is left.
+    fn lose(&mut self, unit: &Unit, id: usize, e: DestinationError) -> UnitEnd {
+        let ctx = self.ctx;
+        *self.slot(unit) = None;
+        if self.lost.retry(ctx, &mut self.stats, unit, id, &e) {
+            return UnitEnd::Next;
+        }
+        self.stop(self.lost.exhausted(&e))
+    }
+
+    fn stop(&self, f: Failure) -> UnitEnd {
+        self.ctx.fail(f);
+        UnitEnd::Stop
+    }
+
+    /// The strategy's build step (deferred checks, for direct), run here before the barrier,
+    /// where a wait on a sibling is still watched and everything can roll back.
+    fn build(&mut self) -> BuildEnd {
+        let ctx = self.ctx;
+        let Some(s) = self.direct.as_mut() else {
+            return BuildEnd::Done;
+        };
+        match ctx.strategy.build(s) {
+            Ok(()) => BuildEnd::Done,
+            Err(e) if e.kind == ErrorKind::Connection => {
+                self.direct = None;
+                let none = Unit {
+                    chunks: Vec::new(),
+                    staged: None,
+                };
+                if self.lost.retry(ctx, &mut self.stats, &none, self.n, &e) {
+                    return BuildEnd::Again;
+                }
+                ctx.fail(self.lost.exhausted(&e));
+                BuildEnd::Done
+            }
+            Err(e) => {
+                ctx.fail(ctx.deferred_error(self.n, e));
+                BuildEnd::Done
+            }
+        }
+    }
+
+    /// The stream has no more work: its sessions only wait for the commit from here on.
+    fn finish(mut self, t0: Instant) -> (Option<D::Stream<'d>>, StreamStats) {
+        let ctx = self.ctx;
+        ctx.dest.stream_done(self.n);
+        ctx.dest.stream_done(ctx.jobs + self.n);
+        for c in &self.stats.chunks {
+            self.stats.rows += c.rows;
+            self.stats.bytes += c.bytes;
+        }
+        let converted: u64 = self
+            .encoders
+            .iter()
+            .flatten()
+            .map(|e| e.server_conversions())
+            .sum();
+        ctx.conversions.fetch_add(converted, Ordering::Relaxed);
+        self.stats.seconds = t0.elapsed().as_secs_f64();
+        (self.direct, self.stats)
+    }
+}
+
+/// How long a lost connection's stream waits before its first reconnect (doubling after).
+pub const RETRY_PAUSE: Duration = Duration::from_secs(1);

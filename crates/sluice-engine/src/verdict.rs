@@ -1,0 +1,687 @@
+//! The bottleneck verdict: one line that says what bound a load, the figures behind it, and
+//! what to try next.
+//!
+//! The record's team found its bottlenecks with tools (a network preflight, TCP flow
+//! analysis, a hunt for "long tail" streams); ESnet's GridFTP says whether a transfer is bound
+//! by the disk, the network or the other side. sluice has both sides' view of every load: each
+//! stream times its stages (reading, converting, waiting to send, waiting on the server), and
+//! the destination samples what the load's server sessions were doing (waiting for sluice, on
+//! CPU, writing its log, on disk, on a lock). The rules below turn the two into a verdict;
+//! they are written down in the README, and each is forced by a test with conditions ten
+//! times apart.
+//!
+//! The engine's words are database-neutral. What a class is called on one database (its log
+//! is PostgreSQL's `WAL`), and what to do about it there (its settings, its wait events), the
+//! destination says through an [`Advisor`]; the advice names an index, a trigger or a check
+//! only when a loaded table has one ([`TableCosts`]).
+//!
+//! A pure function of the plan, the outcome and the advisor, so that it can be tested on
+//! made-up figures.
+
+use crate::plan::{Compression, InputSource, Plan};
+use crate::run::{RunOutcome, StreamStats};
+use serde::Serialize;
+use sluice_core::destination::{Activity, Destination, ServerWaits, TableCosts};
+use std::collections::BTreeMap;
+
+/// Loads shorter than this are not judged: a handful of samples says nothing.
+const MIN_SECONDS: f64 = 0.5;
+/// Fewer server samples than this, and the verdict rests on the streams' timings alone.
+const MIN_SAMPLES: u64 = 5;
+/// A stream that ends this much after the median stream (ratio of end times) and at least
+/// [`TAIL_SECONDS`] later is a long tail.
+const TAIL_RATIO: f64 = 1.5;
+const TAIL_SECONDS: f64 = 1.0;
+/// The share of server samples that decides between the client's side and the server's.
+const CLIENT_SIDE: f64 = 0.5;
+
+/// What bound a load.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// `client-bound`, `disk-read-bound`, `server-bound`, `log-bound` (named as the
+    /// destination names its log: `WAL-bound`), `disk-write-bound`, `lock-bound` or
+    /// `long-tail`.
+    pub kind: String,
+    /// What the figures say, in a sentence.
+    pub because: String,
+    /// What to try.
+    pub next_step: String,
+    /// The figures: shares of the server's samples (`server_*`) and of the streams' time
+    /// (`stream_*`), from 0 to 1, and for a long tail the end times in seconds.
+    pub figures: BTreeMap<&'static str, f64>,
+}
+
+impl Verdict {
+    /// The summary's line.
+    pub fn line(&self) -> String {
+        format!("{}: {}; {}", self.kind, self.because, self.next_step)
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// What the verdict asks of the destination: its names for the activity classes, its
+/// advice, and what the loaded tables carry. Every [`Destination`] is one.
+pub trait Advisor {
+    /// The destination's own name for a class, if its users know one (`WAL`).
+    fn label(&self, _class: Activity) -> Option<&'static str> {
+        None
+    }
+
+    /// The next step for a server busiest in `class`, in the database's terms.
+    fn advice(
+        &self,
+        _class: Activity,
+        _waits: &ServerWaits,
+        _costs: &TableCosts,
+    ) -> Option<String> {
+        None
+    }
+
+    /// The indexes, triggers and checks of the loaded tables.
+    fn costs(&self) -> TableCosts {
+        TableCosts::default()
+    }
+}
+
+impl<D: Destination> Advisor for D {
+    fn label(&self, class: Activity) -> Option<&'static str> {
+        self.activity_label(class)
+    }
+
+    fn advice(&self, class: Activity, waits: &ServerWaits, costs: &TableCosts) -> Option<String> {
+        Destination::advice(self, class, waits, costs)
+    }
+
+    fn costs(&self) -> TableCosts {
+        self.table_costs()
+    }
+}
+
+/// An advisor with nothing to add: the engine's own words.
+pub struct Plain;
+
+impl Advisor for Plain {}
+
+/// The figures both sides give, as shares from 0 to 1.
+struct Shares {
+    read: f64,
+    convert: f64,
+    send: f64,
+    server: f64,
+    /// Whether the server was sampled often enough to count.
+    sampled: bool,
+    waiting: f64,
+}
+
+/// Judges a load, or `None` when it was too short (or sent nothing) to judge.
+pub fn judge(
+    plan: &Plan,
+    outcome: &RunOutcome,
+    jobs: usize,
+    cores: usize,
+    advisor: &dyn Advisor,
+) -> Option<Verdict> {
+    let elapsed = outcome.elapsed.as_secs_f64();
+    let streams: Vec<&StreamStats> = outcome
+        .streams
+        .iter()
+        .filter(|s| !s.chunks.is_empty())
+        .collect();
+    if elapsed < MIN_SECONDS || streams.is_empty() {
+        return None;
+    }
+    let mut figures: BTreeMap<&'static str, f64> = BTreeMap::new();
+    let shares = measure(&streams, &outcome.server_waits, &mut figures);
+    if let Some(v) = long_tail(plan, &streams, jobs, &mut figures) {
+        return Some(v);
+    }
+    let seen = both_sides(&shares);
+    let client_side = match shares.sampled {
+        true => shares.waiting >= CLIENT_SIDE,
+        false => shares.read + shares.convert >= shares.send + shares.server,
+    };
+    Some(match client_side {
+        true => client_bound(plan, &shares, &seen, jobs, cores, figures),
+        false => server_bound(
+            &outcome.server_waits,
+            &shares,
+            seen,
+            cores,
+            advisor,
+            figures,
+        ),
+    })
+}
+
+/// The streams' shares of time, and the server's shares of samples, into `figures`.
+fn measure(
+    streams: &[&StreamStats],
+    w: &ServerWaits,
+    figures: &mut BTreeMap<&'static str, f64>,
+) -> Shares {
+    let t = streams.iter().fold([0.0; 4], |a, s| {
+        let x = &s.timing;
+        [
+            a[0] + x.read_seconds,
+            a[1] + x.convert_seconds,
+            a[2] + x.send_seconds,
+            a[3] + x.server_seconds,
+        ]
+    });
+    let total: f64 = t.iter().sum::<f64>().max(1e-9);
+    let (read, convert, send, server) = (t[0] / total, t[1] / total, t[2] / total, t[3] / total);
+    figures.insert("stream_read", read);
+    figures.insert("stream_convert", convert);
+    figures.insert("stream_send", send);
+    figures.insert("stream_server", server);
+    let sampled = w.samples >= MIN_SAMPLES;
+    let share = |a: Activity| if sampled { w.share(a) } else { 0.0 };
+    if sampled {
+        figures.insert("server_samples", w.samples as f64);
+        figures.insert(
+            "server_waiting_for_client",
+            share(Activity::WaitingForClient),
+        );
+        figures.insert("server_cpu", share(Activity::Cpu));
+        figures.insert("server_log", share(Activity::Log));
+        figures.insert("server_disk_io", share(Activity::DiskIo));
+        figures.insert("server_lock", share(Activity::Lock));
+        figures.insert("server_other", share(Activity::Other));
+    }
+    Shares {
+        read,
+        convert,
+        send,
+        server,
+        sampled,
+        waiting: share(Activity::WaitingForClient),
+    }
+}
+
+/// A long tail: one stream still loading long after the others finished.
+fn long_tail(
+    plan: &Plan,
+    streams: &[&StreamStats],
+    jobs: usize,
+    figures: &mut BTreeMap<&'static str, f64>,
+) -> Option<Verdict> {
+    if streams.len() < 2 {
+        return None;
+    }
+    let mut ends: Vec<(f64, usize)> = streams
+        .iter()
+        .map(|s| (s.chunks.iter().map(|c| c.end).fold(0.0, f64::max), s.stream))
+        .collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let median = ends[(ends.len() - 1) / 2].0;
+    let (last, who) = ends[ends.len() - 1];
+    if last - median < TAIL_SECONDS || last < TAIL_RATIO * median {
+        return None;
+    }
+    figures.insert("tail_stream_end_seconds", last);
+    figures.insert("median_stream_end_seconds", median);
+    let tail = streams.iter().find(|s| s.stream == who)?;
+    let chunk = tail
+        .chunks
+        .iter()
+        .max_by(|a, b| (a.end - a.start).total_cmp(&(b.end - b.start)))?;
+    let c = &plan.chunks[chunk.chunk];
+    let input = &plan.inputs[c.input];
+    let whole = c.start == 0 && c.end.is_none();
+    let uncut = whole && plan.chunks.iter().filter(|k| k.input == c.input).count() == 1;
+    let next_step = match (input.compression, &input.source, uncut) {
+        (Compression::None, InputSource::File(_), _) => format!(
+            "its chunks were too big for {jobs} streams: a smaller --chunk-size (this load's \
+             was {}) spreads the work evenly",
+            crate::units::human_bytes(plan.chunk_size)
+        ),
+        (_, InputSource::File(_), true) => "a compressed file cannot be cut into chunks: split \
+             it into several files, or give it uncompressed"
+            .to_string(),
+        _ => "standard input is read by one stream: give files instead".to_string(),
+    };
+    Some(Verdict {
+        kind: "long-tail".into(),
+        because: format!(
+            "stream {} ended {:.1} s after the start, {} the median stream ({:.2} s); its \
+             longest chunk, {} ({}), took {:.1} s",
+            who + 1,
+            last,
+            match last / median.max(1e-9) {
+                r if r >= 3.0 => format!("{r:.0} times as late as"),
+                r => format!("{} after", pct(r - 1.0)),
+            },
+            median,
+            input.display,
+            crate::units::human_bytes(chunk.bytes),
+            chunk.end - chunk.start
+        ),
+        next_step,
+        figures: std::mem::take(figures),
+    })
+}
+
+/// What each side saw of the other, in words.
+fn both_sides(s: &Shares) -> String {
+    match s.sampled {
+        true => format!(
+            "the server waited for sluice {} of the time and was busy {}",
+            pct(s.waiting),
+            pct(1.0 - s.waiting)
+        ),
+        false => format!(
+            "streams spent {} waiting on the server or its socket (too few server samples to \
+             say more)",
+            pct(s.send + s.server)
+        ),
+    }
+}
+
+/// The client was the limit: reading its inputs, or converting them.
+fn client_bound(
+    plan: &Plan,
+    s: &Shares,
+    seen: &str,
+    jobs: usize,
+    cores: usize,
+    figures: BTreeMap<&'static str, f64>,
+) -> Verdict {
+    if s.read >= s.convert {
+        let stdin = plan
+            .inputs
+            .iter()
+            .any(|i| matches!(i.source, InputSource::Stdin));
+        let compressed = plan
+            .inputs
+            .iter()
+            .any(|i| i.compression != Compression::None);
+        let (kind, what, next) = match (stdin, compressed) {
+            (true, _) => (
+                "client-bound",
+                "waiting for standard input",
+                "whatever feeds it is the limit; files let sluice read in parallel",
+            ),
+            (false, true) => (
+                "disk-read-bound",
+                "reading and decompressing the inputs",
+                "decompression runs one thread per compressed file: several smaller files, or \
+                 uncompressed ones, read in parallel",
+            ),
+            (false, false) => (
+                "disk-read-bound",
+                "reading the inputs",
+                "the input's disk is the limit: inputs on a faster disk, or in the page cache",
+            ),
+        };
+        return Verdict {
+            kind: kind.into(),
+            because: format!("streams spent {} {what}; {seen}", pct(s.read)),
+            next_step: next.to_string(),
+            figures,
+        };
+    }
+    let next_step = if jobs < cores {
+        format!("add --jobs ({jobs} now, {cores} cores here)")
+    } else {
+        format!(
+            "every core converts already ({jobs} streams, {cores} cores): a client with more \
+             cores, or the server on another machine"
+        )
+    };
+    Verdict {
+        kind: "client-bound".into(),
+        because: format!("streams spent {} converting; {seen}", pct(s.convert)),
+        next_step,
+        figures,
+    }
+}
+
+/// What the server's busy classes are called in the verdict.
+const BUSY: [(Activity, &str); 5] = [
+    (Activity::Cpu, "on CPU"),
+    (Activity::Log, "writing its log"),
+    (Activity::DiskIo, "on its data files"),
+    (Activity::Lock, "waiting on locks"),
+    (Activity::Other, "on other waits"),
+];
+
+/// The server was the limit: by what it did most while busy.
+fn server_bound(
+    w: &ServerWaits,
+    s: &Shares,
+    seen: String,
+    cores: usize,
+    advisor: &dyn Advisor,
+    figures: BTreeMap<&'static str, f64>,
+) -> Verdict {
+    let share = |a: Activity| if s.sampled { w.share(a) } else { 0.0 };
+    let top = |a: Activity| {
+        w.activities
+            .iter()
+            .find(|(c, _, _)| *c == a && a != Activity::Cpu)
+            .map_or(String::new(), |(_, e, _)| format!(" (mostly {e})"))
+    };
+    let main = BUSY
+        .iter()
+        .copied()
+        .max_by(|a, b| share(a.0).total_cmp(&share(b.0)))
+        .filter(|_| s.sampled);
+    let detail = |skip: Activity| -> String {
+        let parts: Vec<String> = BUSY
+            .iter()
+            .filter(|(a, _)| *a != skip && share(*a) >= 0.1)
+            .map(|(a, what)| format!("{what} {}{}", pct(share(*a)), top(*a)))
+            .collect();
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!("; also {}", parts.join(", ")),
+        }
+    };
+    let mut because = match main {
+        Some((a, what)) => format!("{seen}: {what} {}{}{}", pct(share(a)), top(a), detail(a)),
+        None => seen,
+    };
+    let class = main.map_or(Activity::Cpu, |m| m.0);
+    let costs = advisor.costs();
+    let kind = match class {
+        Activity::Lock => "lock-bound".to_string(),
+        Activity::Log => format!("{}-bound", advisor.label(Activity::Log).unwrap_or("log")),
+        Activity::DiskIo => "disk-write-bound".to_string(),
+        _ => "server-bound".to_string(),
+    };
+    if kind == "server-bound" {
+        because.push_str(", so more client speed would not help");
+    }
+    let next_step = advisor
+        .advice(class, w, &costs)
+        .unwrap_or_else(|| plain_advice(class, cores, &costs));
+    Verdict {
+        kind,
+        because,
+        next_step,
+        figures,
+    }
+}
+
+/// The engine's own advice for a server busiest in `class`, naming only what the tables
+/// carry.
+fn plain_advice(class: Activity, cores: usize, costs: &TableCosts) -> String {
+    match class {
+        Activity::Lock => "another session holds the tables' locks, or the streams contend on \
+             one table: fewer --jobs, or load when it is quiet"
+            .into(),
+        Activity::Log => "a faster disk for the server's log; the stage strategy writes little \
+             log where the server can skip it for new staging tables"
+            .into(),
+        Activity::DiskIo => match costs.indexes.is_empty() {
+            true => "the server's disk is the limit: faster storage".into(),
+            false => format!(
+                "the server's disk is the limit: faster storage, or {} built after the load",
+                listed("the indexes", &costs.indexes)
+            ),
+        },
+        _ => {
+            let share = match cores <= 2 {
+                true => {
+                    "with the cores shared by client and server, fewer client cycles leave \
+                         more to the server"
+                }
+                false => "more --jobs help only while the server has idle cores",
+            };
+            format!("{share}; {}", per_row_work(costs))
+        }
+    }
+}
+
+/// What the server does per row beyond storing it, from what the tables carry.
+fn per_row_work(costs: &TableCosts) -> String {
+    if costs.is_empty() {
+        return "the tables have no index, trigger or check, so its work is storing the rows \
+                themselves"
+            .into();
+    }
+    let mut parts = Vec::new();
+    if !costs.indexes.is_empty() {
+        parts.push(listed("indexes", &costs.indexes));
+    }
+    if !costs.triggers.is_empty() {
+        parts.push(listed("triggers", &costs.triggers));
+    }
+    if !costs.checks.is_empty() {
+        parts.push(listed("checks", &costs.checks));
+    }
+    format!(
+        "its work per row includes {}: build indexes after the load, or load into tables \
+         without them",
+        parts.join(", ")
+    )
+}
+
+/// `indexes on t (a, b) and u (c)`.
+fn listed(what: &str, by_table: &[(String, Vec<String>)]) -> String {
+    let each: Vec<String> = by_table
+        .iter()
+        .map(|(t, names)| format!("{t} ({})", names.join(", ")))
+        .collect();
+    format!("{what} on {}", each.join(" and "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{ChunkStat, StreamTiming};
+    use crate::spec::LoadSpec;
+    use sluice_core::destination::ServerWaits;
+    use std::time::Duration;
+
+    /// A plan of one plain file cut into chunks of 16 MB or so, and an outcome of `streams`
+    /// streams that each ran one chunk, ending at the given times, with `timing` each.
+    fn load(ends: &[f64], timing: StreamTiming, waits: ServerWaits) -> (Plan, RunOutcome) {
+        let dir = std::env::temp_dir().join(format!("sluice-verdict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.csv");
+        std::fs::write(&f, "x,y\n".repeat(1000)).unwrap();
+        let spec = LoadSpec::new(vec![f.to_str().unwrap().to_string()]);
+        let described = vec![crate::plan::tests::table("t")];
+        let plan = crate::plan::build(&spec, &["t".to_string()], &described, None).unwrap();
+        let streams = ends
+            .iter()
+            .enumerate()
+            .map(|(n, &end)| StreamStats {
+                stream: n,
+                chunks: vec![ChunkStat {
+                    chunk: 0,
+                    end,
+                    bytes: 4000,
+                    ..Default::default()
+                }],
+                seconds: end,
+                timing,
+                ..Default::default()
+            })
+            .collect();
+        let outcome = RunOutcome {
+            streams,
+            elapsed: Duration::from_secs_f64(ends.iter().copied().fold(0.0, f64::max)),
+            server_conversions: 0,
+            strategy: "direct",
+            server_waits: waits,
+            calibration: None,
+        };
+        (plan, outcome)
+    }
+
+    fn waits(of: &[(Activity, &str, u64)]) -> ServerWaits {
+        ServerWaits {
+            samples: of.iter().map(|x| x.2).sum(),
+            activities: of.iter().map(|(a, e, n)| (*a, e.to_string(), *n)).collect(),
+            series: Vec::new(),
+        }
+    }
+
+    const SENDING: StreamTiming = StreamTiming {
+        read_seconds: 0.1,
+        convert_seconds: 1.0,
+        send_seconds: 8.0,
+        server_seconds: 0.5,
+    };
+
+    /// A destination with names and advice of its own.
+    struct Labeled;
+
+    impl Advisor for Labeled {
+        fn label(&self, class: Activity) -> Option<&'static str> {
+            (class == Activity::Log).then_some("journal")
+        }
+
+        fn advice(&self, class: Activity, w: &ServerWaits, _: &TableCosts) -> Option<String> {
+            let segments = w
+                .activities
+                .iter()
+                .any(|(_, e, _)| e.starts_with("JournalInit"));
+            (class == Activity::Log && segments).then(|| "recycle journal segments".into())
+        }
+    }
+
+    #[test]
+    fn the_servers_largest_activity_names_the_verdict() {
+        let w = waits(&[
+            (Activity::Log, "JournalInitWrite", 40),
+            (Activity::Cpu, "CPU", 30),
+            (Activity::WaitingForClient, "ClientRead", 5),
+        ]);
+        let (plan, out) = load(&[10.0, 10.2], SENDING, w);
+        let v = judge(&plan, &out, 2, 2, &Labeled).unwrap();
+        assert_eq!(v.kind, "journal-bound", "{v:?}");
+        assert!(
+            v.because.contains("mostly JournalInitWrite"),
+            "{}",
+            v.because
+        );
+        assert!(v.because.contains("also on CPU 40%"), "{}", v.because);
+        assert_eq!(v.next_step, "recycle journal segments");
+        // Without the destination's words, the engine's own.
+        let v = judge(&plan, &out, 2, 2, &Plain).unwrap();
+        assert_eq!(v.kind, "log-bound", "{v:?}");
+        assert!(v.next_step.contains("log"), "{}", v.next_step);
+        let w = waits(&[(Activity::Lock, "extend", 40), (Activity::Cpu, "CPU", 30)]);
+        let (plan, out) = load(&[10.0, 10.2], SENDING, w);
+        assert_eq!(judge(&plan, &out, 2, 2, &Plain).unwrap().kind, "lock-bound");
+        let w = waits(&[
+            (Activity::Cpu, "CPU", 40),
+            (Activity::Log, "JournalWrite", 30),
+        ]);
+        let (plan, out) = load(&[10.0, 10.2], SENDING, w);
+        let v = judge(&plan, &out, 2, 8, &Plain).unwrap();
+        assert_eq!(v.kind, "server-bound");
+        assert!(v.next_step.contains("idle cores"), "{}", v.next_step);
+    }
+
+    /// Tables with the given indexes, triggers and checks.
+    struct Carrying(TableCosts);
+
+    impl Advisor for Carrying {
+        fn costs(&self) -> TableCosts {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn advice_names_only_what_the_tables_carry() {
+        let w = waits(&[
+            (Activity::Cpu, "CPU", 40),
+            (Activity::WaitingForClient, "x", 2),
+        ]);
+        let (plan, out) = load(&[10.0, 10.2], SENDING, w);
+        let plain = judge(&plan, &out, 2, 2, &Carrying(TableCosts::default())).unwrap();
+        assert_eq!(plain.kind, "server-bound");
+        assert!(
+            plain.next_step.contains("no index, trigger or check"),
+            "{}",
+            plain.next_step
+        );
+        for word in ["triggers on", "checks on", "indexes on"] {
+            assert!(!plain.next_step.contains(word), "{}", plain.next_step);
+        }
+        let indexed = TableCosts {
+            indexes: vec![("lineitem".into(), vec!["lineitem_pkey".into()])],
+            ..TableCosts::default()
+        };
+        let v = judge(&plan, &out, 2, 2, &Carrying(indexed.clone())).unwrap();
+        assert!(
+            v.next_step.contains("indexes on lineitem (lineitem_pkey)"),
+            "{}",
+            v.next_step
+        );
+        assert!(!v.next_step.contains("trigger"), "{}", v.next_step);
+        let all = TableCosts {
+            triggers: vec![("t".into(), vec!["audit".into()])],
+            checks: vec![("t".into(), vec!["t_qty_check".into()])],
+            ..indexed
+        };
+        let v = judge(&plan, &out, 2, 2, &Carrying(all)).unwrap();
+        for word in [
+            "indexes on lineitem",
+            "triggers on t (audit)",
+            "checks on t (t_qty_check)",
+        ] {
+            assert!(v.next_step.contains(word), "{word}: {}", v.next_step);
+        }
+        // A disk-bound server is told about indexes only when there are some.
+        let w = waits(&[(Activity::DiskIo, "DataFileExtend", 40)]);
+        let (plan, out) = load(&[10.0, 10.2], SENDING, w);
+        let v = judge(&plan, &out, 2, 2, &Carrying(TableCosts::default())).unwrap();
+        assert_eq!(v.kind, "disk-write-bound");
+        assert!(!v.next_step.contains("index"), "{}", v.next_step);
+    }
+
+    #[test]
+    fn without_server_samples_the_streams_timings_decide() {
+        let (plan, out) = load(&[10.0, 10.1], SENDING, waits(&[(Activity::Cpu, "CPU", 2)]));
+        let v = judge(&plan, &out, 2, 2, &Plain).unwrap();
+        assert_eq!(v.kind, "server-bound");
+        assert!(
+            v.because.contains("too few server samples"),
+            "{}",
+            v.because
+        );
+        let converting = StreamTiming {
+            convert_seconds: 9.0,
+            send_seconds: 0.5,
+            ..SENDING
+        };
+        let (plan, out) = load(&[10.0, 10.1], converting, ServerWaits::default());
+        let v = judge(&plan, &out, 2, 4, &Plain).unwrap();
+        assert_eq!(v.kind, "client-bound");
+        assert!(
+            v.next_step.contains("add --jobs (2 now, 4 cores here)"),
+            "{}",
+            v.next_step
+        );
+    }
+
+    #[test]
+    fn a_late_stream_is_a_long_tail_and_short_loads_are_not_judged() {
+        let (plan, out) = load(&[2.0, 2.1, 9.0], SENDING, ServerWaits::default());
+        let v = judge(&plan, &out, 3, 4, &Plain).unwrap();
+        assert_eq!(v.kind, "long-tail");
+        assert!(
+            v.because.starts_with("stream 3 ended 9.0 s"),
+            "{}",
+            v.because
+        );
+        assert!(
+            v.next_step.contains("smaller --chunk-size"),
+            "{}",
+            v.next_step
+        );
+        // Within a second of the median: not a tail, however the ratio.
+        let (plan, out) = load(&[0.6, 1.5], SENDING, ServerWaits::default());
+        assert_ne!(judge(&plan, &out, 2, 2, &Plain).unwrap().kind, "long-tail");
+        let (plan, out) = load(&[0.2, 0.3], SENDING, ServerWaits::default());
+        assert_eq!(judge(&plan, &out, 2, 2, &Plain), None);
+    }
+}

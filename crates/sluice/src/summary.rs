@@ -1,0 +1,173 @@
+//! The end-of-load summary as a text table on stdout, from the engine's report.
+
+use sluice_engine::report::Report;
+use sluice_engine::units::{human_bytes, thousands};
+
+/// The summary as an aligned text table.
+pub fn render(report: &Report) -> String {
+    if let (Some(note), true) = (&report.ledger, report.tables.is_empty()) {
+        // The ledger found nothing to load: that is the whole summary.
+        return format!("ledger: {note}\n");
+    }
+    let mut rows: Vec<[String; 6]> = vec![[
+        "table".into(),
+        "files".into(),
+        "rows".into(),
+        "bytes".into(),
+        "seconds".into(),
+        "MB/s".into(),
+    ]];
+    for t in report.tables.iter().chain(std::iter::once(&report.total)) {
+        rows.push([
+            t.table.clone(),
+            t.files.to_string(),
+            thousands(t.rows),
+            human_bytes(t.bytes),
+            format!("{:.2}", t.seconds),
+            format!("{:.1}", t.mb_per_s),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        if i == rows.len() - 1 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&rule.join("  "));
+            out.push('\n');
+        }
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c == 0 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for t in &report.tables {
+        if !t.server_converted_columns.is_empty() {
+            out.push_str(&format!(
+                "note: {} loads through text COPY; the server converts {}\n",
+                t.table,
+                t.server_converted_columns.join(", ")
+            ));
+        }
+    }
+    if report.server_conversions > 0 {
+        out.push_str(&format!(
+            "note: {} values in spellings sluice does not parse were converted by the server\n",
+            thousands(report.server_conversions)
+        ));
+    }
+    if report.strategy != "direct" {
+        let staged: Vec<&str> = report
+            .tables
+            .iter()
+            .filter(|t| t.strategy != "direct")
+            .map(|t| t.table.as_str())
+            .collect();
+        out.push_str(&format!(
+            "strategy: {} (staged: {})\n",
+            report.strategy,
+            staged.join(", ")
+        ));
+    }
+    if let Some(s) = &report.steps {
+        if s.staging_tables > 0 {
+            out.push_str(&format!(
+                "stage: {} staging table{}; load {:.2} s, index build {:.2} s, analyze {:.2} s \
+                 (summed over streams); publish {:.2} s in {} attempt(s), then analyze of the \
+                 parents {:.2} s\n",
+                s.staging_tables,
+                if s.staging_tables == 1 { "" } else { "s" },
+                s.load_seconds,
+                s.index_seconds,
+                s.analyze_seconds,
+                s.publish_seconds,
+                s.publish_attempts,
+                s.parent_analyze_seconds
+            ));
+        }
+        if s.reused_staging_tables > 0 {
+            out.push_str(&format!(
+                "stage: {} staging table(s) an earlier run of the job committed were published \
+                 as they were ({} rows, not loaded again)\n",
+                s.reused_staging_tables,
+                thousands(s.reused_rows)
+            ));
+        }
+        for p in &s.appended {
+            out.push_str(&format!(
+                "note: {p} had rows by the publish, so its staged rows were appended, not \
+                 switched in\n"
+            ));
+        }
+    }
+    for f in &report.fallbacks {
+        out.push_str(&format!(
+            "direct: {} (table {}): {}\n",
+            f.file, f.table, f.reason
+        ));
+    }
+    if let Some(w) = report.wal_bytes {
+        out.push_str(&format!(
+            "WAL written during the load: {}\n",
+            human_bytes(w)
+        ));
+    }
+    if let Some(note) = &report.ledger {
+        out.push_str(&format!("ledger: {note}\n"));
+    }
+    if let Some(r) = report.rejected.as_ref().filter(|r| r.rows > 0) {
+        let causes: Vec<String> = r
+            .by_cause
+            .iter()
+            .map(|(c, n)| format!("{} {}", thousands(*n), c.replace('_', " ")))
+            .collect();
+        out.push_str(&format!(
+            "rejected: {} row{} ({}), within --max-errors {}{}\n",
+            thousands(r.rows),
+            if r.rows == 1 { "" } else { "s" },
+            causes.join(", "),
+            r.max_errors,
+            match (&r.file, &r.details) {
+                (Some(f), Some(d)) => format!("; the rows are in {f}, why in {d}"),
+                _ => "; give --rejects PATH to keep them".to_string(),
+            }
+        ));
+        if let Some(first) = &r.first {
+            out.push_str(&format!("first rejected row: {first}\n"));
+        }
+    }
+    if let Some(c) = &report.calibration {
+        let curve: Vec<String> = c
+            .curve
+            .iter()
+            .map(|p| format!("{} -> {:.0} MB/s", p.jobs, p.mb_per_s))
+            .collect();
+        let knee = match c.knee {
+            Some(k) if k != c.chosen => format!("knee at {k}, kept {}", c.chosen),
+            Some(k) => format!("knee at {k}"),
+            None => format!("chose {}", c.chosen),
+        };
+        out.push_str(&format!(
+            "jobs auto: {}; {knee} ({})\n",
+            curve.join(", "),
+            c.why
+        ));
+    }
+    if let Some(v) = &report.verdict {
+        out.push_str(&format!("verdict: {}\n", v.line()));
+    }
+    if report.dry_run {
+        out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");
+    }
+    out
+}
