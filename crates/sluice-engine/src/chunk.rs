@@ -1,9 +1,9 @@
-//! Converting one chunk: blocks of bytes in, COPY messages out. This is the hot path.
+//! Converting one chunk: blocks of bytes in, load messages out. This is the hot path.
 //!
 //! Records are parsed in place inside each block the reader hands over; only a record cut by a
 //! block boundary is stitched together, from the block's tail and as few bytes of the next
 //! block as it needs, so almost nothing is copied twice. Encoded tuples accumulate in one
-//! buffer that is handed off as a single COPY message once it reaches the configured size:
+//! buffer that is handed off as a single message once it reaches the configured size:
 //! no per-row allocation and few, large protocol messages.
 
 use crate::failure::Failure;
@@ -40,7 +40,7 @@ pub struct ChunkJob<'a, 'b, E: RecordEncoder> {
     pub chunk: &'a Chunk,
     /// The destination's encoder for the chunk's table.
     pub encoder: &'a mut E,
-    /// What the destination wants before and after a chunk's records (binary COPY's header
+    /// What the destination wants before and after a chunk's records (a binary format's header
     /// and trailer, say).
     pub framing: (&'a [u8], &'a [u8]),
     pub copy_buffer: usize,
@@ -502,8 +502,8 @@ fn walk_blocks(
 }
 
 /// Turns a converter error into an input error with the record's position, and the short
-/// name of its cause. `record` is the record's raw bytes, shown (as psql shows the line) when
-/// the field count is wrong.
+/// name of its cause. `record` is the record's raw bytes, shown (as a database's own client
+/// shows the line) when the field count is wrong.
 fn record_error(
     plan: &Plan,
     chunk: &Chunk,
@@ -765,8 +765,8 @@ pub fn count_records(plan: &Plan, chunk: &Chunk) -> Result<u64, Failure> {
     Ok(n)
 }
 
-/// Finds record `n` (1-based, as COPY counts data rows) of a chunk, for a server error: its
-/// position and the values of `columns` (NULL as `None`).
+/// Finds record `n` (1-based, as the server counts a load's data rows) of a chunk, for a
+/// server error: its position and the values of `columns` (NULL as `None`).
 pub fn locate_record(
     plan: &Plan,
     chunk: &Chunk,

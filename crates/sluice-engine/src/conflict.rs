@@ -1,10 +1,10 @@
 //! Server errors about keys, turned into bad-row messages that name the rows.
 //!
 //! Constraint errors rarely say which input line they came from. A foreign-key check runs after
-//! the COPY's last row, so its error has no COPY line; a deferred unique check fires at the end
+//! the load's last row, so its error has no line; a deferred unique check fires at the end
 //! of the transaction; and a duplicate key *between two streams of one load* never errors at all:
 //! the later insert waits for the earlier transaction, which waits at the commit barrier, until
-//! the watchdog ([`sluice_postgres::watchdog`]) cancels the waiter. What the server does give is
+//! the destination's watch cancels the waiter. What the server does give is
 //! the key (the DETAIL `Key (id)=(50000)`, or a tuple the context names, read back from the
 //! stream's own transaction) and the index. From the key, this module finds the rows in the
 //! chunks each stream ran, comparing values by their converted binary form so that spellings
@@ -32,7 +32,7 @@ pub struct NamedKey {
 }
 
 impl NamedKey {
-    /// `(a, b)=(1, x)`, as PostgreSQL writes a key in its messages.
+    /// `(a, b)=(1, x)`, as servers write a key in their messages.
     pub fn display(&self) -> String {
         let values: Vec<&str> = self
             .values
@@ -106,7 +106,7 @@ impl<'a, D: Destination> KeySearch<'a, D> {
         rows
     }
 
-    /// The key of record `n` of a chunk (a COPY line the server named), with its position.
+    /// The key of record `n` of a chunk (a line of the load the server named), with its position.
     pub fn key_at(&self, chunk: &Chunk, n: u64, columns: &[String]) -> Option<(NamedKey, Found)> {
         let t = self.plan.inputs[chunk.input].table;
         let table = &self.plan.tables[t];

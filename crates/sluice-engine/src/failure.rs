@@ -26,7 +26,7 @@ pub enum Failure {
     /// The load committed, with this many rows rejected within `--max-errors`: exit 6. The
     /// summary has said so.
     LoadedWithRejects(u64),
-    /// A program run on the user's behalf (`sluice pg psql`) exited with this code, which is
+    /// A program run on the user's behalf (a database's own client) exited with this code, which is
     /// passed through; it has said why itself.
     Exited(u8),
 }

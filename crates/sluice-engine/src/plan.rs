@@ -4,7 +4,7 @@
 //!
 //! The plan is the checked, "high" form of the command line (ripgrep's two layers): every
 //! input has a table, a format and a dialect; every table has its columns from the catalog and
-//! a COPY mode; every chunk is a byte range that starts on a record boundary. Big plain files
+//! a load format; every chunk is a byte range that starts on a record boundary. Big plain files
 //! are cut into chunks so that one file loads on every connection; compressed files and
 //! standard input cannot be cut and load as one chunk each. Chunks are ordered biggest first
 //! (longest-processing-time scheduling), which keeps one late big file from becoming the long
@@ -126,10 +126,10 @@ impl TablePlan {
     }
 }
 
-/// Parses a column list with the destination's identifier rules, as its server parses
-/// `COPY t (a, "B")`: unquoted names fold to lower case where the rules say so, quoted names
-/// are taken as they are (a doubled quote for a quote), and names longer than the rules allow
-/// are cut, as PostgreSQL cuts them.
+/// Parses a column list with the destination's identifier rules, as its server parses a
+/// column list (`t (a, "B")`): unquoted names fold to lower case where the rules say so,
+/// quoted names are taken as they are (a doubled quote for a quote), and names longer than the
+/// rules allow are cut, as the server cuts them.
 pub fn parse_column_list(list: &str, rules: &IdentifierRules) -> Result<Vec<String>, String> {
     let q = rules.quote;
     let mut names = Vec::new();
@@ -213,7 +213,7 @@ pub fn check_file_format(f: &str, given: Option<Format>) -> Result<(), Failure> 
 
 /// Picks the columns a file's fields map to: all of them in order, or the `--columns` list,
 /// whose names are already identifiers (folded or unquoted by SQL's rules) and so must match
-/// exactly, as the server matches them in `COPY t (a, b)`.
+/// exactly, as the server matches them in a load's column list.
 pub fn select_columns(
     table: &TableInfo,
     names: Option<&[String]>,
@@ -251,7 +251,7 @@ pub fn select_columns(
     Ok(out)
 }
 
-/// A byte range of one input that loads as one COPY.
+/// A byte range of one input that loads as one bulk statement.
 #[derive(Clone, Debug)]
 pub struct Chunk {
     /// Position in [`Plan::chunks`] (this run's index, for per-run tallies); the chunk's
@@ -313,7 +313,7 @@ impl Plan {
 /// input alone, so that the same files are cut the same way whatever `--jobs` is. An eighth
 /// is what the former jobs-based rule (input / (4 x jobs)) gave at this machine's default of
 /// two streams; a thirty-second, tried first, made the SF1 load about 5% slower here (more,
-/// smaller COPYs; BENCHMARKS.md). The bounds keep COPY overhead negligible for small inputs
+/// smaller loads; BENCHMARKS.md). The bounds keep each load's overhead negligible for small inputs
 /// and a lost chunk cheap to redo for huge ones.
 pub fn default_chunk_size(total: u64) -> u64 {
     (total / 8).clamp(16 << 20, 1 << 30)
@@ -855,8 +855,9 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// PostgreSQL's rules, as `psql \copy t(a,b)` reads a list.
-    fn pg_rules() -> IdentifierRules {
+    /// Double quotes, folding to lower case, 63 bytes: the rules of a column list in SQL's
+    /// standard spelling.
+    fn standard_rules() -> IdentifierRules {
         IdentifierRules {
             quote: '"',
             fold_lower: true,
@@ -867,7 +868,7 @@ pub(crate) mod tests {
 
     #[test]
     fn column_lists_follow_the_destinations_identifier_rules() {
-        let p = |s: &str| parse_column_list(s, &pg_rules());
+        let p = |s: &str| parse_column_list(s, &standard_rules());
         assert_eq!(p("ID,v").unwrap(), ["id", "v"]);
         assert_eq!(p(" a , B ").unwrap(), ["a", "b"]);
         assert_eq!(
@@ -881,7 +882,7 @@ pub(crate) mod tests {
         for bad in ["", "a,,b", "a,", "\"open", "a b", "x\"y\"", "\"\""] {
             assert!(p(bad).is_err(), "{bad:?} should be refused");
         }
-        // Backquotes and no folding, as MariaDB writes names.
+        // Backquotes and no folding, as some servers write names.
         let maria = IdentifierRules {
             quote: '`',
             fold_lower: false,

@@ -15,7 +15,7 @@ pub struct TableReport {
     pub bytes: u64,
     pub seconds: f64,
     pub mb_per_s: f64,
-    /// How the destination loads the table (PostgreSQL: `binary`, or `text` when some column
+    /// How the destination loads the table (`binary`, or `text` when some column
     /// is converted by the server).
     pub copy_format: &'static str,
     pub server_converted_columns: Vec<String>,

@@ -48,7 +48,7 @@ pub struct LoadSpec {
     pub columns: Option<String>,
     pub strategy: StrategyChoice,
     pub jobs: Jobs,
-    /// Bytes per COPY message.
+    /// Bytes per load message.
     pub copy_buffer: usize,
     /// Target chunk size; `None` for the default (an eighth of the input, 16 MiB to 1 GiB).
     pub chunk_size: Option<u64>,

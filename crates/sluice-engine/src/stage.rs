@@ -1,11 +1,12 @@
 //! The `stage` strategy: the seed paper's design. Each partition's files are loaded by one
 //! stream into a staging table of its own (created in that stream's transaction, loaded with
-//! FREEZE, then indexed by the same stream, so index builds run in parallel), and one publish
+//! the destination's bulk path, then indexed by the same stream, so index builds run in parallel),
+//! and one publish
 //! transaction switches every staging table in at once.
 //!
 //! Routing is by each file's first record: its partition key picks the partition. The
 //! staging table carries the partition's bound as a CHECK, so a later row outside it fails
-//! that staging table's COPY; the strategy then rolls the staging table back, keeps that file
+//! that staging table's load; the strategy then rolls the staging table back, keeps that file
 //! for the publish, and stages the partition's other files again. Whatever cannot be staged (a
 //! partition that has rows, a key sluice cannot route, a parent with triggers or foreign keys,
 //! standard input) is loaded directly, and the summary says which inputs were and why:
@@ -72,13 +73,13 @@ pub struct Fallback {
 pub struct StepTimes {
     /// Staging tables switched in.
     pub staging_tables: usize,
-    /// Seconds of COPY into staging tables.
+    /// Seconds of loading into staging tables.
     pub load_seconds: f64,
     pub index_seconds: f64,
     pub analyze_seconds: f64,
     /// The one publish transaction.
     pub publish_seconds: f64,
-    /// ANALYZE of the parents after it.
+    /// Statistics of the parents after it.
     pub parent_analyze_seconds: f64,
     pub publish_attempts: u32,
     /// Partitions whose staging rows were appended, not switched in (they had rows by then).
@@ -108,7 +109,7 @@ pub struct Stage {
     jobs: usize,
     /// Rows may be rejected (`--max-errors`): a staged unit the server refuses a row of is
     /// loaded again in the publish transaction, where its bad rows are isolated under
-    /// savepoints (COPY FREEZE refuses them).
+    /// savepoints (a staged unit's bulk path may refuse them).
     pub isolate_rejects: bool,
     /// The load's job, when it keeps a ledger: its staging tables record their chunks, and
     /// outlive a failure the job resumes from.

@@ -10,7 +10,7 @@
 //!    (direct, biggest first), or all of one partition's chunks (stage), which a stream loads in
 //!    a transaction of their own between `begin_unit` and `end_unit`;
 //! 3. `build`: on each stream after its last chunk, before the barrier (deferred checks;
-//!    indexes and ANALYZE on a staging table);
+//!    indexes and statistics on a staging table);
 //! 4. `publish`: once every stream has finished cleanly, make the load visible (commit every
 //!    stream; or swap the staging tables in, in one transaction).
 //!

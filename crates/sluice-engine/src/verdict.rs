@@ -11,9 +11,9 @@
 //! times apart.
 //!
 //! The engine's words are database-neutral. What a class is called on one database (its log
-//! is PostgreSQL's `WAL`), and what to do about it there (its settings, its wait events), the
-//! destination says through an [`Advisor`]; the advice names an index, a trigger or a check
-//! only when a loaded table has one ([`TableCosts`]).
+//! has its own name on some), and what to do about it there (its settings, its wait events),
+//! the destination says through an [`Advisor`]; the advice names an index, a trigger or a
+//! check only when a loaded table has one ([`TableCosts`]).
 //!
 //! A pure function of the plan, the outcome and the advisor, so that it can be tested on
 //! made-up figures.
@@ -39,7 +39,7 @@ const CLIENT_SIDE: f64 = 0.5;
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Verdict {
     /// `client-bound`, `disk-read-bound`, `server-bound`, `log-bound` (named as the
-    /// destination names its log: `WAL-bound`), `disk-write-bound`, `lock-bound` or
+    /// destination names its log), `disk-write-bound`, `lock-bound` or
     /// `long-tail`.
     pub kind: String,
     /// What the figures say, in a sentence.
@@ -65,7 +65,7 @@ fn pct(x: f64) -> String {
 /// What the verdict asks of the destination: its names for the activity classes, its
 /// advice, and what the loaded tables carry. Every [`Destination`] is one.
 pub trait Advisor {
-    /// The destination's own name for a class, if its users know one (`WAL`).
+    /// The destination's own name for a class, if its users know one.
     fn label(&self, _class: Activity) -> Option<&'static str> {
         None
     }

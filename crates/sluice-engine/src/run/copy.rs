@@ -1,4 +1,4 @@
-//! One chunk on one stream: a COPY of its records, or, when rows may be rejected, as many
+//! One chunk on one stream: one bulk load of its records, or, when rows may be rejected, as many
 //! COPYs under savepoints as it takes to single out the rows the server refuses.
 
 use super::lines::absolute_line;
@@ -25,7 +25,7 @@ pub(super) enum ChunkError {
 
 /// Runs one chunk on a stream (or on none, for a dry run), and writes its ledger row in the
 /// stream's transaction when `record` says the load keeps one. With `savepoints` false (a
-/// staged COPY FREEZE, which refuses them), a row the server refuses fails the chunk even
+/// staged unit whose bulk path refuses them), a row the server refuses fails the chunk even
 /// when rows may be rejected: the strategy redoes it where savepoints work.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_chunk<D: Destination>(
@@ -76,7 +76,7 @@ pub(super) fn run_chunk<D: Destination>(
     Ok(outcome)
 }
 
-/// One COPY's worth of a chunk: which records it sends and where refused ones go.
+/// One load's worth of a chunk: which records it sends and where refused ones go.
 struct Attempt<'a> {
     counters: &'a Counters,
     added: &'a mut Added,
@@ -93,7 +93,7 @@ pub(super) fn timed<T>(seconds: &mut f64, f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// Sends a chunk's records (those `attempt` selects) in one COPY.
+/// Sends a chunk's records (those `attempt` selects) in one load.
 fn copy_once<D: Destination>(
     ctx: &RunContext<'_, D>,
     chunk: &Chunk,
@@ -185,7 +185,7 @@ fn nth_sent(lo: u64, hi: u64, skip: &BTreeSet<u64>, n: u64) -> Option<u64> {
 }
 
 /// Loads a chunk while rows may be rejected: rows the encoder refuses are dropped before
-/// they are sent; a COPY the server refuses is rolled back to its savepoint and sent again
+/// they are sent; a load the server refuses is rolled back to its savepoint and sent again
 /// without the row the error names, or, when the error names none (a foreign key checked
 /// after the last row), in halves, until each bad row stands alone. Every good row loads, once.
 /// Each attempt re-reads the chunk from its start, so a chunk's k server-side rejects cost

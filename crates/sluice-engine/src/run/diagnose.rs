@@ -1,4 +1,4 @@
-//! Server errors turned into messages about rows: which input line a COPY error names, which
+//! Server errors turned into messages about rows: which input line a load error names, which
 //! rows hold a key the server named, and which failures are the server's own. Only the error
 //! path runs here.
 
@@ -167,7 +167,7 @@ impl<D: Destination> RunContext<'_, D> {
         files
     }
 
-    /// Maps a server error during a chunk's COPY to the row it names.
+    /// Maps a server error during a chunk's load to the row it names.
     pub(super) fn copy_error(&self, stream: usize, chunk: &Chunk, e: DestinationError) -> Failure {
         match e.kind {
             ErrorKind::Conflict { blocker } => {
@@ -179,7 +179,7 @@ impl<D: Destination> RunContext<'_, D> {
         let plan = self.plan;
         let input = &plan.inputs[chunk.input];
         if e.record.is_none() {
-            // A check that runs after the COPY's last row (a foreign key): find the row by key.
+            // A check that runs after the load's last row (a foreign key): find the row by key.
             if let Some(err) = self.keyed_error(&e, &[chunk], chunk) {
                 return err;
             }
@@ -309,7 +309,7 @@ impl<D: Destination> RunContext<'_, D> {
         }
     }
 
-    /// A COPY the watchdog cancelled because it waited on a sibling stream.
+    /// A load the watch cancelled because it waited on a sibling stream.
     fn copy_conflict(
         &self,
         stream: usize,

@@ -55,7 +55,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub jobs: usize,
-    /// Size of one COPY message.
+    /// Size of one load message.
     pub copy_buffer: usize,
     /// Convert and encode everything, send nothing.
     pub dry_run: bool,
@@ -86,7 +86,7 @@ pub struct ChunkStat {
     /// Index of the table in the plan (names can repeat across schemas).
     #[serde(skip)]
     pub table_index: usize,
-    /// Rows the server confirmed for this chunk's COPY (records converted, in a dry run).
+    /// Rows the server confirmed for this chunk's load (records converted, in a dry run).
     pub rows: u64,
     pub bytes: u64,
     /// Seconds since the load started.
@@ -129,7 +129,7 @@ pub struct StreamTiming {
     /// Handing messages to the destination, which waits while its socket is full: the
     /// server or the network is slower than the stream.
     pub send_seconds: f64,
-    /// Waiting on the server to start and finish each COPY, and for ledger rows and
+    /// Waiting on the server to start and finish each chunk's load, and for ledger rows and
     /// savepoints.
     pub server_seconds: f64,
 }

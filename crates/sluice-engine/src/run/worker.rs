@@ -253,7 +253,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             return Ok(());
         }
         let mut s = ctx.dest.open_stream(id)?;
-        // Isolating bad rows needs each check to fire at its COPY, under that COPY's savepoint.
+        // Isolating bad rows needs each check to fire at its load, under that load's savepoint.
         if ctx.opts.rejects.is_some() && unit.staged.is_none() {
             sluice_core::destination::DestinationStream::check_each_copy(&mut s)?;
         }
