@@ -12,7 +12,9 @@
 //! stream without `commit` rolls it back: the safe outcome is the default one.
 
 use crate::error::RecordError;
-use crate::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
+use crate::ledger::{
+    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+};
 use crate::records::{Fields, RecordParser};
 use std::fmt;
 
@@ -91,9 +93,9 @@ pub struct Capabilities {
     /// them; so does a bulk path that must see an empty table). Without them, a staged unit
     /// whose rows the server refuses is loaded again where rows can be isolated.
     pub savepoints_in_staged_unit: bool,
-    /// Whether a stream's transaction can be prepared (two-phase commit) on this server now,
-    /// or why not (PostgreSQL: `max_prepared_transactions` is 0).
-    pub prepare: Result<(), String>,
+    /// How many stream transactions can be prepared at once (two-phase commit) on this
+    /// server now, or why none can (PostgreSQL: `max_prepared_transactions` is 0).
+    pub prepare: Result<u32, String>,
 }
 
 /// A destination database, as the engine uses it during a load.
@@ -193,6 +195,36 @@ pub trait Destination: Sync {
     /// The bytes a chunk's data starts and ends with for table `table` (binary COPY framing,
     /// say), around the encoded records.
     fn framing(&self, table: usize) -> (&[u8], &[u8]);
+
+    /// Commits (or, with `commit` false, rolls back) the prepared transaction `id`. One that
+    /// is no longer prepared (already finished) is not an error.
+    fn finish_prepared(&self, _id: &str, _commit: bool) -> Result<(), DestinationError> {
+        Err(DestinationError::new(
+            ErrorKind::Usage,
+            "this destination cannot prepare a transaction",
+        ))
+    }
+
+    /// The prepared transactions whose ids start with `prefix`, left by a run that stopped
+    /// between its prepares and its commits.
+    fn prepared(&self, _prefix: &str) -> Result<Vec<String>, DestinationError> {
+        Ok(Vec::new())
+    }
+
+    /// Records in the ledger, in a transaction of its own and before the first of them
+    /// commits, that job `job` commits the prepared transactions `ids`: from here on a rerun
+    /// commits whichever of them is still prepared, and rolls back any other of the job's.
+    fn decide_commit(&self, _job: i64, _ids: &[String]) -> Result<(), DestinationError> {
+        Err(DestinationError::new(
+            ErrorKind::Usage,
+            "this destination cannot prepare a transaction",
+        ))
+    }
+
+    /// The prepared transactions job `job` decided to commit (empty when it decided none).
+    fn decided(&self, _job: i64) -> Result<Vec<String>, DestinationError> {
+        Ok(Vec::new())
+    }
 
     /// Where the server's write-ahead log is, in bytes, to tell how much a load wrote (`None`
     /// when the server will not say).
@@ -329,9 +361,12 @@ impl RangePartition {
     }
 }
 
-/// Time a staging table's steps after its data took.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// A finished staging table: the destination's name for it, and the time its steps after
+/// the data took.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StageTimes {
+    /// The destination's name for the staging table (what [`Staging::switch_one`] takes).
+    pub table: String,
     pub index: std::time::Duration,
     pub analyze: std::time::Duration,
 }
@@ -430,8 +465,25 @@ pub trait Staging: Destination {
     /// publish in a way no rerun resumes.
     fn discard_staging(&self) -> Result<(), DestinationError>;
 
-    /// In `stream`'s transaction (opened for the publish; the caller commits it), switches
-    /// every finished staging table in for its partition (or appends its rows, when the
+    /// [`PublishModel::PerPartition`]: switches the finished staging table `table` in for its
+    /// partition as one durable step of its own. When the load keeps a ledger, the step's
+    /// `chunks` of job `job` count as committed exactly when the switch happened: a later
+    /// run's [`prepare_staging`](Staging::prepare_staging) settles a step cut off halfway
+    /// (the chunks recorded, or the staging table a leftover again).
+    fn switch_one(
+        &self,
+        _table: &str,
+        _job: Option<i64>,
+        _chunks: &[ChunkRecord],
+    ) -> Result<PublishTimes, DestinationError> {
+        Err(DestinationError::new(
+            ErrorKind::Usage,
+            "this destination publishes every staging table in one transaction",
+        ))
+    }
+
+    /// [`PublishModel::OneTransaction`]: in `stream`'s transaction (opened for the publish;
+    /// the caller commits it), switches every finished staging table in for its partition (or appends its rows, when the
     /// partition has rows by then). The caller may load more rows into the parents in the
     /// same transaction afterwards: rows that could not be staged.
     fn switch_in(&self, stream: &mut Self::Stream<'_>) -> Result<PublishTimes, DestinationError>;
@@ -518,6 +570,20 @@ pub trait DestinationStream: Send {
 
     /// Commits the stream's transaction.
     fn commit(self) -> Result<(), DestinationError>;
+
+    /// Prepares the stream's transaction for a two-phase commit under `id`: from here on it
+    /// survives this connection and a server restart, holding its locks and invisible, until
+    /// [`Destination::finish_prepared`] commits or rolls it back. Only where
+    /// [`Capabilities::prepare`] allows it.
+    fn prepare(self, _id: &str) -> Result<(), DestinationError>
+    where
+        Self: Sized,
+    {
+        Err(DestinationError::new(
+            ErrorKind::Usage,
+            "this destination cannot prepare a transaction",
+        ))
+    }
 }
 
 /// A destination that keeps the resume ledger in its own database: jobs, their files, and the
@@ -537,12 +603,19 @@ pub trait Ledger: Destination {
     /// The chunks a job committed.
     fn job_chunks(&self, job: i64) -> Result<Vec<ChunkRecord>, DestinationError>;
 
-    /// For each file: the finished job that loaded that very file (same path, table, size,
-    /// time and fingerprint) most recently, with when it finished.
-    fn loaded_by(
-        &self,
-        files: &[FileRecord],
-    ) -> Result<Vec<Option<(i64, String)>>, DestinationError>;
+    /// For each file: the finished job that loaded that very file (same path, table name,
+    /// size, time, fingerprint and settings) most recently. Whether its rows can still be
+    /// there is [`Ledger::placements`]' question.
+    fn loaded_by(&self, files: &[FileRecord]) -> Result<Vec<Option<LoadedBy>>, DestinationError>;
+
+    /// Where finished job `job` put the rows of its files `files`, each relation's state
+    /// when the job finished and now. A job that recorded no placement (one finished before
+    /// the ledger kept them) has one per file: its table, with the table's id then.
+    fn placements(&self, job: i64, files: &[u32]) -> Result<Vec<PlacementCheck>, DestinationError>;
+
+    /// Marks a job finished, recording where its files' rows went, with each relation's
+    /// state now (one transaction).
+    fn finish_job(&self, job: i64, placements: &[Placement]) -> Result<(), DestinationError>;
 
     /// Records a new job and takes its lock (held until the destination is dropped).
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError>;
@@ -575,11 +648,26 @@ pub enum ErrorKind {
     Conflict { blocker: usize },
     /// The data was rejected: a bad value, a constraint.
     Rejected,
+    /// The server's own condition, which no row causes: out of disk, memory or connection
+    /// slots, a configured resource limit, an I/O or internal error. The message says what to
+    /// do; never a bad row, never isolated row by row.
+    Condition,
+    /// The transaction was aborted by something that passes (a serialization failure, a
+    /// deadlock with a session not of this load): retried on a new connection, as a lost
+    /// connection is.
+    Transient,
     /// The request names something the destination cannot load into (no such table, a
     /// view, a column list it refuses): the user's to fix.
     Usage,
     /// Anything else the server said.
     Other,
+}
+
+impl ErrorKind {
+    /// Whether the stream's work is worth running again on a new connection.
+    pub fn retried(self) -> bool {
+        matches!(self, ErrorKind::Connection | ErrorKind::Transient)
+    }
 }
 
 /// A key a destination named: columns and values as the server prints them (`None` for NULL).

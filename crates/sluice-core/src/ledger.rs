@@ -144,3 +144,47 @@ pub struct Job {
     pub started: String,
     pub finished: Option<String>,
 }
+
+/// The finished job that last loaded a file (the same path, table, size, time, fingerprint
+/// and settings), as [`Ledger::loaded_by`](crate::destination::Ledger::loaded_by) finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedBy {
+    pub job: i64,
+    /// When the job finished, as the destination prints times.
+    pub finished: String,
+    /// The file's index among that job's files.
+    pub file: u32,
+}
+
+/// Where a job put a file's rows: the relation (a table, or the partition a staging table
+/// became), as the destination's SQL names it. Recorded when the job finishes, with the
+/// relation's [`RelationState`] then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub file: u32,
+    pub relation: String,
+}
+
+/// What a destination can tell cheaply about a relation: whether it is the same object
+/// (`id`), whether its storage was replaced since (`generation`: a truncate or a rewrite
+/// changes it), and whether it holds any row. A partial delete changes none of these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelationState {
+    /// The relation as the destination prints it for people (briefly where it can).
+    pub name: String,
+    pub id: String,
+    /// `None` when the destination cannot tell (a job recorded before it kept them).
+    pub generation: Option<String>,
+    /// `None` when the role may not read the relation.
+    pub has_rows: Option<bool>,
+}
+
+/// A finished job's placement of one file, with the relation's state then (at the job's
+/// finish) and now (`None`: the relation is gone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementCheck {
+    pub file: u32,
+    pub relation: String,
+    pub then: RelationState,
+    pub now: Option<RelationState>,
+}

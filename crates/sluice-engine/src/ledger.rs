@@ -16,7 +16,7 @@
 use crate::failure::Failure;
 use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{ErrorKind, Ledger};
-use sluice_core::ledger::{ChunkRecord, FileRecord, JobSpec, JobState};
+use sluice_core::ledger::{ChunkRecord, FileRecord, JobSpec, JobState, LoadedBy, PlacementCheck};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -128,6 +128,8 @@ pub struct JobRun {
     pub note: Option<String>,
     /// The job was resumed (rather than begun by this run).
     pub resumed: bool,
+    /// Files a finished job loaded that this run leaves out, and why.
+    pub skipped: Vec<Skipped>,
 }
 
 impl JobRun {
@@ -142,12 +144,200 @@ impl JobRun {
     }
 }
 
+/// A file a finished job loaded, left out of this run, and why (for the report).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Skipped {
+    pub file: String,
+    /// The finished job that loaded it.
+    pub job: i64,
+    pub reason: String,
+}
+
+/// Whether a finished job's rows of a file can still be in its tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Standing {
+    /// As far as can be told cheaply (a partial delete cannot be): leave the file out.
+    Holds,
+    /// The rows are gone (the relation is empty, or gone): load the file again.
+    Gone(String),
+    /// The relation changed in a way that does not tell whether the rows are there: leave
+    /// the file out, and say so.
+    Changed(String),
+}
+
+/// One placement's standing, for a file of `rows` rows.
+fn placement_standing(c: &PlacementCheck, rows: u64) -> Standing {
+    let Some(now) = &c.now else {
+        let rel = &c.relation;
+        return Standing::Gone(format!("{rel} no longer exists"));
+    };
+    let rel = &now.name;
+    if now.id != c.then.id {
+        return match now.has_rows {
+            Some(false) => Standing::Gone(format!("{rel} was dropped and created again")),
+            _ => Standing::Changed(format!(
+                "{rel} is not the table it loaded (it was dropped and created again, or restored \
+                 from a backup) and has rows"
+            )),
+        };
+    }
+    if now.has_rows == Some(false) && rows > 0 {
+        return Standing::Gone(format!("{rel} is empty"));
+    }
+    match (&c.then.generation, &now.generation) {
+        (Some(then), Some(now)) if then != now => Standing::Changed(format!(
+            "{rel} was rewritten since (its storage was replaced: emptied and filled again, \
+             compacted, reordered, or altered) and has rows"
+        )),
+        _ => Standing::Holds,
+    }
+}
+
+/// A file's standing over all of its placements: gone only when every relation it went to
+/// lost its rows (loading it again then cannot double any row).
+fn file_standing(checks: &[&PlacementCheck], rows: u64) -> Standing {
+    let each: Vec<Standing> = checks.iter().map(|c| placement_standing(c, rows)).collect();
+    if let Some(changed) = each.iter().find(|s| matches!(s, Standing::Changed(_))) {
+        return changed.clone();
+    }
+    let gone: Vec<&Standing> = each
+        .iter()
+        .filter(|s| matches!(s, Standing::Gone(_)))
+        .collect();
+    match (gone.first(), gone.len() == each.len()) {
+        (Some(g), true) => (*g).clone(),
+        (Some(Standing::Gone(why)), false) => Standing::Changed(format!(
+            "{why}, but other tables it loaded into still have rows"
+        )),
+        _ => Standing::Holds,
+    }
+}
+
+/// What a rerun does with the files finished jobs loaded.
+#[derive(Default)]
+struct Rerun {
+    skipped: Vec<Skipped>,
+    /// What it decided, in words, one sentence per (job, reason).
+    notes: Vec<String>,
+}
+
+/// Decides, for each input a finished job loaded (`loaded`), whether that job's rows can
+/// still be there: when they are gone, the entry is cleared (the file loads again). The rest
+/// are left out, each with its reason.
+fn recheck<D: Ledger>(
+    dest: &D,
+    plan: &Plan,
+    loaded: &mut [Option<LoadedBy>],
+) -> Result<Rerun, Failure> {
+    let read = |e| ledger_failure("reading the ledger", e);
+    let mut jobs: Vec<i64> = loaded.iter().flatten().map(|l| l.job).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    let mut rerun = Rerun::default();
+    for job in jobs {
+        let mine: Vec<usize> = (0..loaded.len())
+            .filter(|&i| loaded[i].as_ref().is_some_and(|l| l.job == job))
+            .collect();
+        let numbers: Vec<u32> = mine
+            .iter()
+            .filter_map(|&i| loaded[i].as_ref().map(|l| l.file))
+            .collect();
+        let checks = dest.placements(job, &numbers).map_err(read)?;
+        let chunks = dest.job_chunks(job).map_err(read)?;
+        let rows_of = |file: u32| -> u64 {
+            chunks
+                .iter()
+                .filter(|c| c.file == file)
+                .map(|c| c.rows)
+                .sum()
+        };
+        let finished = loaded[mine[0]].as_ref().map(|l| l.finished.clone());
+        let finished = finished.unwrap_or_default();
+        // (standing, files, rows) in the order first met.
+        let mut groups: Vec<(Standing, Vec<usize>, u64)> = Vec::new();
+        for &i in &mine {
+            let Some(by) = loaded[i].clone() else {
+                continue;
+            };
+            let own: Vec<&PlacementCheck> = checks.iter().filter(|c| c.file == by.file).collect();
+            let rows = rows_of(by.file);
+            let standing = file_standing(&own, rows);
+            if let Standing::Gone(_) = standing {
+                loaded[i] = None;
+            }
+            match groups.iter_mut().find(|g| g.0 == standing) {
+                Some(g) => {
+                    g.1.push(i);
+                    g.2 += rows;
+                }
+                None => groups.push((standing, vec![i], rows)),
+            }
+        }
+        for (standing, files, rows) in groups {
+            let names = file_names(plan, &files);
+            let n = files.len();
+            let (note, reason) = match &standing {
+                Standing::Holds => (
+                    format!(
+                        "skipping {n} file(s) job {job} loaded (finished {finished}); they have \
+                         not changed since: {names} (`--restart` loads them again)"
+                    ),
+                    format!("loaded by job {job} (finished {finished}), not changed since"),
+                ),
+                Standing::Gone(why) => (
+                    format!(
+                        "{why}, although job {job} loaded {} rows into it (finished \
+                         {finished}): loading its {n} file(s) again: {names}",
+                        crate::units::thousands(rows)
+                    ),
+                    String::new(),
+                ),
+                Standing::Changed(why) => {
+                    let why = format!(
+                        "{why}: whether the rows job {job} loaded (finished {finished}) are \
+                         still there cannot be told"
+                    );
+                    (
+                        format!(
+                            "skipping {n} file(s): {why}; `--restart` loads them again: {names}"
+                        ),
+                        why,
+                    )
+                }
+            };
+            rerun.notes.push(note);
+            if matches!(standing, Standing::Gone(_)) {
+                continue;
+            }
+            rerun.skipped.extend(files.iter().map(|&i| Skipped {
+                file: plan.inputs[i].display.clone(),
+                job,
+                reason: reason.clone(),
+            }));
+        }
+    }
+    Ok(rerun)
+}
+
+/// Up to five inputs' names, and how many more.
+fn file_names(plan: &Plan, inputs: &[usize]) -> String {
+    let mut names: Vec<String> = inputs
+        .iter()
+        .take(5)
+        .map(|&i| plan.inputs[i].display.clone())
+        .collect();
+    if inputs.len() > 5 {
+        names.push(format!("and {} more", inputs.len() - 5));
+    }
+    names.join(", ")
+}
+
 /// What the ledger decided.
 pub enum Start {
     /// Load the plan (now without what is already in) as this job.
     Run(Plan, JobRun),
-    /// Nothing is left to load; the message says why.
-    Nothing(String),
+    /// Nothing is left to load; the message says why (and which files were left out).
+    Nothing(String, Vec<Skipped>),
 }
 
 /// A ledger call that failed, in the load's terms (`what` says what it was doing).
@@ -175,51 +365,32 @@ pub fn start<D: Ledger>(
         .iter()
         .find(|j| j.state.resumable() || j.state == JobState::Running);
     if let Some(job) = unfinished {
-        if restart {
-            dest.end_job(job.id, JobState::Abandoned, Some("replaced by --restart"))
-                .map_err(|e| ledger_failure("updating the ledger", e))?;
-        } else {
-            return resume(dest, plan, job, replan);
+        // The job's lock first (another process may run it now), then what its last run
+        // left prepared: a commit it decided is finished, whatever this run does next.
+        dest.resume_job(job.id)
+            .map_err(|e| ledger_failure("resuming the job", e))?;
+        let settled = settle_prepared(dest, job.id)?;
+        if !restart {
+            return resume(dest, plan, job, settled, replan);
         }
+        dest.end_job(job.id, JobState::Abandoned, Some("replaced by --restart"))
+            .map_err(|e| ledger_failure("updating the ledger", e))?;
     }
     let files = file_records(&plan)?;
-    let loaded = if restart {
+    let mut loaded = if restart {
         vec![None; files.len()]
     } else {
         dest.loaded_by(&files)
             .map_err(|e| ledger_failure("reading the ledger", e))?
     };
-    let skipped: Vec<usize> = (0..files.len()).filter(|&i| loaded[i].is_some()).collect();
-    let mut note = None;
-    if !skipped.is_empty() {
-        let mut by: Vec<String> = skipped
-            .iter()
-            .filter_map(|&i| loaded[i].as_ref())
-            .map(|(job, when)| format!("job {job}, finished {when}"))
-            .collect();
-        by.dedup();
-        let mut names: Vec<&str> = skipped
-            .iter()
-            .take(5)
-            .map(|&i| plan.inputs[i].display.as_str())
-            .collect();
-        let more = format!("and {} more", skipped.len().saturating_sub(5));
-        if skipped.len() > 5 {
-            names.push(&more);
-        }
-        let what = format!(
-            "{} of {} file(s) were loaded by {} and have not changed since: {}",
-            skipped.len(),
-            files.len(),
-            by.join("; "),
-            names.join(", ")
-        );
-        if skipped.len() == files.len() {
-            return Ok(Start::Nothing(format!(
-                "nothing to load: {what}. `--restart` loads them again"
-            )));
-        }
-        note = Some(format!("skipping {what} (`--restart` loads them again)"));
+    let rerun = recheck(dest, &plan, &mut loaded)?;
+    let skipped = rerun.skipped.len();
+    let note = (!rerun.notes.is_empty()).then(|| rerun.notes.join("; "));
+    if skipped > 0 && skipped == files.len() {
+        return Ok(Start::Nothing(
+            format!("nothing to load: {}", note.unwrap_or_default()),
+            rerun.skipped,
+        ));
     }
     let mut plan = plan;
     plan.retain_chunks(|c| loaded[c.input].is_none());
@@ -249,15 +420,89 @@ pub fn start<D: Ledger>(
             files: index,
             note,
             resumed: false,
+            skipped: rerun.skipped,
         },
     ))
 }
 
+/// The prefix of every prepared transaction of job `job`'s runs.
+pub fn prepared_prefix_of(job: i64) -> String {
+    format!("sluice_{job}_")
+}
+
+/// Finishes what an earlier run of `job` left prepared: commits the transactions it decided to
+/// commit (the decision is in the ledger) and rolls back the others. Returns what it did, in
+/// words, when it did anything.
+fn settle_prepared<D: Ledger>(dest: &D, job: i64) -> Result<Option<String>, Failure> {
+    let read = |e| ledger_failure("reading the job's prepared transactions", e);
+    let left = dest.prepared(&prepared_prefix_of(job)).map_err(read)?;
+    if left.is_empty() {
+        return Ok(None);
+    }
+    let decided = dest.decided(job).map_err(read)?;
+    let (mut committed, mut rolled_back) = (0, 0);
+    for id in &left {
+        let commit = decided.contains(id);
+        dest.finish_prepared(id, commit)
+            .map_err(|e| ledger_failure("finishing a prepared transaction", e))?;
+        match commit {
+            true => committed += 1,
+            false => rolled_back += 1,
+        }
+    }
+    Ok(Some(format!(
+        "job {job}'s last run stopped during its commit: committed {committed} of its prepared \
+         transaction(s), as it had decided, and rolled back {rolled_back} it had not"
+    )))
+}
+
+/// Forgets job `job` (one not running), first finishing what its last run left prepared (the
+/// commits it decided, committed; the rest rolled back): a forgotten job's commit is finished
+/// by no one, so none of it may stay prepared, holding its locks. Returns the staging tables
+/// of dead loads the destination dropped with it.
+pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<Vec<String>, Failure> {
+    // The decision is read before the job (and it) is removed; the removal refuses a job that
+    // runs now, so nothing is finished under a live process.
+    let decided = dest
+        .decided(job)
+        .map_err(|e| ledger_failure("reading the job's commit decision", e))?;
+    let dropped = dest
+        .forget_job(job)
+        .map_err(|e| ledger_failure("forgetting the job", e))?;
+    let left = dest
+        .prepared(&prepared_prefix_of(job))
+        .map_err(|e| ledger_failure("reading the job's prepared transactions", e))?;
+    for id in &left {
+        dest.finish_prepared(id, decided.contains(id))
+            .map_err(|e| ledger_failure("finishing a prepared transaction", e))?;
+    }
+    Ok(dropped)
+}
+
 /// Resumes `job`: the same files, unchanged, cut the same way, less what it committed.
+/// `settled` says what finishing the last run's prepared transactions did, if anything. The
+/// caller holds the job's lock; a refusal gives it back, the job left failed (and resumable).
 fn resume<D: Ledger>(
     dest: &D,
     plan: Plan,
     job: &sluice_core::ledger::Job,
+    settled: Option<String>,
+    replan: &dyn Fn(u64) -> Result<Plan, Failure>,
+) -> Result<Start, Failure> {
+    let id = job.id;
+    let resumed = resume_as_planned(dest, plan, job, settled, replan);
+    if let Err(e) = &resumed {
+        let _ = dest.end_job(id, JobState::Failed, Some(&e.to_string()));
+    }
+    resumed
+}
+
+/// [`resume`]'s checks and plan.
+fn resume_as_planned<D: Ledger>(
+    dest: &D,
+    plan: Plan,
+    job: &sluice_core::ledger::Job,
+    settled: Option<String>,
     replan: &dyn Fn(u64) -> Result<Plan, Failure>,
 ) -> Result<Start, Failure> {
     let id = job.id;
@@ -324,15 +569,17 @@ fn resume<D: Ledger>(
             plan.inputs[i].display
         )));
     }
-    dest.resume_job(id)
-        .map_err(|e| ledger_failure("resuming the job", e))?;
     let rows: u64 = done.iter().map(|d| d.rows).sum();
-    let note = format!(
-        "resuming job {id}: {} of {} chunks already loaded ({rows} rows), {} to go",
+    let mut note = format!(
+        "resuming job {id}: {} of {} chunks already loaded ({} rows), {} to go",
         done.len(),
         job.chunks_total,
+        crate::units::thousands(rows),
         plan.chunks.len()
     );
+    if let Some(s) = settled {
+        note = format!("{s}; {note}");
+    }
     Ok(Start::Run(
         plan,
         JobRun {
@@ -340,6 +587,7 @@ fn resume<D: Ledger>(
             files,
             note: Some(note),
             resumed: true,
+            skipped: Vec::new(),
         },
     ))
 }

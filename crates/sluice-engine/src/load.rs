@@ -11,11 +11,11 @@ use crate::plan::{self, table_from_file_name, Plan};
 use crate::rejects::{self, Rejects};
 use crate::report::{self, Report};
 use crate::run::{execute, RunOptions, RunOutcome, RETRY_PAUSE};
-use crate::spec::{Jobs, LoadSpec, StrategyChoice};
+use crate::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
 use crate::stage::{Mode, Stage, StagePlanner, Staged};
 use crate::strategy::{self, Direct, Strategy};
 use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
-use sluice_core::ledger::JobState;
+use sluice_core::ledger::{JobState, Placement};
 use std::sync::Arc;
 
 /// Loads `spec` into a destination that cannot stage: every input goes direct.
@@ -69,6 +69,21 @@ pub fn check_inputs(spec: &LoadSpec) -> Result<Vec<String>, Failure> {
     Ok(file_tables)
 }
 
+/// Where the job's files' rows went: each input the job loads, by its index among the job's
+/// files, with its relation.
+fn placements(job: &JobRun, relations: &[String]) -> Vec<Placement> {
+    job.files
+        .iter()
+        .zip(relations)
+        .filter_map(|(file, relation)| {
+            Some(Placement {
+                file: (*file)?,
+                relation: relation.clone(),
+            })
+        })
+        .collect()
+}
+
 /// One load's request and its listener.
 struct Load<'a> {
     spec: &'a LoadSpec,
@@ -109,7 +124,9 @@ impl Load<'_> {
             false => (plan, None),
             true => match ledger::start(&*dest, plan, spec.restart, &replan)? {
                 ledger::Start::Run(plan, job) => (plan, Some(job)),
-                ledger::Start::Nothing(why) => return Ok(self.nothing_to_load(&*dest, why)),
+                ledger::Start::Nothing(why, skipped) => {
+                    return Ok(self.nothing_to_load(&*dest, why, skipped))
+                }
             },
         };
         self.run_job(dest, stager, plan, job)
@@ -154,8 +171,9 @@ impl Load<'_> {
         plan: Plan,
         job: Option<JobRun>,
     ) -> Result<Report, Failure> {
+        // What the ledger decided is an outcome, printed whatever `-q` says.
         if let Some(note) = job.as_ref().and_then(|j| j.note.as_ref()) {
-            self.host.event(Event::Info(note.clone()));
+            self.host.event(Event::Notice(note.clone()));
         }
         let job_id = job.as_ref().map(|j| j.job);
         if let Some(id) = job_id {
@@ -164,24 +182,35 @@ impl Load<'_> {
         self.host.event(Event::Point("planned"));
         let resumed = job.as_ref().is_some_and(|j| j.resumed);
         let result = match (job_id, resumed && plan.chunks.is_empty()) {
-            (Some(id), true) => Ok(self.nothing_to_load(
-                &*dest,
-                format!(
-                    "job {id}: every chunk was committed by an earlier run; it is finished now"
+            (Some(id), true) => Ok((
+                self.nothing_to_load(
+                    &*dest,
+                    format!(
+                        "job {id}: every chunk was committed by an earlier run; it is finished now"
+                    ),
+                    Vec::new(),
                 ),
+                Vec::new(),
             )),
-            _ => self.run_plan(dest, stager, plan, job),
+            _ => self.run_plan(dest, stager, plan, job.clone()),
         };
         let Some(id) = job_id else {
-            return result.map_err(|f| match f.server_kind_of() {
-                Some(ServerKind::Commit) => {
-                    f.and_then_say(". This load kept no ledger: reload into empty tables")
-                }
-                _ => f,
-            });
+            return result
+                .map(|(report, _)| report)
+                .map_err(|f| match f.server_kind_of() {
+                    Some(ServerKind::Commit) => {
+                        f.and_then_say(". This load kept no ledger: reload into empty tables")
+                    }
+                    _ => f,
+                });
         };
         self.host.event(Event::Point("finished"));
-        self.end_job(&*dest, id, &result);
+        let placements = match (&result, &job) {
+            (Ok((_, relations)), Some(job)) => placements(job, relations),
+            _ => Vec::new(),
+        };
+        let result = result.map(|(report, _)| report);
+        self.end_job(&*dest, id, &result, &placements);
         // What a rerun does, now that the ledger knows what is in.
         result.map_err(|f| match (&f, f.server_kind_of()) {
             (_, Some(ServerKind::Commit)) => f.and_then_say(&format!(
@@ -215,13 +244,23 @@ impl Load<'_> {
     /// Records how the job ended: finished, failed (resumable), or for a bad row or a usage
     /// error, which the user fixes in the input or the command, abandoned (nothing of it is
     /// committed, and the fixed command is a new job).
-    fn end_job<D: Ledger>(&self, dest: &D, id: i64, result: &Result<Report, Failure>) {
+    fn end_job<D: Ledger>(
+        &self,
+        dest: &D,
+        id: i64,
+        result: &Result<Report, Failure>,
+        placements: &[Placement],
+    ) {
         let (state, message) = match result {
             Ok(_) => (JobState::Finished, None),
             Err(f) if f.abandons_job() => (JobState::Abandoned, Some(f.to_string())),
             Err(f) => (JobState::Failed, Some(f.to_string())),
         };
-        if let Err(e) = dest.end_job(id, state, message.as_deref()) {
+        let ended = match state {
+            JobState::Finished => dest.finish_job(id, placements),
+            _ => dest.end_job(id, state, message.as_deref()),
+        };
+        if let Err(e) = ended {
             self.host.event(Event::Warning(format!(
                 "could not record in the ledger that job {id} is {} ({e}); the next run of the \
                  same command finds it interrupted and completes it",
@@ -232,7 +271,12 @@ impl Load<'_> {
 
     /// The report of a load the ledger found nothing to do for; the reason is a notice,
     /// shown whatever `-q` says.
-    fn nothing_to_load<D: Destination>(&self, dest: &D, why: String) -> Report {
+    fn nothing_to_load<D: Destination>(
+        &self,
+        dest: &D,
+        why: String,
+        skipped: Vec<ledger::Skipped>,
+    ) -> Report {
         self.host.event(Event::Notice(why.clone()));
         let plan = Plan {
             tables: Vec::new(),
@@ -251,6 +295,7 @@ impl Load<'_> {
         let facts = report::Facts {
             target: dest.target(),
             ledger: Some(why),
+            skipped,
             ..report::Facts::default()
         };
         report::build(&plan, &outcome, facts, false, 0, self.spec.copy_buffer)
@@ -320,14 +365,15 @@ impl Load<'_> {
         }
     }
 
-    /// Runs a checked plan (as the ledger left it) and reports.
+    /// Runs a checked plan (as the ledger left it) and reports, with the relation each input's
+    /// rows went to (its table, or the partition its staging table became).
     fn run_plan<D: Destination + Ledger>(
         &self,
         dest: &mut D,
         stager: Option<&dyn StagePlanner<D>>,
         mut plan: Plan,
         job: Option<JobRun>,
-    ) -> Result<Report, Failure> {
+    ) -> Result<(Report, Vec<String>), Failure> {
         let spec = self.spec;
         let jobs = self.choose_jobs(&*dest, stager, &plan);
         let rejects = spec
@@ -369,6 +415,7 @@ impl Load<'_> {
             rejects: rejects.clone(),
             calibrate: spec.jobs == Jobs::Auto && !spec.dry_run,
             retry_pause: RETRY_PAUSE,
+            prepare: self.prepare(&*dest, job.as_ref(), jobs)?,
         };
         if !spec.dry_run {
             self.announce_reference_groups(&plan);
@@ -415,13 +462,23 @@ impl Load<'_> {
             wal_bytes,
             job: job.as_ref().map(|j| j.job),
             ledger: job.as_ref().and_then(|j| j.note.clone()),
+            skipped: job.as_ref().map(|j| j.skipped.clone()).unwrap_or_default(),
             rejected: rejects.as_ref().map(|r| r.report(&plan)),
             server_settings: match spec.dry_run {
                 true => Vec::new(),
                 false => dest.settings(),
             },
         };
-        Ok(report::build_judged(
+        let relations = (0..plan.inputs.len())
+            .map(|i| {
+                let table = &plan.tables[plan.inputs[i].table].table.qualified;
+                stage
+                    .as_ref()
+                    .and_then(|s| s.relation(i))
+                    .unwrap_or_else(|| table.clone())
+            })
+            .collect();
+        let report = report::build_judged(
             &plan,
             &outcome,
             facts,
@@ -429,7 +486,45 @@ impl Load<'_> {
             jobs,
             spec.copy_buffer,
             &*dest,
-        ))
+        );
+        Ok((report, relations))
+    }
+
+    /// Whether the streams commit through prepared transactions, and under which names: only a
+    /// load that keeps a ledger (where the decision goes), on a destination that can prepare a
+    /// transaction per stream.
+    fn prepare<D: Destination>(
+        &self,
+        dest: &D,
+        job: Option<&JobRun>,
+        jobs: usize,
+    ) -> Result<Option<String>, Failure> {
+        let choice = self.spec.prepare;
+        if choice == PrepareChoice::Off || self.spec.dry_run {
+            return Ok(None);
+        }
+        let able = dest
+            .capabilities()
+            .prepare
+            .and_then(|slots| match slots as usize >= jobs {
+                true => Ok(()),
+                false => Err(format!(
+                "the server can prepare {slots} transaction(s) at once, and this load has {jobs} \
+                 streams"
+            )),
+            });
+        match (choice, job, able) {
+            (_, Some(job), Ok(())) => Ok(Some(prepared_prefix(job.job))),
+            (PrepareChoice::On, None, _) => Err(Failure::Usage(
+                "--prepare on needs the resume ledger, where the commit decision is kept (this \
+                 load keeps none: standard input, or a role that cannot create it)"
+                    .into(),
+            )),
+            (PrepareChoice::On, _, Err(why)) => Err(Failure::Usage(format!(
+                "--prepare on: {why}; give --prepare off, or fewer --jobs"
+            ))),
+            _ => Ok(None),
+        }
     }
 
     /// Says which table a file went to when the file's name chose it.
@@ -443,6 +538,19 @@ impl Load<'_> {
             other => other,
         }
     }
+}
+
+/// The names of a run's prepared transactions: the job's, and this process's, so that a later
+/// run of the job finds them by the job's prefix ([`ledger::prepared_prefix_of`]).
+fn prepared_prefix(job: i64) -> String {
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!(
+        "{}{}_{nonce}",
+        ledger::prepared_prefix_of(job),
+        std::process::id()
+    )
 }
 
 /// What a progress display shows of a plan.

@@ -48,6 +48,8 @@ pub struct Report {
     pub job: Option<i64>,
     /// What the ledger decided before the load: resumed, files skipped, nothing to do.
     pub ledger: Option<String>,
+    /// Files a finished job had loaded that this load left out, each with why.
+    pub skipped: Vec<crate::ledger::Skipped>,
     /// Rows rejected within `--max-errors` (`None` when none may be).
     pub rejected: Option<RejectedReport>,
     /// What bound the load (`None` for a dry run, or a load too short to judge).
@@ -120,6 +122,7 @@ pub struct Facts {
     pub wal_bytes: Option<u64>,
     pub job: Option<i64>,
     pub ledger: Option<String>,
+    pub skipped: Vec<crate::ledger::Skipped>,
     pub rejected: Option<RejectedReport>,
     pub server_settings: Vec<(String, String)>,
 }
@@ -224,6 +227,7 @@ pub fn build_judged(
         streams: outcome.streams.clone(),
         job: facts.job,
         ledger: facts.ledger,
+        skipped: facts.skipped,
         rejected: facts.rejected,
         verdict: (!dry_run)
             .then(|| {

@@ -19,6 +19,18 @@ pub enum StrategyChoice {
     Stage,
 }
 
+/// Whether the streams commit through two-phase commit (prepared transactions, the decision
+/// in the ledger), which closes the window between the first and the last commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepareChoice {
+    /// Where the destination can prepare as many transactions as there are streams.
+    Auto,
+    /// Always; a destination that cannot is a usage error.
+    On,
+    /// Never: plain commits, back to back.
+    Off,
+}
+
 /// How many streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Jobs {
@@ -61,6 +73,8 @@ pub struct LoadSpec {
     pub rejects: Option<PathBuf>,
     /// Load everything as a new job, whatever the ledger says.
     pub restart: bool,
+    /// Two-phase commit of the streams.
+    pub prepare: PrepareChoice,
 }
 
 impl LoadSpec {
@@ -87,6 +101,7 @@ impl LoadSpec {
             max_errors: None,
             rejects: None,
             restart: false,
+            prepare: PrepareChoice::Auto,
         }
     }
 }

@@ -29,9 +29,10 @@ use crate::failure::Failure;
 use crate::ledger::JobRun;
 use crate::plan::{Chunk, Plan};
 use crate::run::lock;
-use crate::strategy::{commit_all, direct_units, ChunkRunner, Strategy, Unit};
+use crate::strategy::{commit_all, direct_units, ChunkRunner, Commit, Strategy, Unit};
 use sluice_core::destination::{
-    Destination, DestinationError, DestinationStream, ErrorKind, Leftover, Partitioning, Staging,
+    Destination, DestinationError, DestinationStream, ErrorKind, Leftover, Partitioning,
+    PublishModel, PublishTimes, Staging,
 };
 use sluice_core::error::InputError;
 use sluice_core::ledger::ChunkRecord;
@@ -114,8 +115,9 @@ pub struct Stage {
     /// The load's job, when it keeps a ledger: its staging tables record their chunks, and
     /// outlive a failure the job resumes from.
     job: Option<i64>,
-    /// The ledger rows of the reused staging tables' chunks, for the publish.
-    carried: Vec<ChunkRecord>,
+    /// Every finished staging table (this run's, and those an earlier run left that this one
+    /// reuses), with its chunks' ledger rows, for the publish.
+    finished: Mutex<Vec<(String, Vec<ChunkRecord>)>>,
     /// The publish committed: the staging tables are the tables' partitions now.
     published: AtomicBool,
 }
@@ -197,8 +199,8 @@ struct TakenBack {
     partitions: Vec<(usize, usize)>,
     /// The inputs they hold, whole.
     inputs: Vec<bool>,
-    /// Their chunks' ledger rows, for the publish.
-    carried: Vec<ChunkRecord>,
+    /// Each reused staging table, with its chunks' ledger rows, for the publish.
+    tables: Vec<(String, Vec<ChunkRecord>)>,
     rows: u64,
 }
 
@@ -208,7 +210,7 @@ impl TakenBack {
             ready: Ok(()),
             partitions: Vec::new(),
             inputs: vec![false; plan.inputs.len()],
-            carried: Vec::new(),
+            tables: Vec::new(),
             rows: 0,
         }
     }
@@ -268,7 +270,7 @@ fn take_back<D: Staging>(
             back.inputs[plan.chunks[c].input] = true;
         }
         back.rows += l.chunks.iter().map(|r| r.rows).sum::<u64>();
-        back.carried.extend(l.chunks);
+        back.tables.push((l.id.clone(), l.chunks));
         back.partitions.push((l.table, l.partition));
     }
     if !back.partitions.is_empty() {
@@ -277,7 +279,7 @@ fn take_back<D: Staging>(
              rows): they are published with this run's, not loaded again",
             back.partitions.len(),
             job.map_or(0, |j| j.job),
-            back.carried.len(),
+            back.tables.iter().map(|(_, c)| c.len()).sum::<usize>(),
             crate::units::thousands(back.rows)
         )));
     }
@@ -340,6 +342,239 @@ impl<D: Staging> StagePlanner<D> for Staged {
     }
 }
 
+/// Where each input goes, decided table by table: a staging target, direct, or a fallback
+/// with its reason.
+struct Routing<'p> {
+    plan: &'p Plan,
+    fallbacks: Vec<Fallback>,
+    targets: Vec<Target>,
+    direct_inputs: Vec<usize>,
+    /// The (table, partition) of each staging table an earlier run left, published as it is.
+    reused: Vec<(usize, usize)>,
+}
+
+impl Routing<'_> {
+    /// Input `i` goes direct, for `reason`.
+    fn fall_back(&mut self, i: usize, reason: String) {
+        let plan = self.plan;
+        self.fallbacks.push(Fallback {
+            file: plan.inputs[i].display.clone(),
+            table: plan.tables[plan.inputs[i].table].table.name.clone(),
+            reason,
+        });
+        self.direct_inputs.push(i);
+    }
+
+    /// Routes the inputs of table `t`, partitioned as `partitioning`; `ready` says whether
+    /// the staging area can be used.
+    fn route_table(
+        &mut self,
+        t: usize,
+        partitioning: Partitioning,
+        ready: &Result<(), String>,
+        reused_inputs: &[bool],
+    ) -> Result<(), Failure> {
+        let plan = self.plan;
+        let table = &plan.tables[t];
+        let inputs: Vec<usize> = (0..plan.inputs.len())
+            .filter(|&i| plan.inputs[i].table == t && !reused_inputs[i])
+            .collect();
+        let (column, partitions, default) = match partitioning {
+            Partitioning::None => {
+                self.direct_inputs.extend(&inputs);
+                return Ok(());
+            }
+            Partitioning::Unroutable(why) => {
+                for &i in &inputs {
+                    self.fall_back(i, format!("table {}: {why}", table.table.qualified));
+                }
+                return Ok(());
+            }
+            Partitioning::IntegerRange {
+                column,
+                partitions,
+                default,
+            } => (column, partitions, default),
+        };
+        if let Err(why) = ready {
+            for &i in &inputs {
+                self.fall_back(i, why.clone());
+            }
+            return Ok(());
+        }
+        let Some(key) = table.columns.iter().position(|c| c.name == column) else {
+            for &i in &inputs {
+                self.fall_back(
+                    i,
+                    format!("the partition key column \"{column}\" is not loaded"),
+                );
+            }
+            return Ok(());
+        };
+        let ranges = Ranges {
+            table: t,
+            column: &column,
+            key,
+            partitions: &partitions,
+            default,
+        };
+        for i in inputs {
+            self.route_input(i, &ranges)?;
+        }
+        Ok(())
+    }
+
+    /// Routes input `i` by its first row's key: to its partition's staging target, or direct
+    /// with the reason. A first row that belongs to no partition is a bad row.
+    fn route_input(&mut self, i: usize, r: &Ranges<'_>) -> Result<(), Failure> {
+        let plan = self.plan;
+        let input = &plan.inputs[i];
+        let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
+            self.direct_inputs.push(i);
+            return Ok(());
+        };
+        if input.identity.is_none() {
+            self.fall_back(i, "standard input is read once".into());
+            return Ok(());
+        }
+        let Some((at, values)) = locate_record(plan, first, 1, &[r.key]) else {
+            // Empty, or unreadable: direct says what is wrong, if anything.
+            self.direct_inputs.push(i);
+            return Ok(());
+        };
+        let raw = values.into_iter().next().flatten();
+        let Some(value) = raw.as_deref().and_then(|v| parse_i64(trim_c_space(v)).ok()) else {
+            self.fall_back(i, "its first row's partition key is not an integer".into());
+            return Ok(());
+        };
+        let Some(p) = r.partitions.iter().position(|p| p.contains(value)) else {
+            if r.default {
+                self.fall_back(i, "its first row belongs to the default partition".into());
+                return Ok(());
+            }
+            let mut err = InputError::new(
+                &input.display,
+                format!(
+                    "{} = {value} belongs to no partition of {}",
+                    r.column, plan.tables[r.table].table.qualified
+                ),
+            );
+            err.line = Some(at.line);
+            err.offset = Some(at.offset);
+            err.column = Some(r.column.to_string());
+            err.value = raw.clone();
+            return Err(Failure::Input(Box::new(err)));
+        };
+        if let Some(why) = &r.partitions[p].obstacle {
+            self.fall_back(i, why.clone());
+            return Ok(());
+        }
+        if self.reused.contains(&(r.table, p)) {
+            self.fall_back(
+                i,
+                format!(
+                    "an earlier run's staging table for {} is published as it is; this file's \
+                     rows load in the publish transaction",
+                    r.partitions[p].name
+                ),
+            );
+            return Ok(());
+        }
+        match self
+            .targets
+            .iter_mut()
+            .find(|g| g.table == r.table && g.partition == p)
+        {
+            Some(g) => g.inputs.push(i),
+            None => self.targets.push(Target {
+                table: r.table,
+                partition: p,
+                name: r.partitions[p].name.clone(),
+                inputs: vec![i],
+            }),
+        }
+        Ok(())
+    }
+
+    /// The work in queue order: one unit per staging target, one per direct chunk of a table
+    /// nothing is staged into, biggest first; and the chunks that wait for the publish (the
+    /// direct inputs of a table that is also staged).
+    fn units(&self) -> (Vec<Unit>, Vec<usize>) {
+        let plan = self.plan;
+        let mut units: Vec<(u64, Unit)> = Vec::new();
+        for (k, g) in self.targets.iter().enumerate() {
+            let unit = staged_unit(plan, &g.inputs, k);
+            units.push((weight(plan, &unit), unit));
+        }
+        let mut is_direct = vec![false; plan.inputs.len()];
+        for &i in &self.direct_inputs {
+            is_direct[i] = true;
+        }
+        // Direct inputs of a table that is also staged wait for the publish transaction: there
+        // they load after the switch, so that all of the table's rows appear at once, and no
+        // direct stream holds a lock on a parent the publish must lock.
+        let staged_table: Vec<bool> = (0..plan.tables.len())
+            .map(|t| {
+                self.targets.iter().any(|g| g.table == t) || self.reused.iter().any(|r| r.0 == t)
+            })
+            .collect();
+        let (deferred, direct): (Vec<usize>, Vec<usize>) = (0..plan.chunks.len())
+            .filter(|&c| is_direct[plan.chunks[c].input])
+            .partition(|&c| staged_table[plan.inputs[plan.chunks[c].input].table]);
+        for u in direct_units(plan, direct) {
+            units.push((weight(plan, &u), u));
+        }
+        // Biggest first (a stable sort keeps the plan's order among equals).
+        units.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
+        (units.into_iter().map(|(_, u)| u).collect(), deferred)
+    }
+
+    /// `--strategy stage` with nothing to stage is the user's mistake, named with the reasons.
+    fn required(&self) -> Result<(), Failure> {
+        if !self.targets.is_empty() || !self.reused.is_empty() {
+            return Ok(());
+        }
+        let why: Vec<String> = self
+            .fallbacks
+            .iter()
+            .map(|f| format!("{}: {}", f.file, f.reason))
+            .collect();
+        Err(Failure::Usage(format!(
+            "--strategy stage: no input can be staged (it needs a table partitioned by ranges \
+             of an integer column, and empty partitions){}",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", why.join("; "))
+            }
+        )))
+    }
+}
+
+/// A table's range partitions, as routing reads them.
+struct Ranges<'a> {
+    table: usize,
+    column: &'a str,
+    /// The key column's position among the loaded columns.
+    key: usize,
+    partitions: &'a [sluice_core::destination::RangePartition],
+    default: bool,
+}
+
+/// Each table's partitioning, as the destination reads it.
+fn partitionings<D: Staging>(plan: &Plan, dest: &D) -> Result<Vec<Partitioning>, Failure> {
+    (0..plan.tables.len())
+        .map(|t| {
+            dest.partitioning(t).map_err(|e| {
+                Failure::server(format!(
+                    "reading {}'s partitions: {e}",
+                    plan.tables[t].table.qualified
+                ))
+            })
+        })
+        .collect()
+}
+
 impl Stage {
     /// Routes every input: readies the staging area (dropping what dead loads left, taking
     /// back what an earlier run of `job` staged: those chunks leave `plan`), reads each
@@ -352,222 +587,46 @@ impl Stage {
         job: Option<&JobRun>,
         host: &dyn Host,
     ) -> Result<Stage, Failure> {
-        let mut partitionings = Vec::new();
-        for table in &plan.tables {
-            let p = dest.partitioning(partitionings.len()).map_err(|e| {
-                Failure::server(format!(
-                    "reading {}'s partitions: {e}",
-                    table.table.qualified
-                ))
-            })?;
-            partitionings.push(p);
-        }
+        let partitionings = partitionings(plan, dest)?;
         // The staging area is readied when a table could use it.
         let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerRange { .. });
         let back = match partitionings.iter().any(routable) {
             true => take_back(plan, dest, &partitionings, job, host)?,
             false => TakenBack::none(plan),
         };
-        let TakenBack {
-            ready,
-            partitions: reused,
-            inputs: reused_inputs,
-            carried,
-            rows: reused_rows,
-        } = back;
         let plan = &*plan;
-        let mut fallbacks = Vec::new();
-        let mut targets: Vec<Target> = Vec::new();
-        let mut direct_inputs: Vec<usize> = Vec::new();
-        let fallback = |fallbacks: &mut Vec<Fallback>, i: usize, reason: String| {
-            fallbacks.push(Fallback {
-                file: plan.inputs[i].display.clone(),
-                table: plan.tables[plan.inputs[i].table].table.name.clone(),
-                reason,
-            });
+        let mut routing = Routing {
+            plan,
+            fallbacks: Vec::new(),
+            targets: Vec::new(),
+            direct_inputs: Vec::new(),
+            reused: back.partitions,
         };
-        for (t, table) in plan.tables.iter().enumerate() {
-            let inputs: Vec<usize> = (0..plan.inputs.len())
-                .filter(|&i| plan.inputs[i].table == t && !reused_inputs[i])
-                .collect();
-            let (column, partitions, default) = match partitionings[t].clone() {
-                Partitioning::None => {
-                    direct_inputs.extend(&inputs);
-                    continue;
-                }
-                Partitioning::Unroutable(why) => {
-                    for &i in &inputs {
-                        fallback(
-                            &mut fallbacks,
-                            i,
-                            format!("table {}: {why}", table.table.qualified),
-                        );
-                    }
-                    direct_inputs.extend(&inputs);
-                    continue;
-                }
-                Partitioning::IntegerRange {
-                    column,
-                    partitions,
-                    default,
-                } => (column, partitions, default),
-            };
-            if let Err(why) = &ready {
-                for &i in &inputs {
-                    fallback(&mut fallbacks, i, why.clone());
-                }
-                direct_inputs.extend(&inputs);
-                continue;
-            }
-            let Some(key) = table.columns.iter().position(|c| c.name == column) else {
-                for &i in &inputs {
-                    fallback(
-                        &mut fallbacks,
-                        i,
-                        format!("the partition key column \"{column}\" is not loaded"),
-                    );
-                }
-                direct_inputs.extend(&inputs);
-                continue;
-            };
-            for i in inputs {
-                let input = &plan.inputs[i];
-                let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
-                    direct_inputs.push(i);
-                    continue;
-                };
-                if input.identity.is_none() {
-                    fallback(&mut fallbacks, i, "standard input is read once".into());
-                    direct_inputs.push(i);
-                    continue;
-                }
-                let Some((at, values)) = locate_record(plan, first, 1, &[key]) else {
-                    // Empty, or unreadable: direct says what is wrong, if anything.
-                    direct_inputs.push(i);
-                    continue;
-                };
-                let raw = values.into_iter().next().flatten();
-                let Some(value) = raw.as_deref().and_then(|v| parse_i64(trim_c_space(v)).ok())
-                else {
-                    fallback(
-                        &mut fallbacks,
-                        i,
-                        "its first row's partition key is not an integer".into(),
-                    );
-                    direct_inputs.push(i);
-                    continue;
-                };
-                let Some(p) = partitions.iter().position(|p| p.contains(value)) else {
-                    if default {
-                        fallback(
-                            &mut fallbacks,
-                            i,
-                            "its first row belongs to the default partition".into(),
-                        );
-                        direct_inputs.push(i);
-                        continue;
-                    }
-                    let mut err = InputError::new(
-                        &input.display,
-                        format!(
-                            "{column} = {value} belongs to no partition of {}",
-                            table.table.qualified
-                        ),
-                    );
-                    err.line = Some(at.line);
-                    err.offset = Some(at.offset);
-                    err.column = Some(column.clone());
-                    err.value = raw.clone();
-                    return Err(Failure::Input(Box::new(err)));
-                };
-                if let Some(why) = &partitions[p].obstacle {
-                    fallback(&mut fallbacks, i, why.clone());
-                    direct_inputs.push(i);
-                    continue;
-                }
-                if reused.contains(&(t, p)) {
-                    fallback(
-                        &mut fallbacks,
-                        i,
-                        format!(
-                            "an earlier run's staging table for {} is published as it is; \
-                             this file's rows load in the publish transaction",
-                            partitions[p].name
-                        ),
-                    );
-                    direct_inputs.push(i);
-                    continue;
-                }
-                match targets
-                    .iter_mut()
-                    .find(|g| g.table == t && g.partition == p)
-                {
-                    Some(g) => g.inputs.push(i),
-                    None => targets.push(Target {
-                        table: t,
-                        partition: p,
-                        name: partitions[p].name.clone(),
-                        inputs: vec![i],
-                    }),
-                }
-            }
+        for (t, p) in partitionings.into_iter().enumerate() {
+            routing.route_table(t, p, &back.ready, &back.inputs)?;
         }
-        if mode == Mode::Required && targets.is_empty() && reused.is_empty() {
-            let why: Vec<String> = fallbacks
-                .iter()
-                .map(|f| format!("{}: {}", f.file, f.reason))
-                .collect();
-            return Err(Failure::Usage(format!(
-                "--strategy stage: no input can be staged (it needs a table partitioned by \
-                 ranges of an integer column, and empty partitions){}",
-                if why.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", why.join("; "))
-                }
-            )));
+        if mode == Mode::Required {
+            routing.required()?;
         }
-        let mut units: Vec<(u64, Unit)> = Vec::new();
-        for (k, g) in targets.iter().enumerate() {
-            let unit = staged_unit(plan, &g.inputs, k);
-            units.push((weight(plan, &unit), unit));
-        }
-        let mut is_direct = vec![false; plan.inputs.len()];
-        for &i in &direct_inputs {
-            is_direct[i] = true;
-        }
-        // Direct inputs of a table that is also staged wait for the publish transaction: there
-        // they load after the switch, so that all of the table's rows appear at once, and no
-        // direct stream holds a lock on a parent the publish must lock.
-        let staged_table: Vec<bool> = (0..plan.tables.len())
-            .map(|t| targets.iter().any(|g| g.table == t) || reused.iter().any(|r| r.0 == t))
-            .collect();
-        let (deferred, direct): (Vec<usize>, Vec<usize>) = (0..plan.chunks.len())
-            .filter(|&c| is_direct[plan.chunks[c].input])
-            .partition(|&c| staged_table[plan.inputs[plan.chunks[c].input].table]);
-        for u in direct_units(plan, direct) {
-            units.push((weight(plan, &u), u));
-        }
-        // Biggest first (a stable sort keeps the plan's order among equals).
-        units.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
-        let n = targets.len();
+        let (units, deferred) = routing.units();
+        let n = routing.targets.len();
         Ok(Stage {
-            units: units.into_iter().map(|(_, u)| u).collect(),
-            targets: Mutex::new(targets),
+            units,
+            targets: Mutex::new(routing.targets),
             begun: Mutex::new(vec![None; n]),
-            fallbacks: Mutex::new(fallbacks),
+            fallbacks: Mutex::new(routing.fallbacks),
             times: Mutex::new(StepTimes {
-                reused_staging_tables: reused.len(),
-                reused_rows,
+                reused_staging_tables: routing.reused.len(),
+                reused_rows: back.rows,
                 ..StepTimes::default()
             }),
-            staged_inputs: Mutex::new(reused_inputs),
+            staged_inputs: Mutex::new(back.inputs),
             deferred: Mutex::new(deferred),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
             isolate_rejects: false,
             job: job.map(|j| j.job),
-            carried,
+            finished: Mutex::new(back.tables),
             published: AtomicBool::new(false),
             input_names: plan
                 .inputs
@@ -585,6 +644,18 @@ impl Stage {
     /// Where the time went.
     pub fn times(&self) -> StepTimes {
         lock(&self.times).clone()
+    }
+
+    /// The partition input `i`'s rows went to through a staging table, if they did.
+    pub fn relation(&self, i: usize) -> Option<String> {
+        if !self.staged(i) {
+            return None;
+        }
+        let targets = lock(&self.targets);
+        targets
+            .iter()
+            .find(|t| t.inputs.contains(&i))
+            .map(|t| t.name.clone())
     }
 
     /// Whether input `i` was loaded through a staging table.
@@ -661,6 +732,7 @@ impl<D: Staging> Strategy<D> for Stage {
             .map(|t| t.elapsed())
             .unwrap_or_default();
         let built = dest.finish_stage(stream, self.job, records)?;
+        lock(&self.finished).push((built.table.clone(), records.to_vec()));
         let mut times = lock(&self.times);
         times.staging_tables += 1;
         times.load_seconds += secs(loaded);
@@ -747,10 +819,6 @@ impl<D: Staging> Strategy<D> for Stage {
         Some(units)
     }
 
-    fn carried(&self) -> Vec<ChunkRecord> {
-        self.carried.clone()
-    }
-
     fn abandon(&self, dest: &D, failure: &Failure, host: &dyn Host) {
         if self.published.load(Ordering::SeqCst) {
             return;
@@ -781,39 +849,35 @@ impl<D: Staging> Strategy<D> for Stage {
         dest: &'s D,
         streams: Vec<D::Stream<'s>>,
         run: &mut ChunkRunner<'_, 's, D>,
-        host: &dyn Host,
+        commit: &Commit<'_>,
     ) -> Result<(), Failure> {
+        let host = commit.host;
         // A signal from here on waits for the publish and the commits: one phase.
         let phase = CommitPhase::begin(host);
         let deferred = lock(&self.deferred).clone();
         let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
         if staged > 0 || !deferred.is_empty() {
+            let model = dest.capabilities().publish;
             host.event(Event::Info(format!(
-                "publishing the staging tables of {staged} input(s){} in one transaction, then \
-                 gathering the tables' statistics",
+                "publishing the staging tables of {staged} input(s){} {}, then gathering the \
+                 tables' statistics",
                 if deferred.is_empty() {
                     String::new()
                 } else {
                     format!(" and {} chunk(s) that could not be staged", deferred.len())
+                },
+                match model {
+                    Some(PublishModel::PerPartition) => "one partition at a time",
+                    _ => "in one transaction",
                 }
             )));
-            // The switch, then the rows that could not be staged, then COMMIT: all of the
-            // staged tables' rows appear at once, or none (the direct streams for other
-            // tables are still open, and roll back if this fails).
-            let invisible = |e: DestinationError| {
-                crate::run::destination_failure(&e, format!("{e}; no row of this load is visible"))
-            };
-            let mut publisher = dest.open_stream(0).map_err(|e| {
-                crate::run::destination_failure(&e, format!("opening the publish connection: {e}"))
-            })?;
             let started = Instant::now();
-            let switched = dest.switch_in(&mut publisher).map_err(invisible)?;
-            run(&mut publisher, &deferred)?;
-            host.event(Event::Point("publish"));
-            publisher
-                .fire_deferred_checks()
-                .and_then(|()| publisher.commit())
-                .map_err(invisible)?;
+            let switched = match model {
+                Some(PublishModel::PerPartition) => {
+                    self.publish_per_partition(dest, run, &deferred, host)?
+                }
+                _ => self.publish_at_once(dest, run, &deferred, host)?,
+            };
             self.published.store(true, Ordering::SeqCst);
             let mut times = lock(&self.times);
             times.publish_seconds = secs(started.elapsed());
@@ -822,8 +886,8 @@ impl<D: Staging> Strategy<D> for Stage {
         }
         host.event(Event::Point("published"));
         // Direct streams load only tables that nothing was staged into.
-        commit_all::<D>(streams, host).map_err(|e| match staged > 0 {
-            true => e.and_then_say(" (the staged tables were published just before this COMMIT)"),
+        commit_all(dest, streams, commit).map_err(|e| match staged > 0 {
+            true => e.and_then_say(" (the staged tables were published just before this commit)"),
             false => e,
         })?;
         if staged > 0 {
@@ -835,5 +899,84 @@ impl<D: Staging> Strategy<D> for Stage {
             ));
         }
         Ok(())
+    }
+}
+
+impl Stage {
+    /// One transaction: the switch, then the rows that could not be staged, then the ledger
+    /// rows of every staged chunk, then the commit. All of the staged tables' rows appear at
+    /// once, or none (the direct streams for other tables are still open, and roll back if
+    /// this fails).
+    fn publish_at_once<'s, D: Staging>(
+        &self,
+        dest: &'s D,
+        run: &mut ChunkRunner<'_, 's, D>,
+        deferred: &[usize],
+        host: &dyn Host,
+    ) -> Result<PublishTimes, Failure> {
+        let invisible = |e: DestinationError| {
+            crate::run::destination_failure(&e, format!("{e}; no row of this load is visible"))
+        };
+        let mut publisher = self.publisher(dest)?;
+        let switched = dest.switch_in(&mut publisher).map_err(invisible)?;
+        let records = lock(&self.finished)
+            .iter()
+            .flat_map(|(_, r)| r.clone())
+            .collect();
+        run(&mut publisher, deferred, records)?;
+        host.event(Event::Point("publish"));
+        publisher
+            .fire_deferred_checks()
+            .and_then(|()| publisher.commit())
+            .map_err(invisible)?;
+        Ok(switched)
+    }
+
+    /// One durable step per staging table, each recording its chunks as its switch happens
+    /// (readers may see the partitions appear one by one); then the rows that could not be
+    /// staged, in a transaction of their own. A failure part way leaves the steps taken: the
+    /// same command, run again, finishes the publish.
+    fn publish_per_partition<'s, D: Staging>(
+        &self,
+        dest: &'s D,
+        run: &mut ChunkRunner<'_, 's, D>,
+        deferred: &[usize],
+        host: &dyn Host,
+    ) -> Result<PublishTimes, Failure> {
+        let finished = lock(&self.finished).clone();
+        let mut times = PublishTimes::default();
+        for (k, (table, records)) in finished.iter().enumerate() {
+            let step = dest.switch_one(table, self.job, records).map_err(|e| {
+                crate::run::destination_failure(
+                    &e,
+                    format!(
+                        "publishing staging table {table}: {e}; {k} of {} staging table(s) \
+                         were published before it, and stay: run the same command again to \
+                         publish the rest",
+                        finished.len()
+                    ),
+                )
+            })?;
+            times.attempts = times.attempts.max(step.attempts);
+            times.appended.extend(step.appended);
+            host.event(Event::Point("switched"));
+        }
+        if !deferred.is_empty() {
+            let mut publisher = self.publisher(dest)?;
+            run(&mut publisher, deferred, Vec::new())?;
+            host.event(Event::Point("publish"));
+            publisher
+                .fire_deferred_checks()
+                .and_then(|()| publisher.commit())
+                .map_err(|e| crate::run::destination_failure(&e, e.to_string()))?;
+        }
+        Ok(times)
+    }
+
+    /// The connection the publish runs on.
+    fn publisher<'s, D: Staging>(&self, dest: &'s D) -> Result<D::Stream<'s>, Failure> {
+        dest.open_stream(0).map_err(|e| {
+            crate::run::destination_failure(&e, format!("opening the publish connection: {e}"))
+        })
     }
 }

@@ -88,34 +88,40 @@ pub trait Strategy<D: Destination>: Sync {
         stream.fire_deferred_checks()
     }
 
-    /// The ledger rows of chunks an earlier run of the job loaded on the side, which this
-    /// run's publish makes visible (and so writes with its own staged chunks').
-    fn carried(&self) -> Vec<ChunkRecord> {
-        Vec::new()
-    }
-
     /// The load failed with `failure` before its publish (every stream has rolled back):
     /// clean up what the strategy committed on the side, or keep it for the run that resumes.
     fn abandon(&self, _dest: &D, _failure: &Failure, _host: &dyn Host) {}
 
     /// Once every stream has finished cleanly: makes the load visible. `streams` are the
-    /// long transactions that did direct work; `run` loads chunks on a stream as the engine
-    /// does, for a strategy that loads some inside its publish transaction, and writes there
-    /// the ledger rows of every staged chunk: a strategy that staged anything calls it on its
-    /// publish transaction, with or without chunks.
+    /// long transactions that did direct work, committed as `commit` says; `run` loads chunks
+    /// on a stream as the engine does, for a strategy that loads some inside its publish
+    /// transaction, and writes there their ledger rows and the ones it is given (a staged
+    /// unit's, published with them).
     fn publish<'s>(
         &self,
         dest: &'s D,
         streams: Vec<D::Stream<'s>>,
         run: &mut ChunkRunner<'_, 's, D>,
-        host: &dyn Host,
+        commit: &Commit<'_>,
     ) -> Result<(), Failure>;
 }
 
 /// Loads chunks (indexes into `plan.chunks`) on a stream, as the engine loads them, naming the
-/// row behind any error.
-pub type ChunkRunner<'r, 's, D> =
-    dyn FnMut(&mut <D as Destination>::Stream<'s>, &[usize]) -> Result<(), Failure> + 'r;
+/// row behind any error, then writes in the stream's transaction the ledger rows of those
+/// chunks and of the records it is given.
+pub type ChunkRunner<'r, 's, D> = dyn FnMut(&mut <D as Destination>::Stream<'s>, &[usize], Vec<ChunkRecord>) -> Result<(), Failure>
+    + 'r;
+
+/// How the streams' transactions commit at the end.
+pub struct Commit<'a> {
+    pub host: &'a dyn Host,
+    /// The ledger's job, when the load keeps one.
+    pub job: Option<i64>,
+    /// Commit through two-phase commit, with prepared transactions named from this prefix:
+    /// every stream prepared, the decision recorded in the ledger, then each committed; a
+    /// rerun finishes what a crash left prepared. `None`: plain COMMITs, back to back.
+    pub prepare: Option<String>,
+}
 
 /// One direct unit per chunk, in the given order.
 pub fn direct_units(_plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec<Unit> {
@@ -140,22 +146,42 @@ impl<D: Destination> Strategy<D> for Direct {
 
     fn publish<'s>(
         &self,
-        _dest: &'s D,
+        dest: &'s D,
         streams: Vec<D::Stream<'s>>,
         _run: &mut ChunkRunner<'_, 's, D>,
-        host: &dyn Host,
+        commit: &Commit<'_>,
     ) -> Result<(), Failure> {
-        commit_all::<D>(streams, host)
+        commit_all(dest, streams, commit)
     }
 }
 
-/// Commits the streams back to back; a Ctrl-C meanwhile waits for the last COMMIT rather
-/// than leave the load half committed.
+/// Commits the streams: back to back, or through prepared transactions when `commit` says so.
+/// A Ctrl-C meanwhile waits for the last commit rather than leave the load half committed.
 pub fn commit_all<D: Destination>(
+    dest: &D,
+    streams: Vec<D::Stream<'_>>,
+    commit: &Commit<'_>,
+) -> Result<(), Failure> {
+    let host = commit.host;
+    let phase = CommitPhase::begin(host);
+    match (&commit.prepare, commit.job) {
+        (Some(prefix), Some(job)) => commit_prepared(dest, streams, host, job, prefix)?,
+        _ => commit_back_to_back::<D>(streams, host)?,
+    }
+    if phase.end() {
+        host.event(Event::Notice(
+            "the interrupted load finished its commit: every row is committed".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Plain COMMITs, one stream after another: a crash between the first and the last leaves some
+/// committed, which the ledger knows and a rerun completes.
+fn commit_back_to_back<D: Destination>(
     streams: Vec<D::Stream<'_>>,
     host: &dyn Host,
 ) -> Result<(), Failure> {
-    let phase = CommitPhase::begin(host);
     let total = streams.len();
     for (committed, s) in streams.into_iter().enumerate() {
         if committed == 1 {
@@ -172,10 +198,56 @@ pub fn commit_all<D: Destination>(
             ));
         }
     }
-    if phase.end() {
-        host.event(Event::Notice(
-            "the interrupted load finished its commit: every row is committed".into(),
-        ));
+    Ok(())
+}
+
+/// Two-phase commit: every stream prepared (nothing visible yet), the decision to commit them
+/// recorded in the ledger, then each committed. Before the decision, a failure rolls every
+/// prepared stream back; after it, a rerun of the same command commits what is still
+/// prepared. No moment leaves a part of the load visible for good without the rest.
+fn commit_prepared<D: Destination>(
+    dest: &D,
+    streams: Vec<D::Stream<'_>>,
+    host: &dyn Host,
+    job: i64,
+    prefix: &str,
+) -> Result<(), Failure> {
+    let ids: Vec<String> = (0..streams.len())
+        .map(|n| format!("{prefix}_{n}"))
+        .collect();
+    let undo = |prepared: &[String], e: sluice_core::destination::DestinationError, what: &str| {
+        for id in prepared {
+            let _ = dest.finish_prepared(id, false);
+        }
+        crate::run::destination_failure(
+            &e,
+            format!("{what}: {e}; every stream's transaction was rolled back, nothing committed"),
+        )
+    };
+    for (n, s) in streams.into_iter().enumerate() {
+        s.prepare(&ids[n])
+            .map_err(|e| undo(&ids[..n], e, "preparing a stream's transaction"))?;
+    }
+    host.event(Event::Point("prepared"));
+    dest.decide_commit(job, &ids)
+        .map_err(|e| undo(&ids, e, "recording the commit decision in the ledger"))?;
+    host.event(Event::Point("decided"));
+    for (committed, id) in ids.iter().enumerate() {
+        if committed == 1 {
+            host.event(Event::Point("commit"));
+        }
+        dest.finish_prepared(id, true).map_err(|e| {
+            Failure::server_kind(
+                ServerKind::Lost,
+                format!(
+                    "committing prepared stream {} of {} failed: {e}. The decision to commit is \
+                     in the ledger: the rest stays prepared (invisible) until the same command, \
+                     run again, commits it",
+                    committed + 1,
+                    ids.len()
+                ),
+            )
+        })?;
     }
     Ok(())
 }

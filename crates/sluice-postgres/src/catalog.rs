@@ -62,6 +62,10 @@ pub struct Session {
     /// The session's transactions are read-only (`default_transaction_read_only`, from
     /// PGOPTIONS, the role or the database).
     pub read_only: bool,
+    /// How many transactions the server can hold prepared at once (0: none).
+    pub max_prepared_transactions: i32,
+    /// The server's tablespaces by oid, to name the one whose disk filled.
+    pub tablespaces: Vec<(u32, String)>,
 }
 
 impl Session {
@@ -93,11 +97,19 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
             "SELECT current_setting('TimeZone'), current_setting('server_version'), \
              current_setting('server_version_num')::int, \
              current_setting('max_connections')::int, current_setting('server_encoding'), \
-             pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+             pg_is_in_recovery(), current_setting('transaction_read_only') = 'on', \
+             current_setting('max_prepared_transactions')::int",
             &[],
         )
         .await?;
+    let tablespaces = client
+        .query("SELECT oid, spcname FROM pg_tablespace", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     Ok(Session {
+        tablespaces,
         timezone: row.get(0),
         server_version: row.get(1),
         server_version_num: row.get(2),
@@ -105,6 +117,7 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         server_encoding: row.get(4),
         in_recovery: row.get(5),
         read_only: row.get(6),
+        max_prepared_transactions: row.get(7),
     })
 }
 

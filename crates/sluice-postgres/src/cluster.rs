@@ -127,6 +127,8 @@ pub fn bulk_load_settings() -> Vec<(String, String)> {
         ("wal_level", "replica"),
         ("maintenance_work_mem", "1GB"),
         ("max_connections", "100"),
+        // Two-phase commit of the streams (`sluice load --prepare`): one per stream and more.
+        ("max_prepared_transactions", "64"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

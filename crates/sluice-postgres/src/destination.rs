@@ -13,6 +13,7 @@ use crate::catalog::{
     describe_table, free_slots, index_key, quote_ident, server_identity, session, CatalogError,
     Session, Table,
 };
+use crate::condition;
 use crate::connect::{connect, connect_host, ConnectError};
 use crate::conninfo::ConnInfo;
 use crate::oracle::Oracle;
@@ -31,7 +32,9 @@ use sluice_core::destination::{
     TableCosts, TableInfo,
 };
 use sluice_core::error::RecordError;
-use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
+use sluice_core::ledger::{
+    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+};
 use sluice_core::records::{Fields, RecordParser};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -228,14 +231,15 @@ impl PgDestination {
         };
         let kind = match sibling {
             Some(blocker) => ErrorKind::Conflict { blocker },
-            None if e.is_connection() => ErrorKind::Connection,
-            None if e.is_cancelled() => ErrorKind::Cancelled,
-            None if e.is_row_fault() => ErrorKind::Rejected,
-            None => ErrorKind::Other,
+            None => condition::classify(&e),
+        };
+        let message = match kind {
+            ErrorKind::Condition => condition::condition_message(&e, &self.session.tablespaces),
+            _ => e.to_string(),
         };
         DestinationError::from(ErrorReport {
             kind,
-            message: e.to_string(),
+            message,
             summary: e.message.clone(),
             detail: e.detail.clone(),
             record: e.record,
@@ -368,12 +372,62 @@ impl Destination for PgDestination {
             publish: Some(PublishModel::OneTransaction),
             // COPY ... FREEZE refuses a savepoint.
             savepoints_in_staged_unit: false,
-            prepare: Err("not used by this version".into()),
+            prepare: match self.session.max_prepared_transactions {
+                0 => Err("the server's max_prepared_transactions is 0".into()),
+                n => Ok(n as u32),
+            },
         }
     }
 
     fn cannot_write(&self) -> Option<String> {
         self.session.cannot_write()
+    }
+
+    fn finish_prepared(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
+        let verb = if commit { "COMMIT" } else { "ROLLBACK" };
+        let sql = format!("{verb} PREPARED {}", stage::quote_literal(id));
+        self.on_client(|c| async move {
+            match c.batch_execute(&sql).await {
+                Ok(()) => Ok(()),
+                // Already finished (by an earlier attempt, or by hand): nothing left to do.
+                Err(e) if e.code().is_some_and(|c| c.code() == "42704") => Ok(()),
+                Err(e) => Err(db_error(e)),
+            }
+        })
+    }
+
+    fn prepared(&self, prefix: &str) -> Result<Vec<String>, DestinationError> {
+        let pattern = format!(
+            "{}%",
+            prefix
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
+        self.on_client(|c| async move {
+            let rows = c
+                .query(
+                    "SELECT gid FROM pg_prepared_xacts \
+                     WHERE database = current_database() AND gid LIKE $1 ORDER BY gid",
+                    &[&pattern],
+                )
+                .await
+                .map_err(db_error)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn decide_commit(&self, job: i64, ids: &[String]) -> Result<(), DestinationError> {
+        let ids = ids.to_vec();
+        self.on_client(|c| async move {
+            crate::ledger::decide_commit(&c, job, &ids)
+                .await
+                .map_err(db_error)
+        })
+    }
+
+    fn decided(&self, job: i64) -> Result<Vec<String>, DestinationError> {
+        self.on_client(|c| async move { crate::ledger::decided(&c, job).await.map_err(db_error) })
     }
 
     fn activity_label(&self, class: Activity) -> Option<&'static str> {
@@ -531,12 +585,14 @@ fn load_id() -> u32 {
 /// A database error from the load's own connection, in the engine's terms.
 fn db_error(e: tokio_postgres::Error) -> DestinationError {
     let e = ServerError::from_pg(&e);
-    let kind = if e.is_connection() {
-        ErrorKind::Connection
-    } else {
-        ErrorKind::Other
-    };
-    DestinationError::new(kind, e.to_string())
+    match condition::classify(&e) {
+        ErrorKind::Condition => {
+            DestinationError::new(ErrorKind::Condition, condition::condition_message(&e, &[]))
+        }
+        ErrorKind::Connection => DestinationError::new(ErrorKind::Connection, e.to_string()),
+        // Outside a COPY nothing names a row: a refusal is the server's.
+        _ => DestinationError::new(ErrorKind::Other, e.to_string()),
+    }
 }
 
 impl Staging for PgDestination {
@@ -684,7 +740,10 @@ impl Staging for PgDestination {
         };
         let table = stream.stage_table.take();
         let client = stream.stream.client();
-        let mut times = StageTimes::default();
+        let mut times = StageTimes {
+            table: staged.staging.clone(),
+            ..StageTimes::default()
+        };
         let mut committed = false;
         // What a later run of the job needs to publish it instead of loading it again.
         let meta = match (job, table) {
@@ -881,13 +940,26 @@ impl Ledger for PgDestination {
         )
     }
 
-    fn loaded_by(
-        &self,
-        files: &[FileRecord],
-    ) -> Result<Vec<Option<(i64, String)>>, DestinationError> {
+    fn loaded_by(&self, files: &[FileRecord]) -> Result<Vec<Option<LoadedBy>>, DestinationError> {
         self.on_client(
             |c| async move { crate::ledger::loaded_by(&c, files).await.map_err(db_error) },
         )
+    }
+
+    fn placements(&self, job: i64, files: &[u32]) -> Result<Vec<PlacementCheck>, DestinationError> {
+        self.on_client(|c| async move {
+            crate::ledger::placements(&c, job, files)
+                .await
+                .map_err(db_error)
+        })
+    }
+
+    fn finish_job(&self, job: i64, placements: &[Placement]) -> Result<(), DestinationError> {
+        self.on_client(|c| async move {
+            crate::ledger::finish(&c, job, placements)
+                .await
+                .map_err(db_error)
+        })
     }
 
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
@@ -1120,6 +1192,13 @@ impl DestinationStream for PgStream<'_> {
         self.dest
             .rt
             .block_on(self.stream.commit())
+            .map_err(|e| self.dest.error(self.n, e))
+    }
+
+    fn prepare(self, id: &str) -> Result<(), DestinationError> {
+        self.dest
+            .rt
+            .block_on(self.stream.prepare(id))
             .map_err(|e| self.dest.error(self.n, e))
     }
 }

@@ -1,23 +1,29 @@
-//! The resume ledger in the target database: schema `sluice_ledger`, three tables.
+//! The resume ledger in the target database: schema `sluice_ledger`, four tables.
 //!
 //! - `sluice_ledger.jobs`: one row per job (a load as one command names it), with its state;
 //! - `sluice_ledger.job_files`: the files a job loads, with their identity (size, time, fingerprint);
 //! - `sluice_ledger.job_chunks`: one row per committed chunk, inserted by the stream that loaded it,
-//!   in the same transaction as its rows (or by the publish transaction, for staged rows).
+//!   in the same transaction as its rows (or by the publish transaction, for staged rows);
+//! - `sluice_ledger.job_commits`: the prepared transactions a job decided to commit, written
+//!   before the first `COMMIT PREPARED`, so that a rerun finishes a two-phase commit cut off
+//!   halfway (and rolls back what was prepared but never decided).
 //!
 //! The primary key of `job_chunks` is the chunk's name (job, file, first byte), so that the
 //! ledger itself refuses to commit one chunk twice: a transaction that tried would fail and
 //! take its rows with it. A running job holds a session advisory lock on its id (class
 //! [`LOCK_CLASS`]); a job marked running whose lock nobody holds was interrupted.
 
-use sluice_core::ledger::{ChunkRecord, FileRecord, Job, JobSpec, JobState};
+use sluice_core::ledger::{
+    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+    RelationState,
+};
 use tokio_postgres::Client;
 
 /// The ledger's schema.
 pub const SCHEMA: &str = "sluice_ledger";
 /// The shape of the ledger's tables; a ledger of another shape is refused with advice, not
 /// misread.
-pub const VERSION: i32 = 1;
+pub const VERSION: i32 = 2;
 /// The advisory lock class of running jobs ('sljb').
 pub const LOCK_CLASS: i32 = 0x736c_6a62;
 
@@ -62,6 +68,24 @@ INSERT INTO sluice_ledger.ledger_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FRO
 COMMENT ON SCHEMA sluice_ledger IS 'sluice''s resume ledger: which chunks of which files each load committed (sluice jobs)';
 ";
 
+/// What version 2 adds to a version-1 ledger (also run after [`CREATE`]).
+const UPGRADE_TO_2: &str = "
+CREATE TABLE IF NOT EXISTS sluice_ledger.job_commits (
+    job bigint NOT NULL,
+    gid text NOT NULL,
+    decided timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job, gid));
+CREATE TABLE IF NOT EXISTS sluice_ledger.job_places (
+    job bigint NOT NULL,
+    file int NOT NULL,
+    relation text NOT NULL,
+    rel_id text NOT NULL,
+    generation text,
+    has_rows boolean,
+    PRIMARY KEY (job, file, relation));
+UPDATE sluice_ledger.ledger_version SET version = 2 WHERE version = 1;
+";
+
 /// Why the ledger cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -88,10 +112,15 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
         )
         .await?;
     let (present, versioned): (bool, bool) = (row.get(0), row.get(1));
-    if !present && versioned {
+    let current = match present {
+        true => version(client).await?,
+        false => None,
+    };
+    if (!present && versioned) || current == Some(1) {
         let created = client
             .batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); {CREATE} COMMIT"
+                "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); {CREATE} {UPGRADE_TO_2} \
+                 COMMIT"
             ))
             .await;
         if let Err(e) = created {
@@ -107,10 +136,7 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
         }
     }
     let version: Option<i32> = match versioned {
-        true => client
-            .query_opt("SELECT max(version) FROM sluice_ledger.ledger_version", &[])
-            .await?
-            .and_then(|r| r.get(0)),
+        true => version(client).await?,
         false => None,
     };
     if version != Some(VERSION) {
@@ -138,6 +164,41 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
         ));
     }
     Ok(())
+}
+
+/// The ledger's version, as its table says.
+async fn version(client: &Client) -> Result<Option<i32>, tokio_postgres::Error> {
+    Ok(client
+        .query_opt("SELECT max(version) FROM sluice_ledger.ledger_version", &[])
+        .await?
+        .and_then(|r| r.get(0)))
+}
+
+/// Records that job `job` commits the prepared transactions `gids`, in one transaction.
+pub async fn decide_commit(
+    client: &Client,
+    job: i64,
+    gids: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO sluice_ledger.job_commits (job, gid) SELECT $1, unnest($2::text[]) \
+             ON CONFLICT DO NOTHING",
+            &[&job, &gids],
+        )
+        .await?;
+    Ok(())
+}
+
+/// The prepared transactions job `job` decided to commit.
+pub async fn decided(client: &Client, job: i64) -> Result<Vec<String>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT gid FROM sluice_ledger.job_commits WHERE job = $1",
+            &[&job],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 const JOB_COLUMNS: &str = "j.id, j.key, j.state, j.message, j.tables, j.chunk_size, j.settings, \
@@ -303,17 +364,18 @@ pub async fn job_chunks(
         .collect())
 }
 
-/// For each file, the finished job that loaded it as it is now, most recent first.
+/// For each file, the finished job that loaded it as it is now, most recent first (into a
+/// table of the same name: whether it is still the same table is [`placements`]' question).
 pub async fn loaded_by(
     client: &Client,
     files: &[FileRecord],
-) -> Result<Vec<Option<(i64, String)>>, tokio_postgres::Error> {
+) -> Result<Vec<Option<LoadedBy>>, tokio_postgres::Error> {
     let stmt = client
         .prepare(
-            "SELECT j.id, to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ') \
+            "SELECT j.id, to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), f.n \
              FROM sluice_ledger.jobs j JOIN sluice_ledger.job_files f ON f.job = j.id \
              WHERE j.state = 'finished' AND f.path = $1 AND f.tbl = $2 AND f.size = $3 \
-               AND f.modified_ns = $4 AND f.fingerprint = $5 AND f.tbl_id = $6 AND f.settings = $7 \
+               AND f.modified_ns = $4 AND f.fingerprint = $5 AND f.settings = $6 \
              ORDER BY j.finished DESC LIMIT 1",
         )
         .await?;
@@ -328,12 +390,105 @@ pub async fn loaded_by(
                     &(f.size as i64),
                     &f.modified_ns,
                     &f.fingerprint,
-                    &f.table_id,
                     &f.settings,
                 ],
             )
             .await?;
-        out.push(row.map(|r| (r.get(0), r.get(1))));
+        out.push(row.map(|r| LoadedBy {
+            job: r.get(0),
+            finished: r.get(1),
+            file: r.get::<_, i32>(2) as u32,
+        }));
+    }
+    Ok(out)
+}
+
+/// How long reading a relation's state waits for a lock (a session altering the table, say)
+/// before it says it cannot tell.
+const STATE_LOCK_WAIT: &str = "10s";
+
+/// A relation's state now, `None` when it does not exist: its oid, the file nodes of its
+/// leaves (itself, or its partitions), and whether it has a row (`None` when the role may not
+/// read it, or a lock held elsewhere keeps it from looking).
+pub async fn relation_state(
+    client: &Client,
+    relation: &str,
+) -> Result<Option<RelationState>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT c.oid::text, c.oid::regclass::text, CASE WHEN c.relkind = 'p' THEN \
+                (SELECT string_agg(t.relid::oid::text || ':' || \
+                    coalesce(pg_relation_filenode(t.relid)::text, '-'), ',' ORDER BY t.relid::oid) \
+                 FROM pg_partition_tree(c.oid) t WHERE t.isleaf) \
+                ELSE c.oid::text || ':' || coalesce(pg_relation_filenode(c.oid)::text, '-') END \
+             FROM pg_class c WHERE c.oid = to_regclass($1)",
+            &[&relation],
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let name: String = row.get(1);
+    client
+        .batch_execute(&format!(
+            "BEGIN READ ONLY; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'"
+        ))
+        .await?;
+    let has_rows = match client
+        .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {name})"), &[])
+        .await
+    {
+        Ok(r) => Some(r.get(0)),
+        Err(e) if e.as_db_error().is_some() => None,
+        Err(e) => return Err(e),
+    };
+    client.batch_execute("ROLLBACK").await?;
+    Ok(Some(RelationState {
+        name: name.clone(),
+        id: row.get(0),
+        generation: row.get(2),
+        has_rows,
+    }))
+}
+
+/// Where finished job `job` put the rows of its files `files`, then and now.
+pub async fn placements(
+    client: &Client,
+    job: i64,
+    files: &[u32],
+) -> Result<Vec<PlacementCheck>, tokio_postgres::Error> {
+    let files: Vec<i32> = files.iter().map(|&f| f as i32).collect();
+    let rows = client
+        .query(
+            "SELECT f.n, coalesce(p.relation, f.tbl), coalesce(p.rel_id, f.tbl_id), \
+                p.generation, p.has_rows \
+             FROM sluice_ledger.job_files f LEFT JOIN sluice_ledger.job_places p \
+               ON p.job = f.job AND p.file = f.n \
+             WHERE f.job = $1 AND f.n = ANY($2) ORDER BY f.n",
+            &[&job, &files],
+        )
+        .await?;
+    let mut now: Vec<(String, Option<RelationState>)> = Vec::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let relation: String = r.get(1);
+        if !now.iter().any(|(n, _)| *n == relation) {
+            let state = relation_state(client, &relation).await?;
+            now.push((relation.clone(), state));
+        }
+        let state = now
+            .iter()
+            .find(|(n, _)| *n == relation)
+            .and_then(|(_, s)| s.clone());
+        out.push(PlacementCheck {
+            file: r.get::<_, i32>(0) as u32,
+            relation: relation.clone(),
+            then: RelationState {
+                name: relation.clone(),
+                id: r.get(2),
+                generation: r.get(3),
+                has_rows: r.get(4),
+            },
+            now: state,
+        });
     }
     Ok(out)
 }
@@ -480,6 +635,66 @@ pub async fn end(
     unlock(client, job).await
 }
 
+/// Marks a job finished, with where its files' rows went and each relation's state now, in
+/// one transaction.
+pub async fn finish(
+    client: &Client,
+    job: i64,
+    placements: &[Placement],
+) -> Result<(), tokio_postgres::Error> {
+    let mut states: Vec<(String, Option<RelationState>)> = Vec::new();
+    for p in placements {
+        if !states.iter().any(|(n, _)| *n == p.relation) {
+            let state = relation_state(client, &p.relation).await?;
+            states.push((p.relation.clone(), state));
+        }
+    }
+    let (mut files, mut relations, mut ids, mut generations, mut has_rows) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for p in placements {
+        let Some((_, Some(state))) = states.iter().find(|(n, _)| *n == p.relation) else {
+            continue;
+        };
+        files.push(p.file as i32);
+        relations.push(p.relation.clone());
+        ids.push(state.id.clone());
+        generations.push(state.generation.clone());
+        has_rows.push(state.has_rows);
+    }
+    client.batch_execute("BEGIN").await?;
+    let done = async {
+        client
+            .execute(
+                "DELETE FROM sluice_ledger.job_places WHERE job = $1",
+                &[&job],
+            )
+            .await?;
+        client
+            .execute(
+                "INSERT INTO sluice_ledger.job_places \
+                    (job, file, relation, rel_id, generation, has_rows) \
+                 SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
+                    $6::boolean[]) ON CONFLICT DO NOTHING",
+                &[&job, &files, &relations, &ids, &generations, &has_rows],
+            )
+            .await?;
+        client
+            .execute(
+                "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
+                    updated = now(), finished = now() WHERE id = $1",
+                &[&job],
+            )
+            .await
+    }
+    .await;
+    if let Err(e) = done {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(e);
+    }
+    client.batch_execute("COMMIT").await?;
+    unlock(client, job).await
+}
+
 /// Removes a job that no process runs, with its files and chunk records.
 pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
     let exists: bool = client
@@ -498,6 +713,8 @@ pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
     let removed = client
         .batch_execute(&format!(
             "BEGIN; DELETE FROM sluice_ledger.job_chunks WHERE job = {job}; \
+             DELETE FROM sluice_ledger.job_commits WHERE job = {job}; \
+             DELETE FROM sluice_ledger.job_places WHERE job = {job}; \
              DELETE FROM sluice_ledger.job_files WHERE job = {job}; \
              DELETE FROM sluice_ledger.jobs WHERE id = {job}; COMMIT"
         ))

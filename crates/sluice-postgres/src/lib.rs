@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod catalog;
 pub mod cluster;
+pub mod condition;
 pub mod connect;
 pub mod conninfo;
 pub mod destination;

@@ -634,7 +634,7 @@ pub async fn create_staging(
 }
 
 /// `'it''s'`.
-fn quote_literal(s: &str) -> String {
+pub(crate) fn quote_literal(s: &str) -> String {
     // As the server's own quote_literal(): a backslash makes it an escape string, which
     // reads the same whatever the session's standard_conforming_strings.
     match s.contains('\\') {

@@ -87,16 +87,17 @@ impl ServerError {
 
     /// Whether the error is about the rows sent rather than the server or the session: a data
     /// exception (class 22), an integrity constraint (23), an error a trigger raised (P0),
-    /// or any other error on a COPY line, except a lack of resources (disk full, out of
-    /// memory), an operator's intervention, a transaction failure or an internal error, which
-    /// no row causes and which rejecting rows would not cure.
+    /// or any other error on a COPY line (a program limit one value exceeds, such as an
+    /// over-long index key), except a lack of resources (disk full, out of memory), an
+    /// operator's intervention, a transaction failure or an internal error, which no row
+    /// causes and which rejecting rows would not cure (`crate::condition` has the table).
     pub fn is_row_fault(&self) -> bool {
         let class = self.sqlstate.get(..2).unwrap_or("");
         matches!(class, "22" | "23" | "P0")
             || (self.record.is_some()
                 && !matches!(
                     class,
-                    "08" | "25" | "40" | "42" | "53" | "54" | "55" | "57" | "58" | "XX" | ""
+                    "08" | "25" | "40" | "42" | "53" | "55" | "57" | "58" | "XX" | ""
                 ))
     }
 
@@ -318,6 +319,17 @@ impl Stream {
     pub async fn commit(&self) -> Result<(), ServerError> {
         self.client
             .batch_execute("COMMIT")
+            .await
+            .map_err(|e| ServerError::from_pg(&e))
+    }
+
+    /// `PREPARE TRANSACTION`: the transaction leaves this session, prepared under `gid`.
+    pub async fn prepare(&self, gid: &str) -> Result<(), ServerError> {
+        self.client
+            .batch_execute(&format!(
+                "PREPARE TRANSACTION {}",
+                crate::stage::quote_literal(gid)
+            ))
             .await
             .map_err(|e| ServerError::from_pg(&e))
     }

@@ -291,8 +291,15 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
     d.psql("CREATE TABLE t (id int, v text)");
     let a = d.file("a.csv", rows(0, 1000).as_bytes());
     let b = d.file("b.csv", rows(1000, 2000).as_bytes());
-    // Killed between the two streams' COMMITs: one file's rows are in, the job unfinished.
-    let out = load(&d, &[&a, &b], &[], &[("SLUICE_KILL_AT", "commit")]);
+    // Killed between the two streams' COMMITs: one file's rows are in, the job unfinished
+    // (committed back to back; with prepared transactions the second commit is decided, and
+    // the next command finishes it: `a_kill_between_prepared_commits_...`).
+    let out = load(
+        &d,
+        &[&a, &b],
+        &["--prepare", "off"],
+        &[("SLUICE_KILL_AT", "commit")],
+    );
     assert_eq!(out.status.code(), None, "{}", stderr(&out));
     assert_eq!(d.count("t"), 1000);
     let jobs = d.sluice_ok(&["jobs"]);
@@ -521,4 +528,63 @@ fn the_ledger_records_files_and_chunks_with_their_rows() {
     d.psql("CREATE TABLE after_load (x int)");
     let schema = d.psql("SELECT schemaname FROM pg_tables WHERE tablename = 'after_load'");
     assert_eq!(schema.trim(), "public");
+}
+
+/// Prepared transactions of this database, sluice's or not.
+fn prepared(d: &Db) -> u64 {
+    d.count("pg_prepared_xacts")
+}
+
+/// With `--prepare on`, a kill between two COMMIT PREPAREDs leaves the second stream's
+/// transaction prepared, its commit decided in the ledger. The next command of any kind that
+/// takes the job (the same command, `--restart`, `sluice jobs forget`) finishes it first, so
+/// that no prepared transaction outlives the job holding its locks (a TRUNCATE would wait on
+/// it forever), and every decided row is in exactly once.
+#[test]
+fn a_kill_between_prepared_commits_is_finished_by_the_next_command_of_any_kind() {
+    let d = db("ledger_prepared");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let a = d.file("a.csv", rows(0, 1000).as_bytes());
+    let b = d.file("b.csv", rows(1000, 2000).as_bytes());
+    let killed = |d: &Db| {
+        let out = load(
+            d,
+            &[&a, &b],
+            &["--prepare", "on"],
+            &[("SLUICE_KILL_AT", "commit")],
+        );
+        assert_eq!(out.status.code(), None, "{}", stderr(&out));
+        assert_eq!(
+            prepared(d),
+            1,
+            "the second stream's transaction waits, prepared"
+        );
+    };
+    killed(&d);
+    let before = d.count("t");
+    let out = load(&d, &[&a, &b], &["--prepare", "on"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &["committed 1 of its prepared transaction(s), as it had decided"],
+    );
+    assert_eq!((before, d.count("t")), (1000, 2000));
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
+    assert_eq!(prepared(&d), 0);
+    // --restart: the old job's decided commit is finished, then every file loads again.
+    d.psql("TRUNCATE t");
+    killed(&d);
+    let out = load(&d, &[&a, &b], &["--restart"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!((d.count("t"), prepared(&d)), (4000, 0));
+    // Forgotten: the same, and nothing of the job is left holding a lock.
+    d.psql("TRUNCATE t");
+    killed(&d);
+    let id = d
+        .psql("SELECT max(id) FROM sluice_ledger.jobs")
+        .trim()
+        .to_string();
+    d.sluice_ok(&["jobs", "forget", &id]);
+    assert_eq!((d.count("t"), prepared(&d)), (2000, 0));
+    d.psql("TRUNCATE t");
 }

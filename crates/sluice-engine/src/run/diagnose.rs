@@ -19,6 +19,7 @@ pub(crate) fn server_kind(e: &DestinationError) -> ServerKind {
     match e.kind {
         ErrorKind::Connection => ServerKind::Lost,
         ErrorKind::Cancelled => ServerKind::Cancelled,
+        ErrorKind::Condition => ServerKind::Condition,
         _ => ServerKind::Other,
     }
 }
@@ -33,6 +34,10 @@ pub(crate) fn destination_failure(e: &DestinationError, message: String) -> Fail
 pub(super) fn server_failure(e: &DestinationError, stream: usize) -> Failure {
     let message = match e.kind {
         ErrorKind::Connection => format!("stream {} lost its connection: {e}", stream + 1),
+        ErrorKind::Transient => format!(
+            "stream {}'s transaction was aborted by the server: {e}",
+            stream + 1
+        ),
         ErrorKind::Cancelled => format!(
             "stream {}'s statement was cancelled by the server: {e}. sluice turns off the \
              server's statement and lock timeouts for its own sessions, so another session or \
@@ -173,7 +178,11 @@ impl<D: Destination> RunContext<'_, D> {
             ErrorKind::Conflict { blocker } => {
                 return self.copy_conflict(stream, blocker, chunk, &e)
             }
-            ErrorKind::Connection | ErrorKind::Cancelled => return server_failure(&e, stream),
+            // The server's state is never a row's fault, whatever line the error names.
+            ErrorKind::Connection
+            | ErrorKind::Cancelled
+            | ErrorKind::Condition
+            | ErrorKind::Transient => return server_failure(&e, stream),
             ErrorKind::Rejected | ErrorKind::Other | ErrorKind::Usage => {}
         }
         let plan = self.plan;
@@ -351,7 +360,10 @@ impl<D: Destination> RunContext<'_, D> {
         };
         let blocker = match e.kind {
             ErrorKind::Conflict { blocker } => blocker,
-            ErrorKind::Connection | ErrorKind::Cancelled => return server_failure(&e, stream),
+            ErrorKind::Connection
+            | ErrorKind::Cancelled
+            | ErrorKind::Condition
+            | ErrorKind::Transient => return server_failure(&e, stream),
             ErrorKind::Rejected | ErrorKind::Other | ErrorKind::Usage => {
                 return self.keyed_error(&e, &mine, first).unwrap_or_else(|| {
                     destination_failure(&e, format!("a deferred constraint check failed: {e}"))

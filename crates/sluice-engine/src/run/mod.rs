@@ -38,8 +38,7 @@ use crate::ledger::JobRun;
 use crate::plan::{Chunk, ChunkKey, Plan};
 use crate::rejects::Rejects;
 use crate::strategy::{self, Strategy, Unit};
-use sluice_core::destination::{Destination, ServerWaits};
-use sluice_core::ledger::ChunkRecord;
+use sluice_core::destination::{Capabilities, Destination, ServerWaits};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -73,6 +72,9 @@ pub struct RunOptions {
     /// How long a stream waits before its first reconnect after a lost connection (doubling
     /// with each retry, up to 16 times this).
     pub retry_pause: Duration,
+    /// Commit the streams through prepared transactions named from this prefix (the load's
+    /// job must keep a ledger); `None`: plain commits, back to back.
+    pub prepare: Option<String>,
 }
 
 /// One chunk as a stream ran it, for verification and the timeline.
@@ -169,6 +171,8 @@ pub(crate) struct RunContext<'a, D: Destination> {
     dest: &'a D,
     strategy: &'a dyn Strategy<D>,
     host: &'a dyn Host,
+    /// What the destination can do (savepoints inside a staged unit, say).
+    caps: Capabilities,
     /// Streams of the load (the staged connection of stream `n` is watched as `jobs + n`).
     jobs: usize,
     /// Set when any stream fails: every stream stops at its next chunk.
@@ -181,8 +185,6 @@ pub(crate) struct RunContext<'a, D: Destination> {
     taken: Mutex<Vec<Vec<usize>>>,
     /// Every table's counters, for progress and for how much of the input the load has read.
     counters: &'a [Counters],
-    /// The ledger rows of staged chunks (and of an earlier run's, carried), for the publish.
-    staged_records: Mutex<Vec<ChunkRecord>>,
     /// Values the server converted, summed over the streams' encoders.
     conversions: AtomicU64,
     /// `--jobs auto`'s admissions (every stream admitted at once otherwise).
@@ -260,13 +262,13 @@ pub fn execute<D: Destination>(
         dest,
         strategy,
         host,
+        caps: dest.capabilities(),
         jobs,
         abort: AtomicBool::new(false),
         first_error: Mutex::new(None),
         queue: Mutex::new(strategy::keep_references_together(plan, strategy.route(plan)).into()),
         taken: Mutex::new(vec![Vec::new(); 2 * jobs]),
         counters,
-        staged_records: Mutex::new(strategy.carried()),
         conversions: AtomicU64::new(0),
         gate: Gate::new(jobs, opts.calibrate && jobs > 1),
         streams_loaded: AtomicU64::new(0),

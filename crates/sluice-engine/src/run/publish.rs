@@ -4,9 +4,11 @@
 //! the streams do and writes there the ledger rows of every staged chunk.
 
 use super::copy::{run_chunk, ChunkError};
-use super::{lock, within_max_errors, ChunkStat, RunContext, StreamTiming};
+use super::{within_max_errors, ChunkStat, RunContext, StreamTiming};
 use crate::failure::Failure;
+use crate::strategy::Commit;
 use sluice_core::destination::{Destination, DestinationStream};
+use sluice_core::ledger::ChunkRecord;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -17,9 +19,15 @@ pub(super) fn publish<'d, D: Destination>(
     streams: Vec<D::Stream<'d>>,
 ) -> Result<Vec<ChunkStat>, Failure> {
     let mut late: Vec<ChunkStat> = Vec::new();
-    let mut run =
-        |s: &mut D::Stream<'d>, chunks: &[usize]| load_in_publish(ctx, s, chunks, &mut late);
-    let published = ctx.strategy.publish(ctx.dest, streams, &mut run, ctx.host);
+    let mut run = |s: &mut D::Stream<'d>, chunks: &[usize], records: Vec<ChunkRecord>| {
+        load_in_publish(ctx, s, chunks, records, &mut late)
+    };
+    let commit = Commit {
+        host: ctx.host,
+        job: ctx.opts.job.as_ref().map(|j| j.job),
+        prepare: ctx.opts.prepare.clone(),
+    };
+    let published = ctx.strategy.publish(ctx.dest, streams, &mut run, &commit);
     if let Err(e) = published {
         ctx.strategy.abandon(ctx.dest, &e, ctx.host);
         return Err(e);
@@ -27,12 +35,13 @@ pub(super) fn publish<'d, D: Destination>(
     Ok(late)
 }
 
-/// Loads `chunks` on the publish stream `s`, then writes the ledger rows of every staged
-/// chunk (and of these) in its transaction.
+/// Loads `chunks` on the publish stream `s`, then writes in its transaction their ledger rows
+/// and `records` (the staged chunks' the strategy publishes with them).
 fn load_in_publish<'d, D: Destination>(
     ctx: &RunContext<'d, D>,
     s: &mut D::Stream<'d>,
     chunks: &[usize],
+    mut records: Vec<ChunkRecord>,
     late: &mut Vec<ChunkStat>,
 ) -> Result<(), Failure> {
     let plan = ctx.plan;
@@ -57,14 +66,12 @@ fn load_in_publish<'d, D: Destination>(
             &mut timing,
         ) {
             Ok(o) => {
-                if let Some(r) = ctx
-                    .opts
-                    .job
-                    .as_ref()
-                    .and_then(|j| j.record(chunk, o.records))
-                {
-                    lock(&ctx.staged_records).push(r);
-                }
+                records.extend(
+                    ctx.opts
+                        .job
+                        .as_ref()
+                        .and_then(|j| j.record(chunk, o.records)),
+                );
                 late.push(ChunkStat::of(
                     plan,
                     chunk,
@@ -80,9 +87,8 @@ fn load_in_publish<'d, D: Destination>(
     }
     let loaded: u64 = late.iter().map(|c| c.rows).sum::<u64>() + ctx.loaded_by_streams();
     within_max_errors(ctx.opts, loaded)?;
-    // Every staged chunk's ledger row, and these chunks', commit with the publish.
+    // These chunks' ledger rows, and those the strategy gave, commit with the publish.
     if let Some(job) = &ctx.opts.job {
-        let records = std::mem::take(&mut *lock(&ctx.staged_records));
         s.record_chunks(job.job, &records).map_err(|e| {
             super::destination_failure(&e, format!("recording the publish in the ledger: {e}"))
         })?;

@@ -84,9 +84,10 @@ impl LostConnections {
         ctx.push_front(back);
         let wait = ctx.opts.retry_pause * (1 << (attempt - 1).min(4));
         ctx.host.event(Event::Warning(format!(
-            "stream {} lost its connection ({e}); its {} uncommitted chunk(s) go back on the \
-             queue, and it reconnects in {:.0} s (retry {attempt} of {})",
+            "stream {} {} ({e}); its {} uncommitted chunk(s) go back on the queue, and it \
+             reconnects in {:.0} s (retry {attempt} of {})",
             self.stream + 1,
+            what_happened(e),
             chunks.len(),
             wait.as_secs_f64(),
             self.retries
@@ -100,10 +101,26 @@ impl LostConnections {
             0 => " (--retries 0)".to_string(),
             n => format!(", and {n} reconnection(s) did not get it through"),
         };
+        let kind = match e.kind {
+            ErrorKind::Connection => ServerKind::Lost,
+            _ => ServerKind::Other,
+        };
         Failure::server_kind(
-            ServerKind::Lost,
-            format!("stream {} lost its connection{tries}: {e}", self.stream + 1),
+            kind,
+            format!(
+                "stream {} {}{tries}: {e}",
+                self.stream + 1,
+                what_happened(e)
+            ),
         )
+    }
+}
+
+/// What a retried failure did to the stream, in words.
+fn what_happened(e: &DestinationError) -> &'static str {
+    match e.kind {
+        ErrorKind::Transient => "had its transaction aborted by the server",
+        _ => "lost its connection",
     }
 }
 
@@ -206,13 +223,13 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         let id = self.connection_id(unit);
         if let Err(e) = self.connect(unit, id) {
             return match e.kind {
-                ErrorKind::Connection => self.lose(unit, id, e),
+                k if k.retried() => self.lose(unit, id, e),
                 _ => self.stop(server_failure(&e, self.n)),
             };
         }
         if let Err(e) = self.begin_staged(unit) {
             return match e.kind {
-                ErrorKind::Connection => self.lose(unit, id, e),
+                k if k.retried() => self.lose(unit, id, e),
                 _ => self.stop(server_failure(&e, self.n)),
             };
         }
@@ -227,9 +244,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             let started = Instant::now();
             match self.load_chunk(unit, c) {
                 Ok(o) => self.chunk_done(unit, c, o, started, &mut records),
-                Err(ChunkError::Destination(e))
-                    if e.kind == ErrorKind::Connection && !ctx.opts.dry_run =>
-                {
+                Err(ChunkError::Destination(e)) if e.kind.retried() && !ctx.opts.dry_run => {
                     return self.lose(unit, id, e)
                 }
                 Err(ChunkError::Destination(e)) => {
@@ -270,7 +285,9 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     }
 
     /// Loads chunk `c` of `unit` on its connection (none in a dry run). A direct chunk's
-    /// ledger row goes in with its rows; a staged one's, with the publish.
+    /// ledger row goes in with its rows; a staged one's, with the publish. Bad rows are
+    /// isolated under savepoints where the destination has them: always in direct work, in a
+    /// staged unit only if it says so.
     fn load_chunk(&mut self, unit: &Unit, c: usize) -> Result<ChunkOutcome, ChunkError> {
         let ctx = self.ctx;
         let chunk = &ctx.plan.chunks[c];
@@ -291,7 +308,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             encoder,
             &ctx.counters[t],
             record,
-            unit.staged.is_none(),
+            unit.staged.is_none() || ctx.caps.savepoints_in_staged_unit,
             &mut self.stats.timing,
         )
     }
@@ -343,18 +360,15 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         unit: &Unit,
         id: usize,
         mark: usize,
-        mut records: Vec<ChunkRecord>,
+        records: Vec<ChunkRecord>,
     ) -> UnitEnd {
         let ctx = self.ctx;
         let (Some(s), Some(_)) = (self.staged.as_mut(), unit.staged) else {
             return UnitEnd::Next;
         };
         match ctx.strategy.end_unit(ctx.dest, s, unit, &records) {
-            Ok(()) => {
-                lock(&ctx.staged_records).append(&mut records);
-                UnitEnd::Next
-            }
-            Err(e) if e.kind == ErrorKind::Connection => self.lose(unit, id, e),
+            Ok(()) => UnitEnd::Next,
+            Err(e) if e.kind.retried() => self.lose(unit, id, e),
             Err(e) => {
                 // A key the staged rows hold twice, found by the index build: redone where
                 // rows can be rejected.
@@ -403,7 +417,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         };
         match ctx.strategy.build(s) {
             Ok(()) => BuildEnd::Done,
-            Err(e) if e.kind == ErrorKind::Connection => {
+            Err(e) if e.kind.retried() => {
                 self.direct = None;
                 let none = Unit {
                     chunks: Vec::new(),

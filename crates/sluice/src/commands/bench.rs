@@ -691,6 +691,7 @@ mod tests {
             ],
             job: None,
             ledger: None,
+            skipped: Vec::new(),
             rejected: None,
             verdict: None,
             calibration: None,

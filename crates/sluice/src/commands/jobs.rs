@@ -75,9 +75,7 @@ fn jobs<D: Ledger>(args: JobsArgs, dest: &D) -> Result<(), Failure> {
     match args.command {
         Some(JobsCommand::Forget { id }) => {
             // The ledger refuses an unknown job, and one another process runs (exit 2).
-            let dropped = dest
-                .forget_job(id)
-                .map_err(|e| ledger_failure("forgetting the job", e))?;
+            let dropped = sluice_engine::ledger::forget(dest, id)?;
             println!("forgot job {id}");
             if !dropped.is_empty() {
                 println!(

@@ -8,7 +8,7 @@ use clap::Args;
 use sluice_core::dialect::Format;
 use sluice_engine::rejects::{self, Threshold};
 use sluice_engine::report::Report;
-use sluice_engine::spec::{Jobs, LoadSpec, StrategyChoice};
+use sluice_engine::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -165,7 +165,15 @@ pub struct LoadArgs {
     #[arg(long)]
     pub restart: bool,
 
-    /// No progress display.
+    /// Commit the streams through two-phase commit: every stream's transaction prepared, the
+    /// decision to commit recorded in the ledger, then each committed; a crash at any moment
+    /// leaves nothing visible, or a decision the same command carries out. It closes the
+    /// window between the first and the last stream's COMMIT. `auto`: where the server can
+    /// prepare a transaction per stream (PostgreSQL: max_prepared_transactions).
+    #[arg(long, value_enum, default_value = "auto", value_name = "auto|on|off")]
+    pub prepare: PrepareArg,
+
+    /// No progress display (outcomes, skips and warnings are still printed).
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
@@ -182,6 +190,14 @@ pub struct LoadArgs {
     /// $SLUICE_PG_DIR, else ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
     pub pg_dir: Option<PathBuf>,
+}
+
+/// `--prepare`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepareArg {
+    Auto,
+    On,
+    Off,
 }
 
 /// `--strategy`.
@@ -217,6 +233,7 @@ impl LoadArgs {
             max_errors: None,
             rejects: None,
             restart: false,
+            prepare: PrepareArg::Auto,
             quiet: true,
             report_json: None,
             report_html: None,
@@ -251,6 +268,11 @@ impl LoadArgs {
             max_errors: self.max_errors,
             rejects: self.rejects.clone(),
             restart: self.restart,
+            prepare: match self.prepare {
+                PrepareArg::Auto => PrepareChoice::Auto,
+                PrepareArg::On => PrepareChoice::On,
+                PrepareArg::Off => PrepareChoice::Off,
+            },
         }
     }
 }

@@ -47,7 +47,7 @@ pub fn pg() -> &'static Pg {
             ("full_page_writes", "off"),
             ("shared_buffers", "128MB"),
             ("max_connections", "200"),
-            ("max_prepared_transactions", "0"),
+            ("max_prepared_transactions", "64"),
             ("TimeZone", "America/New_York"),
         ]
         .iter()
