@@ -39,7 +39,8 @@ pub struct ServerFailure {
 }
 
 /// What kind of server failure: what a rerun can do about it follows from the kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ServerKind {
     /// A connection lost beyond `--retries`, or during a step no retry covers.
     Lost,

@@ -105,10 +105,29 @@ fn each_sqlstate_class_has_its_kind_and_exit_code() {
     let rejects = d.dir.join("r.csv");
     let r = rejects.to_str().unwrap();
     d.psql("UPDATE code SET state = '53100'");
-    let (got, err) = load(&d, "tr", &[&file], &["--max-errors", "10%", "--rejects", r]);
+    let json = d.dir.join("failed.json");
+    let (got, err) = load(
+        &d,
+        "tr",
+        &[&file],
+        &[
+            "--max-errors",
+            "10%",
+            "--rejects",
+            r,
+            "--report-json",
+            json.to_str().unwrap(),
+        ],
+    );
     assert_eq!(got, 5, "{err}");
     blames_no_line(&err);
     assert!(no_rejects(&rejects), "a server condition became a reject");
+    // The failed load's report names the condition and its verdict.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["error"]["server_kind"], "condition", "{report}");
+    let verdict = report["error"]["verdict"].as_str().unwrap_or_default();
+    assert!(verdict.contains("disk for tablespace"), "{report}");
     d.psql("UPDATE code SET state = '22023'");
     let (got, err) = load(
         &d,
@@ -289,5 +308,6 @@ fn a_full_disk_is_the_servers_condition_and_the_same_command_finishes_after() {
     assert_eq!(got, 0, "{err}");
     assert_eq!(d.count("t"), 600_000);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 600_000);
-    d.psql(&format!("DROP TABLE t; DROP TABLESPACE small_{}", d.name));
+    d.psql("DROP TABLE t");
+    d.psql(&format!("DROP TABLESPACE small_{}", d.name));
 }

@@ -6,6 +6,7 @@ use crate::failure::Failure;
 use crate::host::CliHost;
 use clap::Args;
 use sluice_core::dialect::Format;
+use sluice_engine::failure::ServerKind;
 use sluice_engine::rejects::{self, Threshold};
 use sluice_engine::report::Report;
 use sluice_engine::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
@@ -375,6 +376,15 @@ pub fn failure_report(f: &Failure) -> serde_json::Value {
         "kind": f.kind(),
         "message": f.to_string(),
     });
+    if let Failure::Server(s) = f {
+        // What stopped the load, for tooling: its kind, and for the server's own condition
+        // (a full disk, say) the verdict on the failed load.
+        error["server_kind"] = serde_json::to_value(s.kind).unwrap_or_default();
+        if s.kind == ServerKind::Condition {
+            let said = s.message.split(". ").next().unwrap_or(&s.message);
+            error["verdict"] = format!("stopped by the server's condition: {said}").into();
+        }
+    }
     if let Failure::Input(e) = f {
         error["file"] = e.file.clone().into();
         error["table"] = e.table.clone().into();
