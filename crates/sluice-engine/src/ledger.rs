@@ -364,12 +364,13 @@ pub fn start<D: Ledger>(
     let unfinished = jobs
         .iter()
         .find(|j| j.state.resumable() || j.state == JobState::Running);
+    let mut settled = None;
     if let Some(job) = unfinished {
         // The job's lock first (another process may run it now), then what its last run
         // left prepared: a commit it decided is finished, whatever this run does next.
         dest.resume_job(job.id)
             .map_err(|e| ledger_failure("resuming the job", e))?;
-        let settled = settle_prepared(dest, job.id)?;
+        settled = settle_prepared(dest, job.id)?;
         if !restart {
             return resume(dest, plan, job, settled, replan);
         }
@@ -385,7 +386,8 @@ pub fn start<D: Ledger>(
     };
     let rerun = recheck(dest, &plan, &mut loaded)?;
     let skipped = rerun.skipped.len();
-    let note = (!rerun.notes.is_empty()).then(|| rerun.notes.join("; "));
+    let notes: Vec<String> = settled.into_iter().chain(rerun.notes).collect();
+    let note = (!notes.is_empty()).then(|| notes.join("; "));
     if skipped > 0 && skipped == files.len() {
         return Ok(Start::Nothing(
             format!("nothing to load: {}", note.unwrap_or_default()),

@@ -10,7 +10,7 @@ use crate::ledger::{self, JobRun};
 use crate::plan::{self, table_from_file_name, Plan};
 use crate::rejects::{self, Rejects};
 use crate::report::{self, Report};
-use crate::run::{execute, RunOptions, RunOutcome, RETRY_PAUSE};
+use crate::run::{execute, RunOptions, RunOutcome};
 use crate::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
 use crate::stage::{Mode, Stage, StagePlanner, Staged};
 use crate::strategy::{self, Direct, Strategy};
@@ -414,7 +414,7 @@ impl Load<'_> {
             retries: spec.retries,
             rejects: rejects.clone(),
             calibrate: spec.jobs == Jobs::Auto && !spec.dry_run,
-            retry_pause: RETRY_PAUSE,
+            retry_pause: spec.retry_pause,
             prepare: self.prepare(&*dest, job.as_ref(), jobs)?,
         };
         if !spec.dry_run {

@@ -67,6 +67,8 @@ pub struct LoadSpec {
     pub dry_run: bool,
     /// Lost connections each stream survives.
     pub retries: u32,
+    /// The first wait before a stream reconnects (doubling on each retry).
+    pub retry_pause: Duration,
     /// How long the publish waits for each lock; `None` for the destination's default.
     pub lock_wait: Option<Duration>,
     pub max_errors: Option<Threshold>,
@@ -97,6 +99,7 @@ impl LoadSpec {
             chunk_size: None,
             dry_run: false,
             retries: 5,
+            retry_pause: crate::run::RETRY_PAUSE,
             lock_wait: None,
             max_errors: None,
             rejects: None,

@@ -265,6 +265,7 @@ impl LoadArgs {
             chunk_size: self.chunk_size.map(|s| s as u64),
             dry_run: self.dry_run,
             retries: self.retries,
+            retry_pause: sluice_engine::run::RETRY_PAUSE,
             lock_wait: self.lock_wait_timeout,
             max_errors: self.max_errors,
             rejects: self.rejects.clone(),

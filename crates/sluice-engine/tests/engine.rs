@@ -1,0 +1,380 @@
+//! The engine's own logic against an in-memory destination (`memory/`): all or nothing across
+//! streams, the requeue after a lost connection, a transient abort retried, a server condition
+//! never taken for a bad row, rejects isolation on the client and the server, resume after a
+//! failed commit, both commit protocols (back to back, prepared with the decision in the
+//! ledger), a stop at every fault point followed by the same load, and the rerun decisions
+//! after a truncate and a rewrite. No server: milliseconds each. The real-server suites of the
+//! `sluice` crate test the same behaviours through PostgreSQL.
+
+mod memory;
+
+use memory::{Faults, Memory, Store};
+use sluice_engine::events::{Event, Host};
+use sluice_engine::failure::{Failure, ServerKind};
+use sluice_engine::rejects::Threshold;
+use sluice_engine::report::Report;
+use sluice_engine::spec::{Jobs, LoadSpec, PrepareChoice};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Rows `id,v` with `v` = `v<id>`, except the ids in `odd`, whose `v` is given.
+fn csv(from: u32, to: u32, odd: &[(u32, &str)]) -> String {
+    (from..to)
+        .map(|i| {
+            let v = odd
+                .iter()
+                .find(|(k, _)| *k == i)
+                .map_or(format!("v{i}"), |(_, v)| v.to_string());
+            format!("{i},{v}\n")
+        })
+        .collect()
+}
+
+/// A test's own directory of input files.
+struct Inputs {
+    dir: PathBuf,
+}
+
+impl Inputs {
+    fn new(test: &str) -> Inputs {
+        let dir = std::env::temp_dir().join(format!("sluice-engine-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Inputs { dir }
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Inputs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Two files of 2,000 rows each into table `t`, cut into small chunks, two streams, no pause
+/// before a reconnection.
+fn spec(files: Vec<String>) -> LoadSpec {
+    let mut s = LoadSpec::new(files);
+    s.table = Some("t".into());
+    s.jobs = Jobs::Fixed(2);
+    s.chunk_size = Some(8 << 10);
+    s.retry_pause = Duration::from_millis(1);
+    s.prepare = PrepareChoice::Off;
+    s
+}
+
+fn two_files(inputs: &Inputs, odd: &[(u32, &str)]) -> Vec<String> {
+    vec![
+        inputs.file("a.csv", &csv(0, 2000, odd)),
+        inputs.file("b.csv", &csv(2000, 4000, odd)),
+    ]
+}
+
+/// A host that keeps what it hears, and stops the "process" (a panic the test catches, which
+/// drops every stream as a kill would) at the named point.
+#[derive(Default)]
+struct Listener {
+    heard: Mutex<Vec<String>>,
+    stop_at: Option<&'static str>,
+}
+
+impl Host for Listener {
+    fn event(&self, event: Event<'_>) {
+        let line = match event {
+            Event::Info(m) => format!("info: {m}"),
+            Event::Notice(m) => format!("notice: {m}"),
+            Event::Warning(m) => format!("warning: {m}"),
+            Event::Point(p) if Some(p) == self.stop_at => panic!("stopped at {p}"),
+            _ => return,
+        };
+        self.heard.lock().unwrap().push(line);
+    }
+}
+
+impl Listener {
+    fn heard(&self, words: &str) -> bool {
+        self.heard.lock().unwrap().iter().any(|l| l.contains(words))
+    }
+}
+
+/// One "process": a connection to the store, a load, and what it said.
+fn run(store: &Arc<Store>, spec: &LoadSpec, slots: u32) -> (Result<Report, Failure>, Listener) {
+    let host = Listener::default();
+    let mut dest = Memory::connect(store);
+    dest.prepare_slots = slots;
+    let result = sluice_engine::load::load(spec, &mut dest, &host);
+    (result, host)
+}
+
+/// The same, stopped at `point`: whatever it left is what a kill leaves.
+fn killed_at(store: &Arc<Store>, spec: &LoadSpec, slots: u32, point: &'static str) {
+    let host = Listener {
+        stop_at: Some(point),
+        ..Listener::default()
+    };
+    let store = store.clone();
+    let spec = spec.clone();
+    let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let mut dest = Memory::connect(&store);
+        dest.prepare_slots = slots;
+        sluice_engine::load::load(&spec, &mut dest, &host)
+    }));
+    assert!(stopped.is_err(), "the load passed {point} without stopping");
+}
+
+fn table() -> Arc<Store> {
+    let store = Store::new();
+    store.create("t", &["id", "v"]);
+    store
+}
+
+/// Every id of `from..to` exactly once.
+fn exactly_once(store: &Store, from: u32, to: u32) {
+    let mut ids: Vec<u32> = store
+        .rows("t")
+        .iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (from..to).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_refused_row_in_one_stream_leaves_nothing_of_any_stream() {
+    let inputs = Inputs::new("all_or_nothing");
+    let store = table();
+    store.arm(Faults {
+        refuse: Some("BAD".into()),
+        ..Faults::default()
+    });
+    let files = two_files(&inputs, &[(3500, "BAD")]);
+    let (result, _) = run(&store, &spec(files), 0);
+    let Err(Failure::Input(e)) = result else {
+        panic!("expected a bad row, got {result:?}")
+    };
+    assert!(e.file.ends_with("b.csv"), "{e}");
+    assert_eq!(e.line, Some(1501), "{e}");
+    assert_eq!(store.count("t"), 0);
+}
+
+#[test]
+fn a_lost_connection_requeues_the_streams_work_and_loads_it_once() {
+    let inputs = Inputs::new("lost");
+    let store = table();
+    store.arm(Faults {
+        lose_at: Some(("v2500".into(), 2)),
+        ..Faults::default()
+    });
+    let files = two_files(&inputs, &[]);
+    let (result, host) = run(&store, &spec(files), 0);
+    result.unwrap();
+    let lost = host
+        .heard
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("lost its connection"))
+        .count();
+    assert_eq!(lost, 2, "each loss is said");
+    assert!(host.heard("retry 1 of 5"));
+    exactly_once(&store, 0, 4000);
+}
+
+#[test]
+fn a_transient_abort_is_retried_and_past_the_retries_is_the_servers() {
+    let inputs = Inputs::new("transient");
+    let store = table();
+    let files = two_files(&inputs, &[]);
+    store.arm(Faults {
+        abort_at: Some(("v100".into(), 1)),
+        ..Faults::default()
+    });
+    let (result, host) = run(&store, &spec(files.clone()), 0);
+    result.unwrap();
+    assert!(host.heard("had its transaction aborted by the server"));
+    exactly_once(&store, 0, 4000);
+    // Past --retries: exit 5's kind, not a bad row.
+    let store = table();
+    store.arm(Faults {
+        abort_at: Some(("v100".into(), 9)),
+        ..Faults::default()
+    });
+    let mut s = spec(files);
+    s.retries = 1;
+    let (result, _) = run(&store, &s, 0);
+    assert!(matches!(result, Err(Failure::Server(_))), "{result:?}");
+    assert_eq!(store.count("t"), 0);
+}
+
+#[test]
+fn a_server_condition_is_never_a_bad_row_nor_a_reject() {
+    let inputs = Inputs::new("condition");
+    let store = table();
+    store.arm(Faults {
+        full_at: Some("v3000".into()),
+        ..Faults::default()
+    });
+    let mut s = spec(two_files(&inputs, &[]));
+    s.max_errors = Some(Threshold::Share(0.1));
+    let (result, _) = run(&store, &s, 0);
+    match result {
+        Err(Failure::Server(f)) => {
+            assert_eq!(f.kind, ServerKind::Condition);
+            assert!(f.message.contains("nothing was committed"), "{}", f.message);
+        }
+        other => panic!("expected the server's condition, got {other:?}"),
+    }
+    assert_eq!(store.count("t"), 0);
+}
+
+#[test]
+fn isolation_rejects_exactly_the_refused_rows_on_client_and_server() {
+    let inputs = Inputs::new("isolate");
+    let store = table();
+    store.arm(Faults {
+        refuse: Some("BAD".into()),
+        ..Faults::default()
+    });
+    let odd = [
+        (10, "BAD"),
+        (11, "BAD"),
+        (1999, "CLIENT-BAD"),
+        (2000, "BAD"),
+        (3999, "BAD"),
+    ];
+    let mut s = spec(two_files(&inputs, &odd));
+    s.max_errors = Some(Threshold::Count(5));
+    let (result, _) = run(&store, &s, 0);
+    let report = result.unwrap();
+    let rejected = report.rejected.expect("rejects counted");
+    assert_eq!(rejected.rows, 5);
+    assert_eq!(rejected.by_cause.get("check_violation"), Some(&4));
+    assert_eq!(rejected.by_cause.get("invalid_value"), Some(&1));
+    let ids: Vec<String> = store
+        .rows("t")
+        .iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3995);
+    for (bad, _) in odd {
+        assert!(!ids.contains(&bad.to_string()), "{bad} was loaded");
+    }
+    // One more than allowed: nothing at all.
+    let store = table();
+    store.arm(Faults {
+        refuse: Some("BAD".into()),
+        ..Faults::default()
+    });
+    s.max_errors = Some(Threshold::Count(4));
+    s.restart = true;
+    let (result, _) = run(&store, &s, 0);
+    assert!(matches!(result, Err(Failure::Input(_))), "{result:?}");
+    assert_eq!(store.count("t"), 0);
+}
+
+#[test]
+fn a_commit_lost_between_streams_is_completed_by_the_same_load() {
+    let inputs = Inputs::new("commit");
+    let store = table();
+    store.arm(Faults {
+        fail_commit: Some(1),
+        ..Faults::default()
+    });
+    let s = spec(two_files(&inputs, &[]));
+    let (result, _) = run(&store, &s, 0);
+    match result {
+        Err(Failure::Server(f)) => assert_eq!(f.kind, ServerKind::Commit, "{}", f.message),
+        other => panic!("expected a failed commit, got {other:?}"),
+    }
+    let first = store.count("t");
+    assert!(first > 0 && first < 4000, "one stream committed: {first}");
+    let (result, host) = run(&store, &s, 0);
+    result.unwrap();
+    assert!(host.heard("resuming job 1"));
+    exactly_once(&store, 0, 4000);
+}
+
+#[test]
+fn a_stop_at_any_point_then_the_same_load_is_exactly_once_both_commit_protocols() {
+    for slots in [0, 8] {
+        // (Points inside the streams' threads, "copied" among them, stop a thread, not the
+        // process: the real-server kill test covers them.)
+        for point in ["planned", "prepared", "decided", "commit", "finished"] {
+            if slots == 0 && matches!(point, "prepared" | "decided") {
+                continue;
+            }
+            let inputs = Inputs::new(&format!("kill_{slots}_{point}"));
+            let store = table();
+            let mut s = spec(two_files(&inputs, &[]));
+            s.prepare = PrepareChoice::Auto;
+            killed_at(&store, &s, slots, point);
+            let (result, _) = run(&store, &s, slots);
+            result.unwrap_or_else(|e| panic!("after a stop at {point} ({slots} slots): {e}"));
+            exactly_once(&store, 0, 4000);
+            assert_eq!(store.prepared(), 0, "{point}: nothing stays prepared");
+            // And again: nothing more.
+            let (result, host) = run(&store, &s, slots);
+            result.unwrap();
+            assert!(host.heard("nothing to load"), "{point}");
+            exactly_once(&store, 0, 4000);
+        }
+    }
+}
+
+#[test]
+fn a_decided_prepared_commit_is_finished_by_a_restart_and_by_forget() {
+    let inputs = Inputs::new("settle");
+    let store = table();
+    let mut s = spec(two_files(&inputs, &[]));
+    s.prepare = PrepareChoice::On;
+    killed_at(&store, &s, 8, "commit");
+    assert_eq!(store.prepared(), 1);
+    let mut restart = s.clone();
+    restart.restart = true;
+    let (result, host) = run(&store, &restart, 8);
+    result.unwrap();
+    assert!(host.heard("as it had decided"));
+    assert_eq!((store.count("t"), store.prepared()), (8000, 0));
+    // Forgotten after a stop at the commit: the decided half commits, nothing stays prepared.
+    let store = table();
+    killed_at(&store, &s, 8, "commit");
+    let dest = Memory::connect(&store);
+    sluice_engine::ledger::forget(&dest, 1).unwrap();
+    assert_eq!((store.count("t"), store.prepared()), (4000, 0));
+    // Without slots, --prepare on is the user's mistake, said before anything loads.
+    let store = table();
+    let (result, _) = run(&store, &s, 0);
+    assert!(matches!(result, Err(Failure::Usage(_))), "{result:?}");
+}
+
+#[test]
+fn a_rerun_reloads_a_truncated_table_and_skips_a_rewritten_one_saying_why() {
+    let inputs = Inputs::new("rerun");
+    let store = table();
+    let s = spec(two_files(&inputs, &[]));
+    run(&store, &s, 0).0.unwrap();
+    store.truncate("t");
+    let (result, host) = run(&store, &s, 0);
+    result.unwrap();
+    assert!(host.heard("t is empty, although job 1 loaded 4,000 rows"));
+    exactly_once(&store, 0, 4000);
+    store.rewrite("t");
+    let (result, host) = run(&store, &s, 0);
+    let report = result.unwrap();
+    assert!(host.heard("notice: nothing to load"));
+    assert!(host.heard("t was rewritten"));
+    assert_eq!(report.skipped.len(), 2);
+    exactly_once(&store, 0, 4000);
+    // A table dropped and created again is new and empty: loaded again.
+    store.create("t", &["id", "v"]);
+    let (result, host) = run(&store, &s, 0);
+    result.unwrap();
+    assert!(host.heard("dropped and created again"));
+    exactly_once(&store, 0, 4000);
+}

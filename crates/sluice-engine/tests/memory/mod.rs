@@ -1,0 +1,786 @@
+//! An in-memory destination for the engine's own tests: tables of text rows, a ledger, prepared
+//! transactions, and faults a test arms (a lost connection, a transient abort, a refused row,
+//! a full disk at a chosen value; a failed commit). It implements the destination contract as
+//! a server would: a stream's rows are invisible until its commit, a dropped stream rolls back,
+//! a prepared transaction outlives the process that prepared it, and a job's lock belongs to
+//! the process (a [`Memory`]) that took it and is released when that process goes.
+//!
+//! It stands in for no real server in any test of sluice's: it tests the engine's logic (the
+//! requeue, isolation, the barrier, the commit protocols, the ledger's decisions) in
+//! milliseconds, while the real-server suites test the destinations.
+
+#![allow(dead_code)]
+
+use sluice_core::destination::{
+    Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKind,
+    ErrorReport, IdentifierRules, Ledger, LoadTable, RecordEncoder, ServerWaits, TableInfo,
+};
+use sluice_core::error::{RecordError, RecordErrorKind};
+use sluice_core::ledger::{
+    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+    RelationState,
+};
+use sluice_core::records::Fields;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Separates fields in the encoded form; records end with a newline.
+const FIELD: u8 = 0x1f;
+/// The encoded NULL.
+const NULL: &[u8] = b"\\N";
+
+/// One table: its identity, the generation of its storage, and its committed rows.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub id: u64,
+    pub generation: u64,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+/// A job as the ledger keeps it.
+#[derive(Clone, Debug)]
+struct JobRow {
+    id: i64,
+    spec: JobSpec,
+    state: JobState,
+    message: Option<String>,
+    finished: Option<String>,
+}
+
+/// Rows and chunk records of one transaction, not yet visible.
+#[derive(Clone, Debug, Default)]
+struct Pending {
+    rows: Vec<(usize, Vec<Option<String>>)>,
+    tables: Vec<String>,
+    chunks: Vec<(i64, ChunkRecord)>,
+}
+
+/// Faults a test arms. A value fault fires on the record holding that value, `times` times.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// The stream's connection is lost at a record holding this value.
+    pub lose_at: Option<(String, u32)>,
+    /// The stream's transaction is aborted (a serialization failure) at such a record.
+    pub abort_at: Option<(String, u32)>,
+    /// The server refuses every record holding this value (a check constraint).
+    pub refuse: Option<String>,
+    /// The server's disk is full when a record holding this value arrives.
+    pub full_at: Option<String>,
+    /// The `n`-th stream commit (0-based, counted over the store's life) loses its connection.
+    pub fail_commit: Option<usize>,
+}
+
+/// What the "server" holds: tables, ledger, prepared transactions, locks, faults.
+#[derive(Default)]
+pub struct State {
+    pub tables: BTreeMap<String, Table>,
+    next_id: u64,
+    jobs: Vec<JobRow>,
+    chunks: Vec<(i64, ChunkRecord)>,
+    places: Vec<(i64, u32, String, RelationState)>,
+    commits: Vec<(i64, String)>,
+    prepared: BTreeMap<String, Pending>,
+    locks: BTreeMap<i64, u64>,
+    pub faults: Faults,
+    /// Stream commits so far.
+    commits_seen: usize,
+    clock: u64,
+}
+
+/// The server, shared by every process (every [`Memory`]) that connects to it.
+#[derive(Default)]
+pub struct Store {
+    state: Mutex<State>,
+}
+
+static PROCESS: AtomicU64 = AtomicU64::new(1);
+
+impl Store {
+    pub fn new() -> Arc<Store> {
+        Arc::new(Store::default())
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `CREATE TABLE name (columns)`, replacing one of that name (a new id).
+    pub fn create(&self, name: &str, columns: &[&str]) {
+        let mut s = self.lock();
+        s.next_id += 1;
+        let id = s.next_id;
+        s.tables.insert(
+            name.to_string(),
+            Table {
+                id,
+                generation: 0,
+                columns: columns.iter().map(|c| c.to_string()).collect(),
+                rows: Vec::new(),
+            },
+        );
+    }
+
+    /// `TRUNCATE name`: no row, new storage.
+    pub fn truncate(&self, name: &str) {
+        let mut s = self.lock();
+        let t = s.tables.get_mut(name).expect("table");
+        t.rows.clear();
+        t.generation += 1;
+    }
+
+    /// A rewrite that keeps the rows (VACUUM FULL).
+    pub fn rewrite(&self, name: &str) {
+        self.lock().tables.get_mut(name).expect("table").generation += 1;
+    }
+
+    /// The committed rows of a table, sorted.
+    pub fn rows(&self, name: &str) -> Vec<Vec<Option<String>>> {
+        let mut rows = self.lock().tables[name].rows.clone();
+        rows.sort();
+        rows
+    }
+
+    pub fn count(&self, name: &str) -> usize {
+        self.lock().tables[name].rows.len()
+    }
+
+    pub fn prepared(&self) -> usize {
+        self.lock().prepared.len()
+    }
+
+    pub fn job_states(&self) -> Vec<JobState> {
+        self.lock().jobs.iter().map(|j| j.state).collect()
+    }
+
+    pub fn arm(&self, faults: Faults) {
+        self.lock().faults = faults;
+    }
+}
+
+impl State {
+    /// Makes a transaction's rows and chunk records visible.
+    fn apply(&mut self, p: Pending) {
+        for (t, row) in p.rows {
+            let name = &p.tables[t];
+            if let Some(table) = self.tables.get_mut(name) {
+                table.rows.push(row);
+            }
+        }
+        self.chunks.extend(p.chunks);
+    }
+
+    fn tick(&mut self) -> String {
+        self.clock += 1;
+        format!("t{}", self.clock)
+    }
+
+    fn job(&mut self, id: i64) -> Result<&mut JobRow, DestinationError> {
+        self.jobs
+            .iter_mut()
+            .find(|j| j.id == id)
+            .ok_or_else(|| DestinationError::new(ErrorKind::Usage, format!("no job {id}")))
+    }
+
+    fn relation_state(&self, name: &str) -> Option<RelationState> {
+        let t = self.tables.get(name)?;
+        Some(RelationState {
+            name: name.to_string(),
+            id: t.id.to_string(),
+            generation: Some(t.generation.to_string()),
+            has_rows: Some(!t.rows.is_empty()),
+        })
+    }
+}
+
+/// One process's connection to the store: the destination the engine loads into.
+pub struct Memory {
+    pub store: Arc<Store>,
+    process: u64,
+    tables: Vec<LoadTable>,
+    /// Transactions the "server" can hold prepared (0: none).
+    pub prepare_slots: u32,
+}
+
+impl Memory {
+    pub fn connect(store: &Arc<Store>) -> Memory {
+        Memory {
+            store: store.clone(),
+            process: PROCESS.fetch_add(1, Ordering::SeqCst),
+            tables: Vec::new(),
+            prepare_slots: 0,
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.tables.iter().map(|t| t.table.name.clone()).collect()
+    }
+}
+
+impl Drop for Memory {
+    /// The process is gone: its sessions close, and with them its jobs' locks.
+    fn drop(&mut self) {
+        let mut s = self.store.lock();
+        s.locks.retain(|_, p| *p != self.process);
+    }
+}
+
+/// A server error naming record `record` of the COPY.
+fn at_record(kind: ErrorKind, message: &str, record: u64) -> DestinationError {
+    DestinationError::from(ErrorReport {
+        kind,
+        message: message.to_string(),
+        summary: message.to_string(),
+        detail: None,
+        record: Some(record),
+        column: None,
+        key: None,
+        index: None,
+        referenced_table: None,
+        duplicate: false,
+        cause: (kind == ErrorKind::Rejected).then_some("check_violation"),
+    })
+}
+
+/// A stream: one transaction on its own connection.
+pub struct MemStream<'a> {
+    dest: &'a Memory,
+    pending: Pending,
+    copy: Option<(usize, Vec<u8>)>,
+    savepoint: Option<(usize, usize)>,
+    /// An error aborted the transaction (until a rollback to the savepoint).
+    aborted: bool,
+    lost: bool,
+}
+
+impl MemStream<'_> {
+    fn usable(&self) -> Result<(), DestinationError> {
+        match (self.lost, self.aborted) {
+            (true, _) => Err(DestinationError::new(
+                ErrorKind::Connection,
+                "connection lost",
+            )),
+            (_, true) => Err(DestinationError::new(
+                ErrorKind::Other,
+                "current transaction is aborted",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The fault armed for a record holding `values`, if any fires.
+    fn fault(&self, values: &[Option<String>], record: u64) -> Option<DestinationError> {
+        let mut s = self.dest.store.lock();
+        let has = |v: &str| values.iter().flatten().any(|x| x == v);
+        let f = &mut s.faults;
+        if let Some((v, n)) = f.lose_at.as_mut().filter(|(v, n)| *n > 0 && has(v)) {
+            let _ = v;
+            *n -= 1;
+            return Some(DestinationError::new(
+                ErrorKind::Connection,
+                "connection reset",
+            ));
+        }
+        if let Some((_, n)) = f.abort_at.as_mut().filter(|(v, n)| *n > 0 && has(v)) {
+            *n -= 1;
+            return Some(at_record(
+                ErrorKind::Transient,
+                "could not serialize access",
+                record,
+            ));
+        }
+        if f.full_at.as_deref().is_some_and(has) {
+            return Some(at_record(
+                ErrorKind::Condition,
+                "the disk is full: free space and run the same command again",
+                record,
+            ));
+        }
+        if f.refuse.as_deref().is_some_and(has) {
+            return Some(at_record(ErrorKind::Rejected, "check violated", record));
+        }
+        None
+    }
+}
+
+impl DestinationStream for MemStream<'_> {
+    fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError> {
+        self.usable()?;
+        self.copy = Some((table, Vec::new()));
+        Ok(())
+    }
+
+    fn send(&mut self, data: Vec<u8>) -> Result<(), DestinationError> {
+        self.usable()?;
+        self.copy.as_mut().expect("in a copy").1.extend(data);
+        Ok(())
+    }
+
+    fn finish_copy(&mut self) -> Result<u64, DestinationError> {
+        self.usable()?;
+        let (table, data) = self.copy.take().expect("in a copy");
+        let mut rows = Vec::new();
+        for (k, line) in data
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .enumerate()
+        {
+            let values: Vec<Option<String>> = line
+                .split(|&b| b == FIELD)
+                .map(|v| (v != NULL).then(|| String::from_utf8_lossy(v).into_owned()))
+                .collect();
+            if let Some(e) = self.fault(&values, k as u64 + 1) {
+                self.lost = e.kind == ErrorKind::Connection;
+                self.aborted = true;
+                return Err(e);
+            }
+            rows.push((table, values));
+        }
+        let n = rows.len() as u64;
+        self.pending.rows.extend(rows);
+        Ok(n)
+    }
+
+    fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
+        self.usable()
+    }
+
+    fn savepoint(&mut self) -> Result<(), DestinationError> {
+        self.usable()?;
+        self.savepoint = Some((self.pending.rows.len(), self.pending.chunks.len()));
+        Ok(())
+    }
+
+    fn release_savepoint(&mut self) -> Result<(), DestinationError> {
+        self.usable()?;
+        self.savepoint = None;
+        Ok(())
+    }
+
+    fn rollback_to_savepoint(&mut self) -> Result<(), DestinationError> {
+        if self.lost {
+            return self.usable();
+        }
+        let (rows, chunks) = self.savepoint.expect("a savepoint");
+        self.pending.rows.truncate(rows);
+        self.pending.chunks.truncate(chunks);
+        self.aborted = false;
+        Ok(())
+    }
+
+    fn check_each_copy(&mut self) -> Result<(), DestinationError> {
+        self.usable()
+    }
+
+    fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
+        self.usable()?;
+        self.pending
+            .chunks
+            .extend(chunks.iter().map(|c| (job, c.clone())));
+        Ok(())
+    }
+
+    fn commit(mut self) -> Result<(), DestinationError> {
+        self.usable()?;
+        let mut s = self.dest.store.lock();
+        let n = s.commits_seen;
+        s.commits_seen += 1;
+        if s.faults.fail_commit == Some(n) {
+            return Err(DestinationError::new(
+                ErrorKind::Connection,
+                "connection lost during COMMIT",
+            ));
+        }
+        let mut p = std::mem::take(&mut self.pending);
+        p.tables = self.dest.names();
+        s.apply(p);
+        Ok(())
+    }
+
+    fn prepare(mut self, id: &str) -> Result<(), DestinationError> {
+        self.usable()?;
+        let mut p = std::mem::take(&mut self.pending);
+        p.tables = self.dest.names();
+        self.dest.store.lock().prepared.insert(id.to_string(), p);
+        Ok(())
+    }
+}
+
+/// Encodes a record as its fields' text joined by [`FIELD`]; a value `CLIENT-BAD` is one the
+/// "type" refuses, on the client.
+pub struct MemEncoder {
+    columns: usize,
+}
+
+impl RecordEncoder for MemEncoder {
+    fn encode(
+        &mut self,
+        fields: &Fields,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        if fields.len() != self.columns {
+            return Err(RecordError {
+                column: None,
+                kind: RecordErrorKind::FieldCount {
+                    expected: self.columns,
+                    found: fields.len(),
+                },
+                value: None,
+            });
+        }
+        let mut record = Vec::new();
+        for i in 0..fields.len() {
+            if i > 0 {
+                record.push(FIELD);
+            }
+            match fields.get(i, input) {
+                Some(b"CLIENT-BAD") => {
+                    return Err(RecordError {
+                        column: Some(i),
+                        kind: RecordErrorKind::Value("not a value of this type".into()),
+                        value: Some(b"CLIENT-BAD".to_vec()),
+                    })
+                }
+                Some(v) => record.extend_from_slice(v),
+                None => record.extend_from_slice(NULL),
+            }
+        }
+        record.push(b'\n');
+        out.extend(record);
+        Ok(())
+    }
+
+    fn encode_field(&mut self, _column: usize, raw: &[u8]) -> Option<Vec<u8>> {
+        Some(raw.to_vec())
+    }
+}
+
+impl Destination for Memory {
+    fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError> {
+        let s = self.store.lock();
+        let t = s
+            .tables
+            .get(name)
+            .ok_or_else(|| DestinationError::new(ErrorKind::Usage, format!("no table {name}")))?;
+        Ok(TableInfo {
+            id: t.id.to_string(),
+            schema: "memory".into(),
+            name: name.to_string(),
+            qualified: name.to_string(),
+            columns: t
+                .columns
+                .iter()
+                .map(|c| ColumnInfo {
+                    name: c.clone(),
+                    type_name: "text".into(),
+                    not_null: false,
+                    client_converted: true,
+                })
+                .collect(),
+            references: Vec::new(),
+        })
+    }
+
+    fn free_slots(&self) -> Option<u64> {
+        None
+    }
+
+    fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
+        self.tables = tables.to_vec();
+        Ok(())
+    }
+
+    fn load_format(&self, _table: usize) -> &'static str {
+        "text"
+    }
+
+    fn target(&self) -> String {
+        "memory".into()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            identifiers: IdentifierRules {
+                quote: '"',
+                fold_lower: true,
+                case_insensitive_columns: false,
+                max_bytes: 63,
+            },
+            publish: None,
+            savepoints_in_staged_unit: false,
+            prepare: match self.prepare_slots {
+                0 => Err("this store prepares nothing".into()),
+                n => Ok(n),
+            },
+        }
+    }
+
+    type Stream<'a> = MemStream<'a>;
+
+    fn open_stream(&self, _n: usize) -> Result<MemStream<'_>, DestinationError> {
+        Ok(MemStream {
+            dest: self,
+            pending: Pending::default(),
+            copy: None,
+            savepoint: None,
+            aborted: false,
+            lost: false,
+        })
+    }
+
+    type Encoder<'a> = MemEncoder;
+
+    fn encoder(&self, table: usize) -> MemEncoder {
+        MemEncoder {
+            columns: self.tables[table].columns.len(),
+        }
+    }
+
+    fn watch(&self, _streams: usize) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
+    fn stop_watching(&self) -> ServerWaits {
+        ServerWaits::default()
+    }
+
+    fn key_columns(&self, _index: &str) -> Option<Vec<String>> {
+        None
+    }
+
+    fn framing(&self, _table: usize) -> (&[u8], &[u8]) {
+        (&[], &[])
+    }
+
+    fn finish_prepared(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        if let Some(p) = s.prepared.remove(id) {
+            if commit {
+                s.apply(p);
+            }
+        }
+        Ok(())
+    }
+
+    fn prepared(&self, prefix: &str) -> Result<Vec<String>, DestinationError> {
+        let s = self.store.lock();
+        Ok(s.prepared
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+
+    fn decide_commit(&self, job: i64, ids: &[String]) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        s.commits.extend(ids.iter().map(|id| (job, id.clone())));
+        Ok(())
+    }
+
+    fn decided(&self, job: i64) -> Result<Vec<String>, DestinationError> {
+        let s = self.store.lock();
+        Ok(s.commits
+            .iter()
+            .filter(|(j, _)| *j == job)
+            .map(|(_, id)| id.clone())
+            .collect())
+    }
+}
+
+impl Ledger for Memory {
+    fn open_ledger(&self) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
+    fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {
+        let s = self.store.lock();
+        let mut jobs: Vec<Job> = s
+            .jobs
+            .iter()
+            .filter(|j| key.is_none_or(|k| j.spec.key == k))
+            .map(|j| {
+                let done: Vec<&ChunkRecord> = s
+                    .chunks
+                    .iter()
+                    .filter(|(id, _)| *id == j.id)
+                    .map(|(_, c)| c)
+                    .collect();
+                let running = s.locks.contains_key(&j.id);
+                let state = match j.state {
+                    JobState::Running if !running => JobState::Interrupted,
+                    other => other,
+                };
+                Job {
+                    id: j.id,
+                    key: j.spec.key.clone(),
+                    state,
+                    message: j.message.clone(),
+                    tables: j.spec.files.iter().map(|f| f.table.clone()).collect(),
+                    chunk_size: j.spec.chunk_size,
+                    settings: j.spec.settings.clone(),
+                    chunks_total: j.spec.chunks_total,
+                    chunks_done: done.len() as u64,
+                    rows_done: done.iter().map(|c| c.rows).sum(),
+                    staged_chunks: 0,
+                    staged_rows: 0,
+                    bytes_total: j.spec.bytes_total,
+                    started: format!("job {}", j.id),
+                    finished: j.finished.clone(),
+                }
+            })
+            .collect();
+        jobs.reverse();
+        Ok(jobs)
+    }
+
+    fn job_files(&self, job: i64) -> Result<Vec<FileRecord>, DestinationError> {
+        let mut s = self.store.lock();
+        Ok(s.job(job)?.spec.files.clone())
+    }
+
+    fn job_chunks(&self, job: i64) -> Result<Vec<ChunkRecord>, DestinationError> {
+        let s = self.store.lock();
+        Ok(s.chunks
+            .iter()
+            .filter(|(j, _)| *j == job)
+            .map(|(_, c)| c.clone())
+            .collect())
+    }
+
+    fn loaded_by(&self, files: &[FileRecord]) -> Result<Vec<Option<LoadedBy>>, DestinationError> {
+        let s = self.store.lock();
+        let same = |a: &FileRecord, b: &FileRecord| {
+            (
+                &a.path,
+                &a.table,
+                a.size,
+                a.modified_ns,
+                &a.fingerprint,
+                &a.settings,
+            ) == (
+                &b.path,
+                &b.table,
+                b.size,
+                b.modified_ns,
+                &b.fingerprint,
+                &b.settings,
+            )
+        };
+        Ok(files
+            .iter()
+            .map(|f| {
+                s.jobs
+                    .iter()
+                    .rev()
+                    .filter(|j| j.state == JobState::Finished)
+                    .find_map(|j| {
+                        let n = j.spec.files.iter().position(|r| same(r, f))?;
+                        Some(LoadedBy {
+                            job: j.id,
+                            finished: j.finished.clone().unwrap_or_default(),
+                            file: n as u32,
+                        })
+                    })
+            })
+            .collect())
+    }
+
+    fn placements(&self, job: i64, files: &[u32]) -> Result<Vec<PlacementCheck>, DestinationError> {
+        let mut s = self.store.lock();
+        let spec = s.job(job)?.spec.clone();
+        Ok(files
+            .iter()
+            .filter_map(|&file| {
+                let (_, _, relation, then) = s
+                    .places
+                    .iter()
+                    .find(|(j, f, _, _)| *j == job && *f == file)?
+                    .clone();
+                let _ = &spec;
+                Some(PlacementCheck {
+                    file,
+                    now: s.relation_state(&relation),
+                    relation,
+                    then,
+                })
+            })
+            .collect())
+    }
+
+    fn finish_job(&self, job: i64, placements: &[Placement]) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        let places: Vec<(i64, u32, String, RelationState)> = placements
+            .iter()
+            .filter_map(|p| {
+                let state = s.relation_state(&p.relation)?;
+                Some((job, p.file, p.relation.clone(), state))
+            })
+            .collect();
+        s.places.retain(|(j, ..)| *j != job);
+        s.places.extend(places);
+        let when = s.tick();
+        let j = s.job(job)?;
+        j.state = JobState::Finished;
+        j.message = None;
+        j.finished = Some(when);
+        s.locks.remove(&job);
+        Ok(())
+    }
+
+    fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
+        let mut s = self.store.lock();
+        let id = s.jobs.len() as i64 + 1;
+        s.jobs.push(JobRow {
+            id,
+            spec: spec.clone(),
+            state: JobState::Running,
+            message: None,
+            finished: None,
+        });
+        s.locks.insert(id, self.process);
+        Ok(id)
+    }
+
+    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        if s.locks.get(&job).is_some_and(|p| *p != self.process) {
+            return Err(DestinationError::new(
+                ErrorKind::Usage,
+                format!("job {job} is running in another process"),
+            ));
+        }
+        s.locks.insert(job, self.process);
+        let j = s.job(job)?;
+        j.state = JobState::Running;
+        j.message = None;
+        Ok(())
+    }
+
+    fn end_job(
+        &self,
+        job: i64,
+        state: JobState,
+        message: Option<&str>,
+    ) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        let j = s.job(job)?;
+        j.state = state;
+        j.message = message.map(str::to_string);
+        s.locks.remove(&job);
+        Ok(())
+    }
+
+    fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {
+        let mut s = self.store.lock();
+        if s.locks.get(&job).is_some_and(|p| *p != self.process) {
+            return Err(DestinationError::new(ErrorKind::Usage, "job is running"));
+        }
+        s.jobs.retain(|j| j.id != job);
+        s.chunks.retain(|(j, _)| *j != job);
+        s.places.retain(|(j, ..)| *j != job);
+        s.commits.retain(|(j, _)| *j != job);
+        Ok(Vec::new())
+    }
+}
