@@ -1,4 +1,4 @@
-//! Issue 9: the `stage` strategy (staging tables switched into partitions, indexes after, one
+//! The `stage` strategy (staging tables switched into partitions, indexes after, one
 //! publish), against a real PostgreSQL: it loads what `direct` and `psql \copy` load, its
 //! ATTACH does not scan, a killed load leaves nothing visible and the next run publishes what
 //! it staged (or drops it, when it cannot), bad rows and unstageable inputs are named, and

@@ -1,4 +1,4 @@
-//! Issue 10's hostile findings that stand on their own (the resume ledger is separate):
+//! Faults that stand on their own (the resume ledger is in ledger.rs):
 //! `--jobs 0`, a malformed URI, a compressed name over bytes that are not, and the JSON
 //! report of a failed load; a stream cut off by a network partition.
 

@@ -1,4 +1,4 @@
-//! Issue 11: rejects and thresholds. A load with bad rows finishes within `--max-errors`:
+//! Rejects and thresholds. A load with bad rows finishes within `--max-errors`:
 //! client-side bad rows are dropped before they are sent, server-side ones (unique, check,
 //! foreign key, a duplicate key that two streams load) are isolated under savepoints, every
 //! good row loads once, and the rejects file holds each bad row's original bytes. Past the

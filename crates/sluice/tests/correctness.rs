@@ -1,4 +1,4 @@
-//! Regressions for issue 7 (a hostile test's findings): a duplicate key across streams hung
+//! Correctness under a hostile test: a duplicate key across streams hung
 //! the load, session settings from the environment were ignored (timestamps shifted silently),
 //! `--columns` did not follow SQL identifier rules, connections did not behave like psql's,
 //! and some server errors named no line. Every test runs against a real PostgreSQL; the ones

@@ -1,4 +1,4 @@
-//! Issue 12: the bottleneck verdict. Each kind that can be forced on one machine is forced
+//! The bottleneck verdict. Each kind that can be forced on one machine is forced
 //! with conditions about ten times apart, so that noise cannot flip it: a slow pipe
 //! (client-bound), a trigger that sleeps per batch (server-bound), one big uncut compressed
 //! file beside small ones (a long tail). Real PostgreSQL; nothing here is timed.

@@ -1,8 +1,8 @@
-//! Issue 11, "bad input: the rest of the list": inputs a hostile user feeds a loader. Each test
+//! Bad input, the rest of the list: inputs a hostile user feeds a loader. Each test
 //! asserts the exit code, the message (file, line, value, reason) and the table afterwards,
 //! and where psql can load the same bytes, that sluice loads what psql loads. (Invalid UTF-8
 //! and an unterminated quote are in bad_input.rs; a missing file and a directory in
-//! issue13_newcomer.rs.)
+//! first_use.rs.)
 
 mod common;
 

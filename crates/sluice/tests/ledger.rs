@@ -1,4 +1,4 @@
-//! Issue 10: exactly once, whatever happens. A load is a job in the target's ledger; the same
+//! Exactly once, whatever happens. A load is a job in the target's ledger; the same
 //! command run again after a kill, a lost connection or a server crash completes it exactly
 //! once; a finished job's rerun loads nothing; a changed file refuses a resume; no password
 //! leaks. Every test runs real PostgreSQL servers, and none is timed.

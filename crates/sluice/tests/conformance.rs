@@ -1,0 +1,281 @@
+//! The destination contract's behaviours, written once and run against every destination's
+//! real server through the command line, as a user runs it: PostgreSQL now; MariaDB's fixture
+//! joins when its destination lands. Each behaviour takes a [`Server`] fixture that starts
+//! nothing fake: a fresh database on a real server, and the few things only its SQL can do
+//! (a partitioned table, ending one of the load's sessions).
+//!
+//! A destination that declares a capability passes its test; one that lacks it (it cannot
+//! stage, it cannot prepare) must take the named fallback and say so. The behaviours: all or
+//! nothing across streams, a duplicate across streams, a bad row named with its position,
+//! rejects and isolation, the ledger and resume at kill points, the stage strategy and its
+//! publish, a lost connection retried.
+
+mod common;
+
+use common::{assert_has, run_bounded, sluice_cmd, stderr, wait_until};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+/// A database on a real server, fresh for one test.
+trait Target {
+    fn url(&self) -> &str;
+    fn dir(&self) -> &Path;
+    /// Runs SQL, failing the test on an error; returns what it printed.
+    fn sql(&self, sql: &str) -> String;
+    fn count(&self, table: &str) -> u64;
+    /// `CREATE TABLE name (id int, v varchar(40))` partitioned by ranges of `id`, one
+    /// partition per `bounds` window; `None` where the destination cannot stage.
+    fn partitioned(&self, name: &str, bounds: &[(u32, u32)]) -> Option<()>;
+    /// Ends one session of this database that is copying rows (a lost connection).
+    fn end_a_loading_session(&self) -> bool;
+}
+
+/// A kind of server.
+trait Server {
+    fn fresh(&self, test: &str) -> Box<dyn Target>;
+}
+
+/// Rows `id,v` for ids `from..to`, with `odd` values of `v` (or of the whole line) by id.
+fn rows(from: u32, to: u32, odd: &[(u32, &str)]) -> String {
+    (from..to)
+        .map(|i| match odd.iter().find(|(k, _)| *k == i) {
+            Some((_, line)) => format!("{line}\n"),
+            None => format!("{i},v{i}\n"),
+        })
+        .collect()
+}
+
+fn write(t: &dyn Target, name: &str, text: &str) -> PathBuf {
+    let p = t.dir().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `sluice load -q --target URL --table TABLE --jobs 2 ARGS FILES`, bounded, with `env`.
+fn load(
+    t: &dyn Target,
+    table: &str,
+    files: &[&Path],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut c = sluice_cmd();
+    c.args([
+        "load",
+        "-q",
+        "--target",
+        t.url(),
+        "--table",
+        table,
+        "--jobs",
+        "2",
+    ])
+    .args(args)
+    .args(files);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run_bounded(c, 300)
+}
+
+fn plain(t: &dyn Target) {
+    t.sql("CREATE TABLE t (id int PRIMARY KEY, v varchar(40))");
+}
+
+/// Every id of `from..to` in `t` exactly once.
+fn exactly_once(t: &dyn Target, n: u64) {
+    assert_eq!(t.count("t"), n);
+    assert_eq!(t.count("(SELECT DISTINCT id FROM t) x"), n);
+}
+
+fn all_or_nothing_across_streams(s: &dyn Server) {
+    let t = s.fresh("conf_all_or_nothing");
+    plain(&*t);
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[(4499, "4499,v,extra")]));
+    let out = load(&*t, "t", &[&a, &b], &[], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // A bad row, named with its position.
+    assert_has(
+        &stderr(&out),
+        &["b.csv", "line 1500", "byte offset", "nothing was committed"],
+    );
+    assert_eq!(t.count("t"), 0);
+}
+
+fn a_duplicate_across_streams(s: &dyn Server) {
+    let t = s.fresh("conf_duplicate");
+    plain(&*t);
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[(5000, "17,again")]));
+    let out = load(&*t, "t", &[&a, &b], &[], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_has(&stderr(&out), &["17"]);
+    assert_eq!(t.count("t"), 0);
+}
+
+fn rejects_and_isolation(s: &dyn Server) {
+    let t = s.fresh("conf_rejects");
+    plain(&*t);
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[(10, "x10,bad id")]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[(5000, "17,again")]));
+    let rejects = t.dir().join("r.csv");
+    let out = load(
+        &*t,
+        "t",
+        &[&a, &b],
+        &["--max-errors", "5", "--rejects", rejects.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert_eq!(t.count("t"), 5998);
+    let kept = std::fs::read_to_string(&rejects).unwrap();
+    assert_eq!(kept, "x10,bad id\n17,again\n");
+}
+
+fn the_ledger_resumes_after_a_kill_at_the_commit(s: &dyn Server) {
+    for prepare in ["off", "auto"] {
+        let t = s.fresh(&format!("conf_ledger_{prepare}"));
+        plain(&*t);
+        let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+        let b = write(&*t, "b.csv", &rows(3000, 6000, &[]));
+        let args = ["--prepare", prepare];
+        let out = load(&*t, "t", &[&a, &b], &args, &[("SLUICE_KILL_AT", "commit")]);
+        assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+        let out = load(&*t, "t", &[&a, &b], &args, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        exactly_once(&*t, 6000);
+        let out = load(&*t, "t", &[&a, &b], &args, &[]);
+        assert_has(&stderr(&out), &["nothing to load"]);
+        exactly_once(&*t, 6000);
+    }
+}
+
+fn the_stage_strategy_or_its_fallback(s: &dyn Server) {
+    let t = s.fresh("conf_stage");
+    let bounds = [(0, 3000), (3000, 6000)];
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[]));
+    match t.partitioned("p", &bounds) {
+        Some(()) => {
+            let out = load(&*t, "p", &[&a, &b], &["--strategy", "stage"], &[]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            assert_has(&String::from_utf8_lossy(&out.stdout), &["strategy: stage"]);
+            assert_eq!(t.count("p"), 6000);
+        }
+        None => {
+            plain(&*t);
+            let out = load(&*t, "t", &[&a, &b], &["--strategy", "stage"], &[]);
+            assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+            assert_has(&stderr(&out), &["cannot stage", "--strategy direct"]);
+        }
+    }
+}
+
+fn a_lost_connection_is_retried(s: &dyn Server) {
+    let t = s.fresh("conf_lost");
+    t.sql("CREATE TABLE t (id int, v varchar(80))");
+    let n = 1_000_000;
+    let text: String = (0..n)
+        .map(|i| format!("{i},a value long enough to keep the copy busy for a while\n"))
+        .collect();
+    let f = write(&*t, "big.csv", &text);
+    let mut c = sluice_cmd();
+    c.args([
+        "load",
+        "-q",
+        "--target",
+        t.url(),
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+    ])
+    .arg(&f)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    wait_until("a stream to be copying", 120, || t.end_a_loading_session());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(&stderr(&out), &["lost its connection", "retry 1 of 5"]);
+    assert_eq!(t.count("t"), n);
+    assert_eq!(t.count("(SELECT DISTINCT id FROM t) x"), n);
+}
+
+/// Runs each behaviour against one server fixture, as tests named by both.
+macro_rules! conformance {
+    ($module:ident, $server:expr, [$($behaviour:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[test]
+                fn $behaviour() {
+                    super::$behaviour(&$server);
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    postgres,
+    super::Postgres,
+    [
+        all_or_nothing_across_streams,
+        a_duplicate_across_streams,
+        rejects_and_isolation,
+        the_ledger_resumes_after_a_kill_at_the_commit,
+        the_stage_strategy_or_its_fallback,
+        a_lost_connection_is_retried,
+    ]
+);
+
+/// PostgreSQL: the test cluster (`common::pg`), a database per test.
+struct Postgres;
+
+impl Server for Postgres {
+    fn fresh(&self, test: &str) -> Box<dyn Target> {
+        Box::new(common::db(test))
+    }
+}
+
+impl Target for common::Db {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn sql(&self, sql: &str) -> String {
+        self.psql(sql)
+    }
+
+    fn count(&self, table: &str) -> u64 {
+        common::Db::count(self, table)
+    }
+
+    fn partitioned(&self, name: &str, bounds: &[(u32, u32)]) -> Option<()> {
+        let mut sql = format!(
+            "CREATE TABLE {name} (id int NOT NULL, v varchar(40)) PARTITION BY RANGE (id);"
+        );
+        for (k, (lo, hi)) in bounds.iter().enumerate() {
+            sql.push_str(&format!(
+                "CREATE TABLE {name}_{k} PARTITION OF {name} FOR VALUES FROM ({lo}) TO ({hi});"
+            ));
+        }
+        self.psql(&sql);
+        Some(())
+    }
+
+    fn end_a_loading_session(&self) -> bool {
+        let ended = self.psql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity \
+             WHERE datname = '{}' AND query LIKE 'COPY%' AND state = 'active' \
+               AND pid <> pg_backend_pid() LIMIT 1) x",
+            self.name
+        ));
+        ended.trim() == "1"
+    }
+}
