@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_has, db, pg, run_bounded, sluice_cmd, stderr, Db};
+use common::{assert_has, db, pg, run_bounded, sluice_cmd, stderr, wait_until, Db};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Output;
@@ -373,7 +373,7 @@ fn load_target(target: &str, env: &[(&str, &str)], secs: u64) -> Output {
 #[test]
 fn connect_timeout_bounds_a_server_that_never_answers() {
     let port = listener(silent);
-    let t0 = std::time::Instant::now();
+    // Bounded: a run still going after 30 s fails the test (the server never answers).
     let out = load_target(
         &format!("postgresql://u@127.0.0.1:{port}/db?sslmode=disable&connect_timeout=2"),
         &[],
@@ -381,7 +381,6 @@ fn connect_timeout_bounds_a_server_that_never_answers() {
     );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert_has(&stderr(&out), &["timeout expired after 2 s"]);
-    assert!(t0.elapsed().as_secs() < 15, "took {:?}", t0.elapsed());
     // The environment variable, and TLS negotiation (sslmode=prefer) inside the bound too.
     let out = load_target(
         &format!("postgresql://u@127.0.0.1:{port}/db"),
@@ -627,8 +626,17 @@ fn sigterm_mid_load_commits_nothing() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{}", stderr(&out));
     assert_has(&stderr(&out), &["interrupted: nothing was committed"]);
-    // The server notices the closed connections and rolls back.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The server notices the closed connections and rolls back: once the load's sessions
+    // are gone, nothing of it is there (and nothing was visible before either).
+    wait_until("the load's sessions to end", 30, || {
+        d.psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+             AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            d.name
+        ))
+        .trim()
+            == "0"
+    });
     assert_eq!(d.count("t"), 0);
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{db, sluice_cmd, stderr};
+use common::{db, sluice_cmd, stderr, wait_until};
 use std::path::Path;
 use std::process::Output;
 
@@ -106,7 +106,10 @@ fn start_stop_status_url_and_recovery_after_kill_9() {
     unsafe {
         libc::kill(pid as i32, libc::SIGKILL);
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: signal 0 only asks whether the process is still there.
+    wait_until("the killed server to be gone", 30, || unsafe {
+        libc::kill(pid as i32, 0) != 0
+    });
     assert!(
         dir.join("postmaster.pid").exists(),
         "a crash leaves the pid file behind"
