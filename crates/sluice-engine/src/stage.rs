@@ -27,7 +27,7 @@ use crate::chunk::locate_record;
 use crate::events::{CommitPhase, Event, Host};
 use crate::failure::Failure;
 use crate::ledger::JobRun;
-use crate::plan::{Chunk, Plan};
+use crate::plan::{Chunk, Compression, InputSource, Plan};
 use crate::run::lock;
 use crate::strategy::{commit_all, direct_units, ChunkRunner, Commit, Strategy, Unit};
 use sluice_core::destination::{
@@ -346,6 +346,7 @@ impl<D: Staging> StagePlanner<D> for Staged {
 /// with its reason.
 struct Routing<'p> {
     plan: &'p Plan,
+    mode: Mode,
     fallbacks: Vec<Fallback>,
     targets: Vec<Target>,
     direct_inputs: Vec<usize>,
@@ -418,10 +419,64 @@ impl Routing<'_> {
             partitions: &partitions,
             default,
         };
-        for i in inputs {
+        for &i in &inputs {
             self.route_input(i, &ranges)?;
         }
+        if self.mode == Mode::Auto {
+            self.keep_parallel(t, &inputs);
+        }
         Ok(())
+    }
+
+    /// `auto` is never the slow choice: a table some of whose inputs cannot be staged would
+    /// load those inside the publish transaction, on one connection, after the switch. Rather
+    /// than that, the whole table loads direct, in parallel streams (all or nothing still), and
+    /// the summary says why. Not when an earlier run's staging tables of the table wait for
+    /// their publish.
+    fn keep_parallel(&mut self, t: usize, inputs: &[usize]) {
+        let direct = inputs
+            .iter()
+            .filter(|i| self.direct_inputs.contains(i))
+            .count();
+        let staged: Vec<usize> = self
+            .targets
+            .iter()
+            .filter(|g| g.table == t)
+            .flat_map(|g| g.inputs.clone())
+            .collect();
+        if direct == 0 || staged.is_empty() || self.reused.iter().any(|r| r.0 == t) {
+            return;
+        }
+        self.targets.retain(|g| g.table != t);
+        let table = &self.plan.tables[t].table.qualified;
+        for i in staged {
+            self.fall_back(
+                i,
+                format!(
+                    "{direct} other input(s) of {table} cannot be staged, so the whole table \
+                     loads direct, in parallel streams, rather than those inside the publish \
+                     transaction on one connection (--strategy stage forces that)"
+                ),
+            );
+        }
+    }
+
+    /// The partition input `i`'s last record belongs to, when it can be read cheaply (the
+    /// file's last 64 KiB, uncompressed, and for CSV no quote in them, so that every line end
+    /// ends a record): `Some(None)` when it belongs to none.
+    fn last_partition(&self, i: usize, r: &Ranges<'_>) -> Option<Option<usize>> {
+        let plan = self.plan;
+        let start = last_record_start(plan, i)?;
+        let tail = Chunk {
+            id: usize::MAX,
+            input: i,
+            start,
+            end: None,
+        };
+        let (_, values) = locate_record(plan, &tail, 1, &[r.key])?;
+        let raw = values.into_iter().next().flatten()?;
+        let value = parse_i64(trim_c_space(&raw)).ok()?;
+        Some(r.partitions.iter().position(|p| p.contains(value)))
     }
 
     /// Routes input `i` by its first row's key: to its partition's staging target, or direct
@@ -468,6 +523,22 @@ impl Routing<'_> {
         if let Some(why) = &r.partitions[p].obstacle {
             self.fall_back(i, why.clone());
             return Ok(());
+        }
+        // A file whose last row is in another partition than its first crosses bounds (cut
+        // elsewhere than the partitions, or unsorted): found here, before anything loads.
+        if self.mode == Mode::Auto {
+            if let Some(last) = self.last_partition(i, r).filter(|&q| q != Some(p)) {
+                let to = last.map_or("no partition".to_string(), |q| r.partitions[q].name.clone());
+                self.fall_back(
+                    i,
+                    format!(
+                        "its rows cross partition bounds: its first row belongs to {}, its last \
+                         to {to}",
+                        r.partitions[p].name
+                    ),
+                );
+                return Ok(());
+            }
         }
         if self.reused.contains(&(r.table, p)) {
             self.fall_back(
@@ -551,6 +622,38 @@ impl Routing<'_> {
     }
 }
 
+/// Bytes read from an input's end to find its last record.
+const TAIL: u64 = 64 << 10;
+
+/// Where input `i`'s last record starts, from its last [`TAIL`] bytes: only for an uncompressed
+/// file, and for CSV only when those bytes hold no quote (a line end in them then always ends
+/// a record). `None` when it cannot be told cheaply.
+fn last_record_start(plan: &Plan, i: usize) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let input = &plan.inputs[i];
+    let InputSource::File(path) = &input.source else {
+        return None;
+    };
+    if input.compression != Compression::None || input.size == 0 {
+        return None;
+    }
+    let from = input.size.saturating_sub(TAIL);
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::Start(from)).ok()?;
+    let mut tail = Vec::with_capacity((input.size - from) as usize);
+    f.take(input.size - from).read_to_end(&mut tail).ok()?;
+    let d = &input.dialect;
+    if d.format == sluice_core::dialect::Format::Csv && tail.contains(&d.quote) {
+        return None;
+    }
+    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
+    match body.iter().rposition(|&b| b == b'\n') {
+        Some(k) => Some(from + k as u64 + 1),
+        // One line in the tail: the file's only record when the tail is the whole file.
+        None => (from == 0 && !d.header).then_some(0),
+    }
+}
+
 /// A table's range partitions, as routing reads them.
 struct Ranges<'a> {
     table: usize,
@@ -597,6 +700,7 @@ impl Stage {
         let plan = &*plan;
         let mut routing = Routing {
             plan,
+            mode,
             fallbacks: Vec::new(),
             targets: Vec::new(),
             direct_inputs: Vec::new(),

@@ -452,6 +452,8 @@ fn a_file_that_spans_partitions_is_redone_directly_and_said_so() {
     // Starts in t_2 and runs into t_3.
     let span = d.file("span.csv", rows(1000, 2500).as_bytes());
     let c = d.file("c.csv", rows(2600, 2700).as_bytes());
+    // --strategy stage: `auto` would see the span before loading and load the table direct
+    // (`auto_loads_a_table_with_a_file_across_bounds_direct_in_parallel`).
     let out = ok(&load(
         &d,
         &[
@@ -459,6 +461,8 @@ fn a_file_that_spans_partitions_is_redone_directly_and_said_so() {
             "t",
             "--jobs",
             "2",
+            "--strategy",
+            "stage",
             a.to_str().unwrap(),
             span.to_str().unwrap(),
             c.to_str().unwrap(),
@@ -486,9 +490,18 @@ fn a_partition_with_rows_is_loaded_directly_and_said_so() {
     d.psql("INSERT INTO t VALUES (1500, 'already here')");
     let a = d.file("a.csv", rows(1, 900).as_bytes());
     let b = d.file("b.csv", rows(1000, 1100).as_bytes());
+    // --strategy stage: the other file staged, this one in the publish. (`auto` loads such a
+    // table direct, in parallel: `auto_loads_a_table_with_a_file_across_bounds_...`.)
     let out = ok(&load(
         &d,
-        &["--table", "t", a.to_str().unwrap(), b.to_str().unwrap()],
+        &[
+            "--table",
+            "t",
+            "--strategy",
+            "stage",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
         &[],
     ));
     assert_has(
@@ -697,6 +710,8 @@ fn statistics_are_gathered_once_per_partition_and_for_the_parent() {
             "t",
             "--jobs",
             "2",
+            "--strategy",
+            "stage",
             a.to_str().unwrap(),
             b.to_str().unwrap(),
             c.to_str().unwrap(),
@@ -797,5 +812,37 @@ fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
         d.psql("SELECT count(DISTINCT id) FROM t").trim(),
         (899 + 900).to_string()
     );
+    assert_eq!(leftovers(&d), 0);
+}
+
+/// Files cut elsewhere than the partitions' bounds (another generator's parts, daily files into
+/// ranges): `auto` sees from each file's first and last rows that some cross a bound, and loads
+/// the table direct, in parallel, naming why, rather than those files inside the publish
+/// transaction on one connection. The rows equal psql's.
+#[test]
+fn auto_loads_a_table_with_a_file_across_bounds_direct_in_parallel() {
+    let d = db("stage_auto_misaligned");
+    three_partitions(&d, true);
+    let a = d.file("a.csv", rows(1, 950).as_bytes());
+    let b = d.file("b.csv", rows(950, 1900).as_bytes());
+    let c = d.file("c.csv", rows(1900, 2700).as_bytes());
+    let files = [
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+    ];
+    let mut args = vec!["--table", "t", "--jobs", "2"];
+    args.extend(files);
+    let out = ok(&load(&d, &args, &[]));
+    assert!(!out.contains("strategy: stage"), "{out}");
+    assert_has(
+        &out,
+        &[
+            "b.csv (table t): its rows cross partition bounds: its first row belongs to",
+            "cannot be staged, so the whole table loads direct, in parallel streams",
+        ],
+    );
+    assert_eq!(d.count("t"), 2699);
+    assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "2699");
     assert_eq!(leftovers(&d), 0);
 }
