@@ -150,9 +150,9 @@ impl<'a> LineTracker<'a> {
         }
     }
 
-    /// Accounts for a record at `offset` spanning `lines` line ends: its position, or `None`
-    /// when it is the header.
-    fn record(&mut self, offset: u64, end: u64, lines: u32) -> Option<Position> {
+    /// Accounts for a record at `offset` spanning `lines` line ends, whose bytes are `raw`:
+    /// its position, or `None` when it is the header (kept for the rejects file).
+    fn record(&mut self, offset: u64, end: u64, lines: u32, raw: &[u8]) -> Option<Position> {
         let pos = Position {
             line: self.line,
             offset,
@@ -160,6 +160,7 @@ impl<'a> LineTracker<'a> {
         };
         self.line += u64::from(lines);
         if std::mem::take(&mut self.header) {
+            let _ = self.input.header_line.set(raw.to_vec());
             return None;
         }
         Some(pos)
@@ -334,9 +335,12 @@ fn walk_mapped(
                 .map_err(|e| lines_seen.syntax(e, base))?;
             match step {
                 Step::Record { end, lines } => {
-                    if let Some(here) =
-                        lines_seen.record(base + at as u64, base + end as u64, lines)
-                    {
+                    if let Some(here) = lines_seen.record(
+                        base + at as u64,
+                        base + end as u64,
+                        lines,
+                        &slice[at..end],
+                    ) {
                         if !visit.record(&fields, slice, base, here)? {
                             return Ok((pos + end) as u64);
                         }
@@ -434,9 +438,12 @@ fn walk_blocks(
                         break;
                     }
                     Step::Record { end, lines } => {
-                        if let Some(here) =
-                            lines_seen.record(tail_base, tail_base + end as u64, lines)
-                        {
+                        if let Some(here) = lines_seen.record(
+                            tail_base,
+                            tail_base + end as u64,
+                            lines,
+                            &stitch[..end],
+                        ) {
                             if !visit.record(&fields, &stitch, tail_base, here)? {
                                 return Ok(base - chunk.start);
                             }
@@ -473,9 +480,12 @@ fn walk_blocks(
                 .map_err(|e| lines_seen.syntax(e, base))?
             {
                 Step::Record { end, lines } => {
-                    if let Some(here) =
-                        lines_seen.record(base + pos as u64, base + end as u64, lines)
-                    {
+                    if let Some(here) = lines_seen.record(
+                        base + pos as u64,
+                        base + end as u64,
+                        lines,
+                        &block[pos..end],
+                    ) {
                         if !visit.record(&fields, &block, base, here)? {
                             return Ok(base - chunk.start);
                         }

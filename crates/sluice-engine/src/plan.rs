@@ -97,6 +97,9 @@ pub struct Input {
     pub size: u64,
     pub table: usize,
     pub dialect: Dialect,
+    /// The header line as the load read it (line ending included), kept for the rejects file
+    /// when the input is standard input, which cannot be read twice.
+    pub header_line: std::sync::Arc<std::sync::OnceLock<Vec<u8>>>,
 }
 
 /// One target table and the columns its inputs fill.
@@ -346,6 +349,7 @@ pub fn build(
                 size: 0,
                 table,
                 dialect: dialect_for(format, spec)?,
+                header_line: Default::default(),
             });
             continue;
         }
@@ -368,6 +372,7 @@ pub fn build(
             size: meta.len(),
             table,
             dialect,
+            header_line: Default::default(),
         });
     }
     // Each table's columns: --columns, the header's names, or all in order.
@@ -618,6 +623,37 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
             input.display
         )),
     }
+}
+
+/// The bytes of an input's first record, line ending included: its header line, for the
+/// rejects file (standard input's, which cannot be read again, as the load read it). `None`
+/// when it has none.
+pub fn header_line(input: &Input) -> std::io::Result<Option<Vec<u8>>> {
+    if let Some(line) = input.header_line.get() {
+        return Ok(Some(line.clone()));
+    }
+    if input.source == InputSource::Stdin {
+        return Ok(None);
+    }
+    let whole = Chunk {
+        id: 0,
+        input: 0,
+        start: 0,
+        end: None,
+    };
+    let mut reader = crate::source::open_chunk(input, &whole)?;
+    let mut head = Vec::new();
+    (&mut reader).take(1 << 20).read_to_end(&mut head)?;
+    let mut dialect = input.dialect.clone();
+    dialect.line_ending = detect_line_ending(&head, &dialect);
+    let parser = sluice_core::records::RecordParser::new(&dialect);
+    let mut fields = sluice_core::records::Fields::new();
+    Ok(
+        match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
+            Ok(sluice_core::records::Step::Record { end, .. }) => Some(head[..end].to_vec()),
+            _ => None,
+        },
+    )
 }
 
 /// Checks that an input can be read: a missing, unreadable or non-regular file is a local
