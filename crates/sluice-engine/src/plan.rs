@@ -543,8 +543,8 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
                 return Err(format!(
                     "--match-header: {} and {first} have different headers ({} against {})",
                     input.display,
-                    names.join(","),
-                    h.join(",")
+                    show_names(&names),
+                    show_names(h)
                 ))
             }
             Some(_) => {}
@@ -553,6 +553,7 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
     let Some((file, names)) = header else {
         return Err("--match-header: no input".into());
     };
+    let show = |n: &str| sluice_core::error::show_value(n.as_bytes());
     names
         .iter()
         .map(|n| {
@@ -568,8 +569,9 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
             match folded.as_slice() {
                 [one] => Ok(one.to_string()),
                 [] => Err(format!(
-                    "the header of {file} names \"{n}\", which is not a column of {} (it has: \
+                    "the header of {file} names {}, which is not a column of {} (it has: \
                      {}); rename the header field, or map by position with --columns",
+                    show(n),
                     table.qualified,
                     table
                         .columns
@@ -579,13 +581,23 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
                         .join(", ")
                 )),
                 several => Err(format!(
-                    "the header of {file} names \"{n}\", which matches columns {} but none \
+                    "the header of {file} names {}, which matches columns {} but none \
                      exactly; use --columns",
+                    show(n),
                     several.join(" and ")
                 )),
             }
         })
         .collect()
+}
+
+/// Header names for a message, each shown with its invisible characters spelled out.
+fn show_names(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| sluice_core::error::show_value(n.as_bytes()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The field names of an input's first line.
@@ -614,9 +626,16 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
     dialect.line_ending = detect_line_ending(&head, &dialect);
     let parser = sluice_core::records::RecordParser::new(&dialect);
     let mut fields = sluice_core::records::Fields::new();
+    // Spreadsheets start their files with a UTF-8 byte-order mark; it names no column
+    // (DuckDB's and pandas' readers drop it too). The load skips the header line, mark and all.
+    let bom = if head.starts_with(b"\xEF\xBB\xBF") { 3 } else { 0 };
     match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
         Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
-            .map(|i| String::from_utf8_lossy(fields.get(i, &head).unwrap_or_default()).into_owned())
+            .map(|i| {
+                let name = fields.get(i, &head).unwrap_or_default();
+                let name = if i == 0 { &name[bom.min(name.len())..] } else { name };
+                String::from_utf8_lossy(name).into_owned()
+            })
             .collect()),
         _ => Err(format!(
             "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
