@@ -628,12 +628,20 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
     let mut fields = sluice_core::records::Fields::new();
     // Spreadsheets start their files with a UTF-8 byte-order mark; it names no column
     // (DuckDB's and pandas' readers drop it too). The load skips the header line, mark and all.
-    let bom = if head.starts_with(b"\xEF\xBB\xBF") { 3 } else { 0 };
+    let bom = if head.starts_with(b"\xEF\xBB\xBF") {
+        3
+    } else {
+        0
+    };
     match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
         Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
             .map(|i| {
                 let name = fields.get(i, &head).unwrap_or_default();
-                let name = if i == 0 { &name[bom.min(name.len())..] } else { name };
+                let name = if i == 0 {
+                    &name[bom.min(name.len())..]
+                } else {
+                    name
+                };
                 String::from_utf8_lossy(name).into_owned()
             })
             .collect()),

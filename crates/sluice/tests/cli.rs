@@ -35,3 +35,69 @@ fn ddl_create_over_existing_tables_or_without_privilege_is_a_usage_error() {
     assert_eq!(denied.status.code(), Some(2), "{}", stderr(&denied));
     assert_has(&stderr(&denied), &["permission denied"]);
 }
+
+/// Help read through a pipe, as in `sluice load --help | less`.
+fn help(args: &[&str]) -> String {
+    let out = sluice_cmd().args(args).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The help agrees with the README and the code: every exit code of the README's table, the
+/// gain `--jobs auto` asks of a stream, `-j` wherever there is a `--jobs`; piped, it wraps at
+/// 80 columns.
+#[test]
+fn help_agrees_with_the_readme_and_wraps_at_80_columns_when_piped() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let table = readme
+        .split("| code | meaning |")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with("| "));
+    let top = format!(" {} ", help(&[]).replace('\n', " "));
+    for row in table {
+        for code in row.split('|').nth(1).unwrap().split(',') {
+            let code = code.trim();
+            assert!(
+                top.contains(&format!(" {code} ")),
+                "`sluice --help` does not list exit code {code}:\n{top}"
+            );
+        }
+    }
+
+    let gain = format!(
+        "by {}% or more",
+        (sluice_engine::calibrate::GAIN * 100.0).round()
+    );
+    let load = help(&["load"]);
+    assert_has(&load.replace('\n', " ").replace("  ", " "), &[&gain]);
+    assert_has(
+        &readme,
+        &[&format!(
+            "raised it by {}%",
+            (sluice_engine::calibrate::GAIN * 100.0).round()
+        )],
+    );
+
+    for cmd in [
+        &["load"][..],
+        &["bench"],
+        &["demo"],
+        &["probe"],
+        &["gen", "tpch"],
+    ] {
+        let text = help(cmd);
+        assert_has(&text, &["-j, --jobs"]);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{cmd:?}: over 80 columns: {line}"
+            );
+        }
+    }
+}

@@ -19,17 +19,25 @@ fn a_byte_order_mark_before_the_header_is_ignored_by_match_header_and_loads_as_p
     let f = d.file("people.csv", excel.as_bytes());
     let f = f.to_str().unwrap();
     d.sluice_ok(&["load", "-q", "--header", "--match-header", f]);
-    d.psql_copy("people_psql", std::path::Path::new(f), "format csv, header true")
-        .unwrap();
+    d.psql_copy(
+        "people_psql",
+        std::path::Path::new(f),
+        "format csv, header true",
+    )
+    .unwrap();
     d.assert_same_rows("people", "people_psql");
     // A mark inside a data row is data, for psql and sluice alike.
     assert_eq!(
-        d.psql("SELECT count(*) FROM people WHERE name = E'\\uFEFFAlan'").trim(),
+        d.psql("SELECT count(*) FROM people WHERE name = E'\\uFEFFAlan'")
+            .trim(),
         "1"
     );
 
     // A header name that matches no column shows the characters the terminal would hide.
-    d.file("odd.csv", "id,\u{200b}name,born\n1,x,2000-01-01\n".as_bytes());
+    d.file(
+        "odd.csv",
+        "id,\u{200b}name,born\n1,x,2000-01-01\n".as_bytes(),
+    );
     let out = d.sluice(&[
         "load",
         "--table",
@@ -39,5 +47,8 @@ fn a_byte_order_mark_before_the_header_is_ignored_by_match_header_and_loads_as_p
         d.dir.join("odd.csv").to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert_has(&stderr(&out), &["names \"<U+200B>name\", which is not a column"]);
+    assert_has(
+        &stderr(&out),
+        &["names \"<U+200B>name\", which is not a column"],
+    );
 }
