@@ -101,3 +101,29 @@ fn help_agrees_with_the_readme_and_wraps_at_80_columns_when_piped() {
         }
     }
 }
+
+/// Inputs are checked before anything connects: standard input without `--format` (exit 2) and
+/// a `.gz` whose bytes are not gzip (exit 1) never start the private cluster.
+#[test]
+fn stdin_without_format_and_a_false_gz_fail_before_anything_connects() {
+    let root = std::env::temp_dir().join(format!("sluice-cli-early-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let pg_dir = root.join("pg");
+    let fake = root.join("t.csv.gz");
+    std::fs::write(&fake, b"1,a\n").unwrap();
+    let cases: [(&[&str], i32, &str); 2] = [
+        (&["--table", "t", "-"], 2, "needs --format"),
+        (&[fake.to_str().unwrap()], 1, "promises gzip"),
+    ];
+    for (args, code, says) in cases {
+        let mut c = sluice_cmd();
+        c.args(["load", "--pg-dir"]).arg(&pg_dir).args(args);
+        let out = run_bounded(c, 30);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert_has(&err, &[says]);
+        assert!(!err.contains("private PostgreSQL"), "{err}");
+        assert!(!pg_dir.exists(), "a cluster was made for nothing: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
