@@ -172,6 +172,7 @@ impl<'a> LineTracker<'a> {
         let mut err = InputError::new(&self.input.display, e.kind.message(csv));
         err.line = Some(self.line);
         err.offset = Some(base + e.offset as u64);
+        err.offset_of = sluice_core::error::OffsetOf::Error;
         Failure::Input(Box::new(err))
     }
 }
@@ -526,6 +527,9 @@ fn record_error(
     let mut err = InputError::new(&input.display, String::new());
     err.line = Some(pos.line);
     err.offset = Some(field_offset.unwrap_or(pos.offset));
+    if field_offset.is_some() {
+        err.offset_of = sluice_core::error::OffsetOf::Value;
+    }
     let columns = &plan.tables[input.table].columns;
     let col = e.column.and_then(|i| columns.get(i));
     err.column = col.map(|c| format!("{} ({})", c.name, c.type_name));

@@ -283,7 +283,9 @@ impl Rejects {
                 "column": r.error.column,
                 "value": value,
                 "value_bytes": r.error.value.as_ref().map(Vec::len),
-                "value_offset": r.error.offset,
+                "value_offset": (r.error.offset_of == sluice_core::error::OffsetOf::Value)
+                    .then_some(r.error.offset)
+                    .flatten(),
                 "reason": r.error.reason,
                 "cause": r.cause,
                 "by": if r.by_server { "server" } else { "client" },

@@ -109,3 +109,48 @@ fn a_fixed_rejects_file_reloads_with_the_same_flags_in_every_format() {
     // Standard input cannot be read twice: its header line is kept as the load read it.
     reject_fix_reload(&d, &case("csv"), true);
 }
+
+/// The details file names the record's offset and the value's apart, and has exactly the fields
+/// the README's table documents.
+#[test]
+fn the_details_name_the_record_and_value_offsets_apart_and_match_the_readme() {
+    let d = db("rejects_details");
+    d.psql("CREATE TABLE t (id int, qty int)");
+    // The bad value `x7` starts 3 bytes into its record, which starts at byte 4.
+    let f = d.file("t.csv", b"1,1\n22,x7\n3,3\n");
+    let bad = d.dir.join("bad.csv");
+    let out = d.load(
+        &[
+            "--max-errors",
+            "5",
+            "--rejects",
+            bad.to_str().unwrap(),
+            f.to_str().unwrap(),
+        ],
+        &[],
+        60,
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let text = std::fs::read_to_string(common::details_path(&bad)).unwrap();
+    let row: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(row["byte_offset"], 4, "{row}");
+    assert_eq!(row["value_offset"], 7, "{row}");
+    assert_eq!(row["line"], 2, "{row}");
+
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let documented: std::collections::BTreeSet<String> = readme
+        .split("| field | what |")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(2)
+        .take_while(|l| l.trim_start().starts_with("| `"))
+        .map(|l| l.split('`').nth(1).unwrap().to_string())
+        .collect();
+    let written: std::collections::BTreeSet<String> =
+        row.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(written, documented);
+}

@@ -380,6 +380,7 @@ pub fn failure_report(f: &Failure) -> serde_json::Value {
         error["table"] = e.table.clone().into();
         error["line"] = e.line.into();
         error["byte_offset"] = e.offset.into();
+        error["offset_of"] = e.offset.map(|_| e.offset_of.name()).into();
         error["column"] = e.column.clone().into();
         error["value"] = e
             .value
