@@ -20,8 +20,11 @@ pub struct InputError {
     pub table: Option<String>,
     /// 1-based line where the record starts, when known.
     pub line: Option<u64>,
-    /// Byte offset of the record (or of the bad byte) in the decompressed input.
+    /// Byte offset in the decompressed input of what [`InputError::offset_of`] says: the bad
+    /// value, the record, or the byte where the input's framing broke.
     pub offset: Option<u64>,
+    /// What `offset` points at.
+    pub offset_of: OffsetOf,
     /// The column and its type, as `name (type)`.
     pub column: Option<String>,
     /// The raw value, before conversion.
@@ -32,6 +35,30 @@ pub struct InputError {
     pub reason: String,
 }
 
+/// What an error's byte offset points at: a value's offset and its record's differ, and a
+/// message (or a JSON field) that says only "byte offset" would mean either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OffsetOf {
+    /// The start of the record (its line).
+    #[default]
+    Record,
+    /// The start of the bad value within its record.
+    Value,
+    /// The byte where the input stopped parsing (an unterminated quote, a stray line end).
+    Error,
+}
+
+impl OffsetOf {
+    /// How messages and reports name it: `record`, `value`, `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OffsetOf::Record => "record",
+            OffsetOf::Value => "value",
+            OffsetOf::Error => "error",
+        }
+    }
+}
+
 impl InputError {
     pub fn new(file: impl Into<String>, reason: impl Into<String>) -> InputError {
         InputError {
@@ -39,6 +66,7 @@ impl InputError {
             table: None,
             line: None,
             offset: None,
+            offset_of: OffsetOf::Record,
             column: None,
             value: None,
             row: None,
@@ -110,7 +138,7 @@ impl fmt::Display for InputError {
             write!(f, ", line {line}")?;
         }
         if let Some(offset) = self.offset {
-            write!(f, " (byte offset {offset})")?;
+            write!(f, " ({} at byte offset {offset})", self.offset_of.name())?;
         }
         if let Some(col) = &self.column {
             write!(f, ", column {col}")?;
@@ -159,6 +187,7 @@ mod tests {
             table: None,
             line: Some(3),
             offset: Some(57),
+            offset_of: OffsetOf::Value,
             column: Some("o_totalprice (numeric(15,2))".into()),
             value: Some(b"12x".to_vec()),
             row: None,
@@ -166,7 +195,7 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "data/orders.csv, line 3 (byte offset 57), column o_totalprice (numeric(15,2)), \
+            "data/orders.csv, line 3 (value at byte offset 57), column o_totalprice (numeric(15,2)), \
              value \"12x\": not a valid number"
         );
     }

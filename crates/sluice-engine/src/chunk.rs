@@ -150,9 +150,9 @@ impl<'a> LineTracker<'a> {
         }
     }
 
-    /// Accounts for a record at `offset` spanning `lines` line ends: its position, or `None`
-    /// when it is the header.
-    fn record(&mut self, offset: u64, end: u64, lines: u32) -> Option<Position> {
+    /// Accounts for a record at `offset` spanning `lines` line ends, whose bytes are `raw`:
+    /// its position, or `None` when it is the header (kept for the rejects file).
+    fn record(&mut self, offset: u64, end: u64, lines: u32, raw: &[u8]) -> Option<Position> {
         let pos = Position {
             line: self.line,
             offset,
@@ -160,6 +160,7 @@ impl<'a> LineTracker<'a> {
         };
         self.line += u64::from(lines);
         if std::mem::take(&mut self.header) {
+            let _ = self.input.header_line.set(raw.to_vec());
             return None;
         }
         Some(pos)
@@ -171,6 +172,7 @@ impl<'a> LineTracker<'a> {
         let mut err = InputError::new(&self.input.display, e.kind.message(csv));
         err.line = Some(self.line);
         err.offset = Some(base + e.offset as u64);
+        err.offset_of = sluice_core::error::OffsetOf::Error;
         Failure::Input(Box::new(err))
     }
 }
@@ -334,9 +336,12 @@ fn walk_mapped(
                 .map_err(|e| lines_seen.syntax(e, base))?;
             match step {
                 Step::Record { end, lines } => {
-                    if let Some(here) =
-                        lines_seen.record(base + at as u64, base + end as u64, lines)
-                    {
+                    if let Some(here) = lines_seen.record(
+                        base + at as u64,
+                        base + end as u64,
+                        lines,
+                        &slice[at..end],
+                    ) {
                         if !visit.record(&fields, slice, base, here)? {
                             return Ok((pos + end) as u64);
                         }
@@ -434,9 +439,12 @@ fn walk_blocks(
                         break;
                     }
                     Step::Record { end, lines } => {
-                        if let Some(here) =
-                            lines_seen.record(tail_base, tail_base + end as u64, lines)
-                        {
+                        if let Some(here) = lines_seen.record(
+                            tail_base,
+                            tail_base + end as u64,
+                            lines,
+                            &stitch[..end],
+                        ) {
                             if !visit.record(&fields, &stitch, tail_base, here)? {
                                 return Ok(base - chunk.start);
                             }
@@ -473,9 +481,12 @@ fn walk_blocks(
                 .map_err(|e| lines_seen.syntax(e, base))?
             {
                 Step::Record { end, lines } => {
-                    if let Some(here) =
-                        lines_seen.record(base + pos as u64, base + end as u64, lines)
-                    {
+                    if let Some(here) = lines_seen.record(
+                        base + pos as u64,
+                        base + end as u64,
+                        lines,
+                        &block[pos..end],
+                    ) {
                         if !visit.record(&fields, &block, base, here)? {
                             return Ok(base - chunk.start);
                         }
@@ -516,6 +527,9 @@ fn record_error(
     let mut err = InputError::new(&input.display, String::new());
     err.line = Some(pos.line);
     err.offset = Some(field_offset.unwrap_or(pos.offset));
+    if field_offset.is_some() {
+        err.offset_of = sluice_core::error::OffsetOf::Value;
+    }
     let columns = &plan.tables[input.table].columns;
     let col = e.column.and_then(|i| columns.get(i));
     err.column = col.map(|c| format!("{} ({})", c.name, c.type_name));

@@ -97,6 +97,9 @@ pub struct Input {
     pub size: u64,
     pub table: usize,
     pub dialect: Dialect,
+    /// The header line as the load read it (line ending included), kept for the rejects file
+    /// when the input is standard input, which cannot be read twice.
+    pub header_line: std::sync::Arc<std::sync::OnceLock<Vec<u8>>>,
 }
 
 /// One target table and the columns its inputs fill.
@@ -346,6 +349,7 @@ pub fn build(
                 size: 0,
                 table,
                 dialect: dialect_for(format, spec)?,
+                header_line: Default::default(),
             });
             continue;
         }
@@ -368,6 +372,7 @@ pub fn build(
             size: meta.len(),
             table,
             dialect,
+            header_line: Default::default(),
         });
     }
     // Each table's columns: --columns, the header's names, or all in order.
@@ -538,8 +543,8 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
                 return Err(format!(
                     "--match-header: {} and {first} have different headers ({} against {})",
                     input.display,
-                    names.join(","),
-                    h.join(",")
+                    show_names(&names),
+                    show_names(h)
                 ))
             }
             Some(_) => {}
@@ -548,6 +553,7 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
     let Some((file, names)) = header else {
         return Err("--match-header: no input".into());
     };
+    let show = |n: &str| sluice_core::error::show_value(n.as_bytes());
     names
         .iter()
         .map(|n| {
@@ -563,8 +569,9 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
             match folded.as_slice() {
                 [one] => Ok(one.to_string()),
                 [] => Err(format!(
-                    "the header of {file} names \"{n}\", which is not a column of {} (it has: \
+                    "the header of {file} names {}, which is not a column of {} (it has: \
                      {}); rename the header field, or map by position with --columns",
+                    show(n),
                     table.qualified,
                     table
                         .columns
@@ -574,13 +581,23 @@ fn header_columns(table: &TableInfo, inputs: &[Input], t: usize) -> Result<Vec<S
                         .join(", ")
                 )),
                 several => Err(format!(
-                    "the header of {file} names \"{n}\", which matches columns {} but none \
+                    "the header of {file} names {}, which matches columns {} but none \
                      exactly; use --columns",
+                    show(n),
                     several.join(" and ")
                 )),
             }
         })
         .collect()
+}
+
+/// Header names for a message, each shown with its invisible characters spelled out.
+fn show_names(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| sluice_core::error::show_value(n.as_bytes()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The field names of an input's first line.
@@ -609,15 +626,61 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
     dialect.line_ending = detect_line_ending(&head, &dialect);
     let parser = sluice_core::records::RecordParser::new(&dialect);
     let mut fields = sluice_core::records::Fields::new();
+    // Spreadsheets start their files with a UTF-8 byte-order mark; it names no column
+    // (DuckDB's and pandas' readers drop it too). The load skips the header line, mark and all.
+    let bom = if head.starts_with(b"\xEF\xBB\xBF") {
+        3
+    } else {
+        0
+    };
     match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
         Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
-            .map(|i| String::from_utf8_lossy(fields.get(i, &head).unwrap_or_default()).into_owned())
+            .map(|i| {
+                let name = fields.get(i, &head).unwrap_or_default();
+                let name = if i == 0 {
+                    &name[bom.min(name.len())..]
+                } else {
+                    name
+                };
+                String::from_utf8_lossy(name).into_owned()
+            })
             .collect()),
         _ => Err(format!(
             "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
             input.display
         )),
     }
+}
+
+/// The bytes of an input's first record, line ending included: its header line, for the
+/// rejects file (standard input's, which cannot be read again, as the load read it). `None`
+/// when it has none.
+pub fn header_line(input: &Input) -> std::io::Result<Option<Vec<u8>>> {
+    if let Some(line) = input.header_line.get() {
+        return Ok(Some(line.clone()));
+    }
+    if input.source == InputSource::Stdin {
+        return Ok(None);
+    }
+    let whole = Chunk {
+        id: 0,
+        input: 0,
+        start: 0,
+        end: None,
+    };
+    let mut reader = crate::source::open_chunk(input, &whole)?;
+    let mut head = Vec::new();
+    (&mut reader).take(1 << 20).read_to_end(&mut head)?;
+    let mut dialect = input.dialect.clone();
+    dialect.line_ending = detect_line_ending(&head, &dialect);
+    let parser = sluice_core::records::RecordParser::new(&dialect);
+    let mut fields = sluice_core::records::Fields::new();
+    Ok(
+        match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
+            Ok(sluice_core::records::Step::Record { end, .. }) => Some(head[..end].to_vec()),
+            _ => None,
+        },
+    )
 }
 
 /// Checks that an input can be read: a missing, unreadable or non-regular file is a local

@@ -264,7 +264,9 @@ impl Rejects {
         let lines = absolute_lines(plan, rows);
         let mut data = BufWriter::new(std::fs::File::create(path)?);
         let mut details = BufWriter::new(std::fs::File::create(details_path(path))?);
-        let mut at = 0u64;
+        let header = header_for(plan, rows)?;
+        data.write_all(&header)?;
+        let mut at = header.len() as u64;
         for (r, line) in rows.iter().zip(lines) {
             data.write_all(&r.raw)?;
             let input = &plan.inputs[r.input];
@@ -281,7 +283,9 @@ impl Rejects {
                 "column": r.error.column,
                 "value": value,
                 "value_bytes": r.error.value.as_ref().map(Vec::len),
-                "value_offset": r.error.offset,
+                "value_offset": (r.error.offset_of == sluice_core::error::OffsetOf::Value)
+                    .then_some(r.error.offset)
+                    .flatten(),
                 "reason": r.error.reason,
                 "cause": r.cause,
                 "by": if r.by_server { "server" } else { "client" },
@@ -294,6 +298,20 @@ impl Rejects {
         data.flush()?;
         details.flush()
     }
+}
+
+/// The header line the rejects file starts with, so that it reloads with the load's own flags:
+/// with `--header`, the first rejected row's input's header line (that of the first input when
+/// nothing was rejected), line ending included; nothing otherwise.
+fn header_for(plan: &Plan, rows: &[Reject]) -> std::io::Result<Vec<u8>> {
+    let input = rows.first().map_or(0, |r| r.input);
+    let Some(input) = plan.inputs.get(input) else {
+        return Ok(Vec::new());
+    };
+    if !input.dialect.header {
+        return Ok(Vec::new());
+    }
+    Ok(crate::plan::header_line(input)?.unwrap_or_default())
 }
 
 /// The details file beside a rejects file: `PATH.jsonl`.

@@ -98,6 +98,23 @@ pub enum LedgerError {
 /// Creates the ledger unless it is there (one session at a time: the creation is serialized
 /// by an advisory lock, since `IF NOT EXISTS` races with itself).
 pub async fn open(client: &Client) -> Result<(), LedgerError> {
+    // A schema the role may not use fails every query below with "permission denied for
+    // schema": say so with the GRANT that fixes it instead.
+    let usable: bool = client
+        .query_one(
+            "SELECT NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = 'sluice_ledger') \
+                OR has_schema_privilege('sluice_ledger', 'USAGE')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !usable {
+        return Err(LedgerError::Refused(format!(
+            "the role may not use the ledger's schema `sluice_ledger`, which another role made. \
+             Its owner (or a superuser) can let it: {}",
+            grant(client).await?
+        )));
+    }
     // Whether every table is there, and whether what is there has a version (a ledger of an
     // unknown shape is refused below, never created over).
     let row = client
@@ -157,13 +174,26 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
         .await?
         .get(0);
     if !may {
-        return Err(LedgerError::Refused(
-            "the role may not write the ledger's tables in schema `sluice_ledger`: GRANT INSERT, \
-             UPDATE, SELECT, DELETE ON ALL TABLES IN SCHEMA sluice_ledger to it"
-                .into(),
-        ));
+        return Err(LedgerError::Refused(format!(
+            "the role may not write the ledger's tables in schema `sluice_ledger`. Their owner \
+             (or a superuser) can let it: {}",
+            grant(client).await?
+        )));
     }
     Ok(())
+}
+
+/// The statements that let the session's role use the ledger (reading and writing its jobs,
+/// and `sluice jobs forget`'s deletes), ready to paste into psql.
+async fn grant(client: &Client) -> Result<String, tokio_postgres::Error> {
+    let role: String = client
+        .query_one("SELECT quote_ident(current_user)", &[])
+        .await?
+        .get(0);
+    Ok(format!(
+        "GRANT USAGE ON SCHEMA sluice_ledger TO {role}; GRANT SELECT, INSERT, UPDATE, DELETE ON \
+         ALL TABLES IN SCHEMA sluice_ledger TO {role};"
+    ))
 }
 
 /// The ledger's version, as its table says.

@@ -2,7 +2,8 @@
 //! exit codes, decided in main.rs alone), and how errors from the command line's own libraries
 //! become one. An `anyhow` chain is classified by the first typed cause it holds (a malformed
 //! target is usage, a connection error is "cannot connect", a server error is a server
-//! failure) and is otherwise a local failure.
+//! failure unless it says the command cannot work as given, which is usage) and is otherwise
+//! a local failure.
 
 pub use sluice_engine::failure::Failure;
 
@@ -26,12 +27,22 @@ pub fn from_anyhow(e: anyhow::Error) -> Failure {
         }
         if let Some(pg) = cause.downcast_ref::<sluice_postgres::admin::DbError>() {
             return match pg.as_db_error() {
+                Some(db) if is_the_commands_fault(db.code().code()) => Failure::Usage(text),
                 Some(_) => Failure::server(text),
                 None => Failure::Connect(text),
             };
         }
     }
     Failure::Local(text)
+}
+
+/// Whether a server error says the command cannot work as given, whatever the server's state:
+/// an object that exists already or not at all, a privilege the role lacks, a schema or
+/// database that is not there (SQLSTATE classes 42, 3D and 3F). Running the same command again
+/// would fail the same way, so it is a usage error (exit 2), not a server failure (exit 5,
+/// "the same command resumes").
+fn is_the_commands_fault(sqlstate: &str) -> bool {
+    ["42", "3D", "3F"].iter().any(|c| sqlstate.starts_with(c))
 }
 
 /// The private cluster failing in `sluice pg` is that command's own, local failure (a load that

@@ -11,6 +11,8 @@
 //! | 3 | bad input: a row was rejected, by sluice or by the server; nothing was committed |
 //! | 4 | cannot connect or authenticate |
 //! | 5 | the server failed for a reason not tied to one row |
+//! | 6 | loaded, with rows rejected within `--max-errors` |
+//! | 130, 143 | interrupted by Ctrl-C or SIGTERM (128 + the signal) |
 
 mod commands;
 mod destination;
@@ -24,8 +26,9 @@ mod summary;
 mod target;
 mod tpch;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use failure::Failure;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -40,8 +43,10 @@ reason.\n\nWithout --target (and without PGHOST, PGDATABASE or DATABASE_URL in t
 sluice uses its own private PostgreSQL cluster, started on demand.",
     after_help = "Exit codes: 0 success, 1 local failure (an input that cannot be read),
 2 usage, 3 bad input row (nothing committed), 4 cannot connect, 5 server
-failure. See `sluice load --help` to load files, `sluice demo` for a
-first run."
+failure (the same command resumes), 6 loaded with rows rejected within
+--max-errors, 130 and 143 interrupted by Ctrl-C or SIGTERM (the same
+command resumes). See `sluice load --help` to load files, `sluice demo`
+for a first run."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -86,8 +91,19 @@ fn exit_code(f: &Failure) -> u8 {
     }
 }
 
+/// The command line with its help wrapped to the terminal, or to 80 columns when the output is
+/// not a terminal (a pipe, a file), where clap would use 100.
+fn command_line() -> clap::Command {
+    let cmd = Cli::command();
+    if std::io::stdout().is_terminal() {
+        cmd
+    } else {
+        cmd.term_width(80)
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command_line().get_matches()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Load(args) => commands::load::run(args),
         Command::Gen(cmd) => commands::gen::run(cmd),

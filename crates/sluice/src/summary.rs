@@ -1,13 +1,15 @@
-//! The end-of-load summary as a text table on stdout, from the engine's report.
+//! The end-of-load summary as a text table on stdout, from the engine's report. What the
+//! ledger decided is not repeated here: the load says it once, on stderr, as it decides.
 
 use sluice_engine::report::Report;
 use sluice_engine::units::{human_bytes, thousands};
 
 /// The summary as an aligned text table.
 pub fn render(report: &Report) -> String {
-    if let (Some(note), true) = (&report.ledger, report.tables.is_empty()) {
-        // The ledger found nothing to load: that is the whole summary.
-        return format!("ledger: {note}\n");
+    if report.ledger.is_some() && report.tables.is_empty() {
+        // The ledger found nothing to load, which the load has said once, on stderr, whatever
+        // `-q` says (as it says every ledger decision): there is no summary to add.
+        return String::new();
     }
     let mut rows: Vec<[String; 6]> = vec![[
         "table".into(),
@@ -121,9 +123,6 @@ pub fn render(report: &Report) -> String {
             "WAL written during the load: {}\n",
             human_bytes(w)
         ));
-    }
-    if let Some(note) = &report.ledger {
-        out.push_str(&format!("ledger: {note}\n"));
     }
     if let Some(r) = report.rejected.as_ref().filter(|r| r.rows > 0) {
         let causes: Vec<String> = r

@@ -14,6 +14,12 @@ pub fn default_pg_dir(given: Option<PathBuf>) -> PathBuf {
     if let Some(d) = std::env::var_os("SLUICE_PG_DIR") {
         return PathBuf::from(d);
     }
+    builtin_pg_dir()
+}
+
+/// Where the private cluster lives when neither `--pg-dir` nor `$SLUICE_PG_DIR` says: where a
+/// `sluice pg` typed in a fresh shell looks.
+pub fn builtin_pg_dir() -> PathBuf {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         return PathBuf::from("/var/lib/sluice/pg");

@@ -69,7 +69,7 @@ fn integer_out_of_range() {
     assert_has(
         &e,
         &[
-            "line 3 (byte offset 56)",
+            "line 3 (value at byte offset 56)",
             "column id (integer)",
             "value \"2147483648\"",
             "out of range for integer (-2147483648 to 2147483647)",
@@ -83,7 +83,7 @@ fn numeric_precision_overflow() {
     assert_has(
         &e,
         &[
-            "line 3 (byte offset 58)",
+            "line 3 (value at byte offset 58)",
             "column qty (numeric(5,2))",
             "value \"1000.00\"",
             "numeric field overflow",
@@ -139,7 +139,7 @@ fn null_in_not_null_column() {
     assert_has(
         &e,
         &[
-            "line 3 (byte offset 56)",
+            "line 3 (record at byte offset 56)",
             "column id (integer)",
             "NULL in a NOT NULL column",
         ],
@@ -202,7 +202,10 @@ fn unterminated_quote_at_end_of_file() {
     let (_, e) = reject("unterminated_quote.csv", &[]);
     assert_has(
         &e,
-        &["line 3 (byte offset 81)", "unterminated CSV quoted field"],
+        &[
+            "line 3 (error at byte offset 81)",
+            "unterminated CSV quoted field",
+        ],
     );
 }
 
@@ -226,7 +229,7 @@ fn unique_violation_from_the_server() {
     assert_has(
         &e,
         &[
-            "line 3 (byte offset 56)",
+            "line 3 (record at byte offset 56)",
             "rejected by the server: duplicate key value violates unique constraint \"bad_pkey\"",
             "Key (id)=(1) already exists.",
         ],

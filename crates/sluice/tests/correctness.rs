@@ -522,7 +522,7 @@ fn a_foreign_key_violation_names_its_row() {
     assert_has(
         &err,
         &[
-            "child.csv, line 3 (byte offset 10)",
+            "child.csv, line 3 (record at byte offset 10)",
             "column p (integer)",
             "Key (p)=(3) is not present in table \"parent\"",
         ],

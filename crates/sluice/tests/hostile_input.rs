@@ -42,7 +42,7 @@ fn a_nul_byte_is_a_bad_row_named_with_its_place() {
     assert_has(
         &err,
         &[
-            "nul.csv, line 2 (byte offset 7), column s (text)",
+            "nul.csv, line 2 (value at byte offset 7), column s (text)",
             "value \"a\\x00b\"",
             "0x00",
         ],
@@ -115,7 +115,7 @@ fn a_line_with_a_million_fields_fails_in_bounded_time_and_memory() {
     assert_has(
         &err,
         &[
-            "wide.csv, line 1 (byte offset 0)",
+            "wide.csv, line 1 (record at byte offset 0)",
             "extra data: 1000001 fields where the table takes 2",
             "(2000001 bytes in all)",
         ],

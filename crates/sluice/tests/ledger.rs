@@ -330,7 +330,7 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
     let out = load(&d, &[&c], &[], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_has(
-        &String::from_utf8_lossy(&out.stdout),
+        &stderr(&out),
         &["nothing to load", "c.csv", "have not changed since"],
     );
     assert_eq!(d.count("t"), 500);

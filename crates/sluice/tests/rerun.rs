@@ -187,3 +187,23 @@ fn a_truncated_partition_loads_its_files_again_and_no_other() {
     let distinct = d.psql("SELECT count(DISTINCT id) FROM p");
     assert_eq!(distinct.trim(), "3000", "every row exactly once");
 }
+
+/// "nothing to load" is said once, on stderr (an outcome, printed under `-q`), and the summary
+/// on stdout does not repeat it.
+#[test]
+fn nothing_to_load_is_said_once_on_stderr() {
+    let d = db("rerun_once");
+    let files = plain(&d);
+    let args = ["--table", "t", files[0].to_str().unwrap()];
+    assert_eq!(d.load(&args, &[], 120).status.code(), Some(0));
+    let out = d.load(&args, &[], 120);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("nothing to load"), "{stdout}");
+    assert_eq!(
+        stderr(&out).matches("nothing to load").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+}

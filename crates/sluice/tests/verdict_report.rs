@@ -295,7 +295,7 @@ fn jobs_auto_adds_streams_while_they_help_and_reports_its_curve() {
     assert_eq!(loaded, 32_000);
 }
 
-/// Headless Chromium: `.ci/run` installs it from Debian's packages.
+/// Headless Chromium: `scripts/ensure-chromium.sh` installs it from Debian's packages.
 fn chromium() -> std::path::PathBuf {
     let found = std::env::var_os("SLUICE_CHROMIUM")
         .map(std::path::PathBuf::from)
@@ -311,7 +311,7 @@ fn chromium() -> std::path::PathBuf {
                     (!p.trim().is_empty()).then(|| std::path::PathBuf::from(p.trim()))
                 })
         });
-    found.expect("the HTML report is tested in a real browser: install chromium (.ci/run does)")
+    found.expect("the HTML report is tested in a real browser: install chromium (scripts/ensure-chromium.sh, which scripts/test.sh runs, does)")
 }
 
 #[test]

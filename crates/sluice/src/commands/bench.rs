@@ -59,7 +59,7 @@ pub struct BenchArgs {
     pub parts: u32,
     /// The --jobs settings to compare (comma-separated), or `auto` (1, 2, 4... up to twice
     /// the cores).
-    #[arg(long, default_value = "1,2,4,8")]
+    #[arg(long, short = 'j', default_value = "1,2,4,8")]
     pub jobs: String,
     /// Runs per setting (interleaved: every setting once, then again).
     #[arg(long, default_value_t = 3)]

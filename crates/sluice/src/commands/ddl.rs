@@ -93,6 +93,9 @@ pub fn create_sql(
 ) -> anyhow::Result<()> {
     let t = target::resolve(target, pg_dir, true)?;
     let db = sluice_postgres::admin::Admin::connect(&t.info)?;
+    if !replace {
+        refuse_existing(&db)?;
+    }
     let mut sql = String::from("BEGIN;\n");
     if replace {
         sql.push_str(&format!(
@@ -104,4 +107,25 @@ pub fn create_sql(
     sql.push_str("COMMIT;\n");
     db.execute(&sql)?;
     Ok(())
+}
+
+/// Without `--replace`, TPC-H tables that already exist are the user's to keep or drop: a usage
+/// error (exit 2) naming them and the two ways on, before anything is created.
+fn refuse_existing(db: &sluice_postgres::admin::Admin) -> anyhow::Result<()> {
+    let probes: Vec<String> = crate::tpch::TABLES
+        .iter()
+        .map(|t| format!("SELECT '{t}' WHERE to_regclass('{t}') IS NOT NULL"))
+        .collect();
+    let found = db.query_text(&probes.join(" UNION ALL "))?;
+    let existing: Vec<&str> = found.rows.iter().map(|r| r[0].as_str()).collect();
+    if existing.is_empty() {
+        return Ok(());
+    }
+    Err(crate::failure::UsageError(format!(
+        "the TPC-H table(s) {} already exist in this database: give --replace to drop and \
+         create them again (their rows are lost), or drop them yourself, or load into them as \
+         they are",
+        existing.join(", ")
+    ))
+    .into())
 }

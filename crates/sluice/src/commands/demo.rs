@@ -156,7 +156,10 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     // Name the program as it was invoked: after scripts/demo.sh it is not on PATH.
     let me = std::env::args().next().unwrap_or_else(|| "sluice".into());
     match &args.target {
-        None => println!("\nconnect with: {me} pg psql      (or: psql {url})"),
+        None => println!(
+            "\nconnect with: {}      (or: psql {url})",
+            pg_command(&me, &pg_dir, "psql")
+        ),
         Some(_) => println!("\nconnect with: psql {url}"),
     }
     // Where the gigabytes went, and how to get them back.
@@ -176,12 +179,32 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     }
     if args.target.is_none() {
         println!(
-            "cluster: {} ({}; `{me} pg destroy` removes it)",
+            "cluster: {} ({}; `{}` removes it)",
             pg_dir.display(),
-            size(&pg_dir)
+            size(&pg_dir),
+            pg_command(&me, &pg_dir, "destroy")
         );
     }
     Ok(())
+}
+
+/// A `sluice pg` command the user can type in a fresh shell: with the cluster's directory in
+/// `SLUICE_PG_DIR` when it is not where `sluice pg` looks by default (scripts/demo.sh, or a
+/// `--pg-dir`, put it elsewhere).
+fn pg_command(me: &str, pg_dir: &std::path::Path, sub: &str) -> String {
+    if pg_dir == crate::target::builtin_pg_dir() {
+        return format!("{me} pg {sub}");
+    }
+    let dir = pg_dir.display().to_string();
+    let plain = dir
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@".contains(c));
+    let dir = if plain {
+        dir
+    } else {
+        format!("'{}'", dir.replace('\'', "'\\''"))
+    };
+    format!("SLUICE_PG_DIR={dir} {me} pg {sub}")
 }
 
 /// The target to hand to `load`: the user's own string when given (it may carry a password
@@ -211,5 +234,25 @@ fn print_rows(result: &sluice_postgres::admin::TextRows) {
             let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
             println!("  {}", rule.join("  "));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pg_command;
+    use std::path::Path;
+
+    #[test]
+    fn the_connect_hint_names_a_cluster_that_is_not_in_its_default_place() {
+        let default = crate::target::builtin_pg_dir();
+        assert_eq!(pg_command("sluice", &default, "psql"), "sluice pg psql");
+        assert_eq!(
+            pg_command("target/release/sluice", Path::new("/data/pg"), "psql"),
+            "SLUICE_PG_DIR=/data/pg target/release/sluice pg psql"
+        );
+        assert_eq!(
+            pg_command("sluice", Path::new("/tmp/my pg's"), "destroy"),
+            "SLUICE_PG_DIR='/tmp/my pg'\\''s' sluice pg destroy"
+        );
     }
 }

@@ -110,7 +110,7 @@ pub struct LoadArgs {
 
     /// Parallel connections. Default: this machine's cores, at least 2 and at most 8, never
     /// more than the chunks to load or the server's free connection slots. `auto`: start with
-    /// one and add streams while each raises the throughput by 10% or more (up to twice the
+    /// one and add streams while each raises the throughput by 5% or more (up to twice the
     /// cores, at most 16); the summary shows the curve and the choice.
     #[arg(long, short = 'j', value_name = "N|auto", value_parser = parse_jobs)]
     pub jobs: Option<Jobs>,
@@ -391,6 +391,7 @@ pub fn failure_report(f: &Failure) -> serde_json::Value {
         error["table"] = e.table.clone().into();
         error["line"] = e.line.into();
         error["byte_offset"] = e.offset.into();
+        error["offset_of"] = e.offset.map(|_| e.offset_of.name()).into();
         error["column"] = e.column.clone().into();
         error["value"] = e
             .value

@@ -1,0 +1,45 @@
+//! The ledger as a role meets it: a role that may not use the ledger's schema is told the GRANT
+//! that lets it, and that GRANT, run as printed, is enough. Real PostgreSQL.
+
+mod common;
+
+use common::{assert_has, db, run_bounded, sluice_cmd, stderr};
+
+#[test]
+fn a_role_that_may_not_use_the_ledger_is_given_the_grant_that_fixes_it() {
+    let d = db("ledger_grant");
+    d.psql("CREATE TABLE t (id int)");
+    let f = d.file("t.csv", b"1\n2\n");
+    // The owner's first load makes the ledger.
+    d.sluice_ok(&["load", "-q", f.to_str().unwrap()]);
+    d.psql(&format!(
+        "DROP ROLE IF EXISTS ledger_guest; CREATE ROLE ledger_guest LOGIN; \
+         GRANT CONNECT ON DATABASE {} TO ledger_guest; GRANT INSERT, SELECT ON t TO ledger_guest",
+        d.name
+    ));
+    let url = d.url.replace("sluice@", "ledger_guest@");
+    let load = || {
+        let mut c = sluice_cmd();
+        c.args(["load", "-q", "--restart", "--target", &url])
+            .arg(&f);
+        run_bounded(c, 60)
+    };
+    let out = load();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_has(&err, &["may not use the ledger's schema"]);
+    let at = err
+        .find("GRANT USAGE ON SCHEMA sluice_ledger TO ledger_guest")
+        .unwrap_or_else(|| panic!("no GRANT in: {err}"));
+    let grant = err[at..].lines().next().unwrap();
+    // The owner runs it as printed; the role's next load keeps a ledger.
+    d.psql(grant);
+    let out = load();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("ledger"), "{err}");
+    assert_has(
+        &d.psql("SELECT count(*) FROM sluice_ledger.jobs WHERE state = 'finished'"),
+        &["2"],
+    );
+}
