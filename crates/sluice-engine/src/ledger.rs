@@ -274,37 +274,13 @@ fn recheck<D: Ledger>(
             }
         }
         for (standing, files, rows) in groups {
-            let names = file_names(plan, &files);
-            let n = files.len();
-            let (note, reason) = match &standing {
-                Standing::Holds => (
-                    format!(
-                        "skipping {n} file(s) job {job} loaded (finished {finished}); they have \
-                         not changed since: {names} (`--restart` loads them again)"
-                    ),
-                    format!("loaded by job {job} (finished {finished}), not changed since"),
-                ),
-                Standing::Gone(why) => (
-                    format!(
-                        "{why}, although job {job} loaded {} rows into it (finished \
-                         {finished}): loading its {n} file(s) again: {names}",
-                        crate::units::thousands(rows)
-                    ),
-                    String::new(),
-                ),
-                Standing::Changed(why) => {
-                    let why = format!(
-                        "{why}: whether the rows job {job} loaded (finished {finished}) are \
-                         still there cannot be told"
-                    );
-                    (
-                        format!(
-                            "skipping {n} file(s): {why}; `--restart` loads them again: {names}"
-                        ),
-                        why,
-                    )
-                }
+            let by = Decided {
+                job,
+                finished: &finished,
+                rows,
+                files: files.len(),
             };
+            let (note, reason) = by.words(&standing, &file_names(plan, &files));
             rerun.notes.push(note);
             if matches!(standing, Standing::Gone(_)) {
                 continue;
@@ -317,6 +293,55 @@ fn recheck<D: Ledger>(
         }
     }
     Ok(rerun)
+}
+
+/// A group of files that finished job `job` loaded, with one standing: for its words.
+struct Decided<'a> {
+    job: i64,
+    finished: &'a str,
+    /// The group's rows, as the job recorded them.
+    rows: u64,
+    files: usize,
+}
+
+impl Decided<'_> {
+    /// What the rerun says of the group (`names` its files), and the reason a skipped file
+    /// gets in the report.
+    fn words(&self, standing: &Standing, names: &str) -> (String, String) {
+        let Decided {
+            job,
+            finished,
+            rows,
+            files: n,
+        } = *self;
+        match standing {
+            Standing::Holds => (
+                format!(
+                    "skipping {n} file(s) job {job} loaded (finished {finished}); they have not \
+                     changed since: {names} (`--restart` loads them again)"
+                ),
+                format!("loaded by job {job} (finished {finished}), not changed since"),
+            ),
+            Standing::Gone(why) => (
+                format!(
+                    "{why}, although job {job} loaded {} rows into it (finished {finished}): \
+                     loading its {n} file(s) again: {names}",
+                    crate::units::thousands(rows)
+                ),
+                String::new(),
+            ),
+            Standing::Changed(why) => {
+                let why = format!(
+                    "{why}: whether the rows job {job} loaded (finished {finished}) are still \
+                     there cannot be told"
+                );
+                (
+                    format!("skipping {n} file(s): {why}; `--restart` loads them again: {names}"),
+                    why,
+                )
+            }
+        }
+    }
 }
 
 /// Up to five inputs' names, and how many more.
