@@ -412,10 +412,11 @@ pub fn start<D: Ledger>(
     let rerun = recheck(dest, &plan, &mut loaded)?;
     let skipped = rerun.skipped.len();
     let notes: Vec<String> = settled.into_iter().chain(rerun.notes).collect();
-    let note = (!notes.is_empty()).then(|| notes.join("; "));
+    // One decision a line: a load of many tables has as many.
+    let note = (!notes.is_empty()).then(|| notes.join("\n"));
     if skipped > 0 && skipped == files.len() {
         return Ok(Start::Nothing(
-            format!("nothing to load: {}", note.unwrap_or_default()),
+            format!("nothing to load:\n{}", note.unwrap_or_default()),
             rerun.skipped,
         ));
     }

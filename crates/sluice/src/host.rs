@@ -24,7 +24,9 @@ impl CliHost {
     fn say(&self, prefix: &str, message: &str) {
         let drawing = self.display.lock().map(|d| d.is_some()).unwrap_or(false);
         let lead = if drawing { "\n" } else { "" };
-        eprintln!("{lead}{prefix}{message}");
+        // A message of several lines (a rerun's decisions, one a table) has the prefix on each.
+        let lines: Vec<String> = message.lines().map(|l| format!("{prefix}{l}")).collect();
+        eprintln!("{lead}{}", lines.join("\n"));
     }
 }
 
