@@ -9,6 +9,7 @@
 mod memory;
 
 use memory::{Faults, Memory, Store};
+use sluice_core::destination::PublishModel;
 use sluice_engine::events::{Event, Host};
 use sluice_engine::failure::{Failure, ServerKind};
 use sluice_engine::rejects::Threshold;
@@ -377,4 +378,110 @@ fn a_rerun_reloads_a_truncated_table_and_skips_a_rewritten_one_saying_why() {
     result.unwrap();
     assert!(host.heard("dropped and created again"));
     exactly_once(&store, 0, 4000);
+}
+
+/// Table `p`, partitioned by ranges of `id` into `p0`, `p1`, `p2` (2,000 keys each), and one
+/// aligned file per partition.
+fn partitioned(inputs: &Inputs) -> (Arc<Store>, LoadSpec) {
+    let store = Store::new();
+    store.create_partitioned(
+        "p",
+        &["id", "v"],
+        &[("p0", 0, 2000), ("p1", 2000, 4000), ("p2", 4000, 6000)],
+    );
+    let files = (0..3)
+        .map(|k| inputs.file(&format!("p{k}.csv"), &csv(k * 2000, (k + 1) * 2000, &[])))
+        .collect();
+    let mut s = spec(files);
+    s.table = Some("p".into());
+    s.strategy = sluice_engine::spec::StrategyChoice::Stage;
+    (store, s)
+}
+
+/// A staged load into a destination publishing by `model`, stopped at `stop_at` if given
+/// (then `None`).
+fn staged(
+    store: &Arc<Store>,
+    spec: &LoadSpec,
+    model: PublishModel,
+    stop_at: Option<&'static str>,
+) -> Option<(Result<Report, Failure>, Listener)> {
+    let host = Listener {
+        stop_at,
+        ..Listener::default()
+    };
+    let (store, spec) = (store.clone(), spec.clone());
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let mut dest = Memory::connect(&store);
+        dest.publish = model;
+        let result = sluice_engine::load::load_staging(&spec, &mut dest, &host);
+        (result, host)
+    }))
+    .ok()
+}
+
+/// Every key of `0..n` in `p`, once.
+fn every_key_once(store: &Store, n: u32) {
+    let mut ids: Vec<u32> = store
+        .rows("p")
+        .iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>());
+}
+
+#[test]
+fn both_publish_models_publish_every_staged_row_once() {
+    for model in [PublishModel::OneTransaction, PublishModel::PerPartition] {
+        let inputs = Inputs::new(&format!("publish_{model:?}"));
+        let (store, s) = partitioned(&inputs);
+        let (result, host) = staged(&store, &s, model, None).unwrap();
+        let report = result.unwrap();
+        assert_eq!(report.strategy, "stage", "{model:?}");
+        let said = match model {
+            PublishModel::OneTransaction => "in one transaction",
+            PublishModel::PerPartition => "one partition at a time",
+        };
+        assert!(host.heard(said), "{model:?}");
+        every_key_once(&store, 6000);
+        assert_eq!(store.staging_tables(), 0);
+    }
+}
+
+#[test]
+fn a_publish_in_one_transaction_stopped_inside_shows_nothing_and_the_rerun_reuses_the_tables() {
+    let inputs = Inputs::new("publish_once_stopped");
+    let (store, s) = partitioned(&inputs);
+    let model = PublishModel::OneTransaction;
+    assert!(staged(&store, &s, model, Some("publish")).is_none());
+    assert_eq!(
+        store.count("p"),
+        0,
+        "nothing visible before the publish commits"
+    );
+    assert_eq!(
+        store.staging_tables(),
+        3,
+        "the finished staging tables wait for the job"
+    );
+    let (result, host) = staged(&store, &s, model, None).unwrap();
+    result.unwrap();
+    assert!(host.heard("they are published with this run's, not loaded again"));
+    every_key_once(&store, 6000);
+    assert_eq!(store.staging_tables(), 0);
+}
+
+#[test]
+fn a_publish_per_partition_stopped_between_steps_is_finished_by_the_rerun() {
+    let inputs = Inputs::new("publish_each_stopped");
+    let (store, s) = partitioned(&inputs);
+    let model = PublishModel::PerPartition;
+    assert!(staged(&store, &s, model, Some("switched")).is_none());
+    assert_eq!(store.count("p"), 2000, "one step took, and stays");
+    assert_eq!(store.staging_tables(), 2);
+    let (result, _) = staged(&store, &s, model, None).unwrap();
+    result.unwrap();
+    every_key_once(&store, 6000);
+    assert_eq!(store.staging_tables(), 0);
 }

@@ -13,7 +13,9 @@
 
 use sluice_core::destination::{
     Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKind,
-    ErrorReport, IdentifierRules, Ledger, LoadTable, RecordEncoder, ServerWaits, TableInfo,
+    ErrorReport, IdentifierRules, Ledger, Leftover, LoadTable, Partitioning, PreparedStaging,
+    PublishModel, PublishTimes, RangePartition, RecordEncoder, ServerWaits, StageTimes, Staging,
+    TableInfo,
 };
 use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::ledger::{
@@ -37,6 +39,34 @@ pub struct Table {
     pub generation: u64,
     pub columns: Vec<String>,
     pub rows: Vec<Vec<Option<String>>>,
+    /// Range partitions by the first column: name, lower bound (inclusive), upper (exclusive).
+    pub partitions: Vec<(String, i64, i64)>,
+}
+
+impl Table {
+    /// The rows whose key falls in `lo..hi`.
+    fn rows_in(&self, lo: i64, hi: i64) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| key(r).is_some_and(|k| k >= lo && k < hi))
+            .count()
+    }
+}
+
+/// A row's partition key: its first column, as an integer.
+fn key(row: &[Option<String>]) -> Option<i64> {
+    row.first()?.as_deref()?.parse().ok()
+}
+
+/// A staging table: the rows of one partition, committed, waiting for the publish; it records
+/// the job and chunks it holds, as a real destination's does.
+#[derive(Clone, Debug)]
+struct StagedTable {
+    job: Option<i64>,
+    table: String,
+    partition: usize,
+    rows: Vec<Vec<Option<String>>>,
+    chunks: Vec<ChunkRecord>,
 }
 
 /// A job as the ledger keeps it.
@@ -55,6 +85,8 @@ struct Pending {
     rows: Vec<(usize, Vec<Option<String>>)>,
     tables: Vec<String>,
     chunks: Vec<(i64, ChunkRecord)>,
+    /// Staging tables switched in by this transaction.
+    switch: Vec<String>,
 }
 
 /// Faults a test arms. A value fault fires on the record holding that value, `times` times.
@@ -84,6 +116,7 @@ pub struct State {
     prepared: BTreeMap<String, Pending>,
     locks: BTreeMap<i64, u64>,
     pub faults: Faults,
+    staging: BTreeMap<String, StagedTable>,
     /// Stream commits so far.
     commits_seen: usize,
     clock: u64,
@@ -118,8 +151,24 @@ impl Store {
                 generation: 0,
                 columns: columns.iter().map(|c| c.to_string()).collect(),
                 rows: Vec::new(),
+                partitions: Vec::new(),
             },
         );
+    }
+
+    /// `CREATE TABLE name (columns) PARTITION BY RANGE (first column)`, one partition per
+    /// `(name, lower, upper)`.
+    pub fn create_partitioned(&self, name: &str, columns: &[&str], parts: &[(&str, i64, i64)]) {
+        self.create(name, columns);
+        self.lock().tables.get_mut(name).expect("table").partitions = parts
+            .iter()
+            .map(|(n, lo, hi)| (n.to_string(), *lo, *hi))
+            .collect();
+    }
+
+    /// Staging tables waiting for a publish.
+    pub fn staging_tables(&self) -> usize {
+        self.lock().staging.len()
     }
 
     /// `TRUNCATE name`: no row, new storage.
@@ -162,6 +211,9 @@ impl Store {
 impl State {
     /// Makes a transaction's rows and chunk records visible.
     fn apply(&mut self, p: Pending) {
+        for id in &p.switch {
+            self.switch(id);
+        }
         for (t, row) in p.rows {
             let name = &p.tables[t];
             if let Some(table) = self.tables.get_mut(name) {
@@ -169,6 +221,15 @@ impl State {
             }
         }
         self.chunks.extend(p.chunks);
+    }
+
+    /// Moves a staging table's rows into its table, and drops it.
+    fn switch(&mut self, id: &str) {
+        if let Some(st) = self.staging.remove(id) {
+            if let Some(t) = self.tables.get_mut(&st.table) {
+                t.rows.extend(st.rows);
+            }
+        }
     }
 
     fn tick(&mut self) -> String {
@@ -201,6 +262,11 @@ pub struct Memory {
     tables: Vec<LoadTable>,
     /// Transactions the "server" can hold prepared (0: none).
     pub prepare_slots: u32,
+    /// How it publishes staging tables.
+    pub publish: PublishModel,
+    /// The staging tables this process finished or took back, for the publish.
+    finished: Mutex<Vec<String>>,
+    seq: AtomicU64,
 }
 
 impl Memory {
@@ -210,7 +276,14 @@ impl Memory {
             process: PROCESS.fetch_add(1, Ordering::SeqCst),
             tables: Vec::new(),
             prepare_slots: 0,
+            publish: PublishModel::OneTransaction,
+            finished: Mutex::new(Vec::new()),
+            seq: AtomicU64::new(0),
         }
+    }
+
+    fn finished(&self) -> MutexGuard<'_, Vec<String>> {
+        self.finished.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn names(&self) -> Vec<String> {
@@ -247,6 +320,8 @@ fn at_record(kind: ErrorKind, message: &str, record: u64) -> DestinationError {
 pub struct MemStream<'a> {
     dest: &'a Memory,
     pending: Pending,
+    /// The staging table being loaded: its id, table, partition bounds, and rows.
+    stage: Option<Stage>,
     copy: Option<(usize, Vec<u8>)>,
     savepoint: Option<(usize, usize)>,
     /// An error aborted the transaction (until a rollback to the savepoint).
@@ -338,6 +413,22 @@ impl DestinationStream for MemStream<'_> {
             rows.push((table, values));
         }
         let n = rows.len() as u64;
+        if let Some(stage) = self.stage.as_mut() {
+            let (lo, hi) = stage.bounds;
+            if let Some(k) = rows
+                .iter()
+                .position(|(_, r)| key(r).is_none_or(|v| v < lo || v >= hi))
+            {
+                self.aborted = true;
+                return Err(at_record(
+                    ErrorKind::Rejected,
+                    "row outside the partition",
+                    k as u64 + 1,
+                ));
+            }
+            stage.rows.extend(rows.into_iter().map(|(_, r)| r));
+            return Ok(n);
+        }
         self.pending.rows.extend(rows);
         Ok(n)
     }
@@ -405,6 +496,15 @@ impl DestinationStream for MemStream<'_> {
         self.dest.store.lock().prepared.insert(id.to_string(), p);
         Ok(())
     }
+}
+
+/// A staging table in progress on a stream.
+struct Stage {
+    id: String,
+    table: String,
+    partition: usize,
+    bounds: (i64, i64),
+    rows: Vec<Vec<Option<String>>>,
 }
 
 /// Encodes a record as its fields' text joined by [`FIELD`]; a value `CLIENT-BAD` is one the
@@ -508,7 +608,7 @@ impl Destination for Memory {
                 case_insensitive_columns: false,
                 max_bytes: 63,
             },
-            publish: None,
+            publish: Some(self.publish),
             savepoints_in_staged_unit: false,
             prepare: match self.prepare_slots {
                 0 => Err("this store prepares nothing".into()),
@@ -523,6 +623,7 @@ impl Destination for Memory {
         Ok(MemStream {
             dest: self,
             pending: Pending::default(),
+            stage: None,
             copy: None,
             savepoint: None,
             aborted: false,
@@ -782,5 +883,158 @@ impl Ledger for Memory {
         s.places.retain(|(j, ..)| *j != job);
         s.commits.retain(|(j, _)| *j != job);
         Ok(Vec::new())
+    }
+}
+
+impl Staging for Memory {
+    fn set_lock_wait(&mut self, _wait: std::time::Duration) {}
+
+    fn prepare_staging(&self, job: Option<i64>) -> Result<PreparedStaging, DestinationError> {
+        let mut s = self.store.lock();
+        let mut prepared = PreparedStaging::default();
+        let ids: Vec<String> = s.staging.keys().cloned().collect();
+        for id in ids {
+            let st = s.staging[&id].clone();
+            let table = self.tables.iter().position(|t| t.table.name == st.table);
+            match (st.job, job, table) {
+                (Some(a), Some(b), Some(table)) if a == b => prepared.leftovers.push(Leftover {
+                    id,
+                    table,
+                    partition: st.partition,
+                    chunks: st.chunks,
+                }),
+                (Some(a), _, _) if s.jobs.iter().any(|j| j.id == a && j.state.resumable()) => {
+                    prepared.waiting.push(id)
+                }
+                _ => {
+                    s.staging.remove(&id);
+                    prepared.dropped.push(id);
+                }
+            }
+        }
+        Ok(prepared)
+    }
+
+    fn reuse_staging(&self, keep: &[String]) -> Result<(), DestinationError> {
+        self.finished().extend(keep.iter().cloned());
+        Ok(())
+    }
+
+    fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
+        let s = self.store.lock();
+        let t = &s.tables[&self.tables[table].table.name];
+        if t.partitions.is_empty() {
+            return Ok(Partitioning::None);
+        }
+        Ok(Partitioning::IntegerRange {
+            column: t.columns[0].clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|(name, lo, hi)| RangePartition {
+                    name: name.clone(),
+                    lower: Some(*lo),
+                    upper: Some(*hi),
+                    obstacle: (t.rows_in(*lo, *hi) > 0)
+                        .then(|| format!("partition {name} is not empty")),
+                })
+                .collect(),
+            default: false,
+        })
+    }
+
+    fn begin_stage(
+        &self,
+        stream: &mut MemStream<'_>,
+        table: usize,
+        partition: usize,
+    ) -> Result<(), DestinationError> {
+        let name = self.tables[table].table.name.clone();
+        let (_, lo, hi) = self.store.lock().tables[&name].partitions[partition].clone();
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        stream.stage = Some(Stage {
+            id: format!("stage_{}_{n}", self.process),
+            table: name,
+            partition,
+            bounds: (lo, hi),
+            rows: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn finish_stage(
+        &self,
+        stream: &mut MemStream<'_>,
+        job: Option<i64>,
+        chunks: &[ChunkRecord],
+    ) -> Result<StageTimes, DestinationError> {
+        stream.usable()?;
+        let stage = stream.stage.take().expect("a staging table in progress");
+        self.store.lock().staging.insert(
+            stage.id.clone(),
+            StagedTable {
+                job,
+                table: stage.table,
+                partition: stage.partition,
+                rows: stage.rows,
+                chunks: chunks.to_vec(),
+            },
+        );
+        self.finished().push(stage.id.clone());
+        Ok(StageTimes {
+            table: stage.id,
+            index: std::time::Duration::ZERO,
+            analyze: std::time::Duration::ZERO,
+        })
+    }
+
+    fn abandon_stage(&self, stream: &mut MemStream<'_>) -> Result<(), DestinationError> {
+        stream.stage = None;
+        stream.aborted = false;
+        Ok(())
+    }
+
+    fn outside_partition(&self, e: &DestinationError) -> bool {
+        e.message.contains("outside the partition")
+    }
+
+    fn discard_staging(&self) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        for id in self.finished().drain(..) {
+            s.staging.remove(&id);
+        }
+        Ok(())
+    }
+
+    fn switch_one(
+        &self,
+        table: &str,
+        job: Option<i64>,
+        chunks: &[ChunkRecord],
+    ) -> Result<PublishTimes, DestinationError> {
+        let mut s = self.store.lock();
+        s.switch(table);
+        if let Some(job) = job {
+            s.chunks.extend(chunks.iter().map(|c| (job, c.clone())));
+        }
+        Ok(PublishTimes {
+            attempts: 1,
+            ..PublishTimes::default()
+        })
+    }
+
+    fn switch_in(&self, stream: &mut MemStream<'_>) -> Result<PublishTimes, DestinationError> {
+        stream
+            .pending
+            .switch
+            .extend(self.finished().iter().cloned());
+        Ok(PublishTimes {
+            attempts: 1,
+            ..PublishTimes::default()
+        })
+    }
+
+    fn gather_statistics(&self, _parallel: usize) -> std::time::Duration {
+        std::time::Duration::ZERO
     }
 }
