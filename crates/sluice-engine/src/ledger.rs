@@ -172,12 +172,16 @@ fn placement_standing(c: &PlacementCheck, rows: u64) -> Standing {
         return Standing::Gone(format!("{rel} no longer exists"));
     };
     let rel = &now.name;
+    let rows_now = match now.has_rows {
+        Some(_) => "has rows",
+        None => "the role may not read it, so whether it has rows cannot be told",
+    };
     if now.id != c.then.id {
         return match now.has_rows {
             Some(false) => Standing::Gone(format!("{rel} was dropped and created again")),
             _ => Standing::Changed(format!(
                 "{rel} is not the table it loaded (it was dropped and created again, or restored \
-                 from a backup) and has rows"
+                 from a backup) and {rows_now}"
             )),
         };
     }
@@ -187,7 +191,7 @@ fn placement_standing(c: &PlacementCheck, rows: u64) -> Standing {
     match (&c.then.generation, &now.generation) {
         (Some(then), Some(now)) if then != now => Standing::Changed(format!(
             "{rel} was rewritten since (its storage was replaced: emptied and filled again, \
-             compacted, reordered, or altered) and has rows"
+             compacted, reordered, or altered) and {rows_now}"
         )),
         _ => Standing::Holds,
     }
