@@ -98,6 +98,18 @@ pub struct Capabilities {
     pub prepare: Result<u32, String>,
 }
 
+/// How rows travel to the server: the destination's binary tuples (the least work for the
+/// server), or text lines (fewer bytes for most tables, where the link is the limit). Either
+/// way the client has validated every value it converts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Wire {
+    /// The destination's choice (binary where it converts every column).
+    #[default]
+    Auto,
+    Binary,
+    Text,
+}
+
 /// A destination database, as the engine uses it during a load.
 ///
 /// Before the load: [`describe`](Destination::describe) each table the inputs name, read
@@ -110,6 +122,10 @@ pub trait Destination: Sync {
 
     /// Connections the server still accepts (`None` when it will not say).
     fn free_slots(&self) -> Option<u64>;
+
+    /// The encoding the load asks for on the wire, before [`set_tables`](Destination::set_tables).
+    /// A destination with one encoding ignores it.
+    fn prefer_wire(&mut self, _wire: Wire) {}
 
     /// Fixes the load's tables, in the plan's order.
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError>;

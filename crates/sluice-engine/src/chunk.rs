@@ -32,6 +32,8 @@ pub struct Counters {
 pub struct ChunkOutcome {
     pub records: u64,
     pub bytes: u64,
+    /// Bytes sent to the destination for it (its encoding, framing included).
+    pub wire_bytes: u64,
 }
 
 /// Everything one chunk conversion needs.
@@ -759,6 +761,7 @@ pub fn convert_chunk<E: RecordEncoder>(
     Ok(ChunkOutcome {
         records,
         bytes: consumed,
+        wire_bytes: 0,
     })
 }
 

@@ -110,6 +110,7 @@ impl Load<'_> {
         let described = self.describe(dest, &file_tables)?;
         let plan = plan::build(spec, &file_tables, &described, columns.clone())?;
         let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
+        dest.prefer_wire(spec.wire);
         dest.set_tables(&load_tables).map_err(|e| match e.kind {
             ErrorKind::Usage => Failure::Usage(e.to_string()),
             _ => crate::run::destination_failure(&e, e.to_string()),

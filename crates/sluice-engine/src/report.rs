@@ -13,6 +13,8 @@ pub struct TableReport {
     pub files: usize,
     pub rows: u64,
     pub bytes: u64,
+    /// Bytes sent to the destination in its encoding (`copy_format`).
+    pub wire_bytes: u64,
     pub seconds: f64,
     pub mb_per_s: f64,
     /// How the destination loads the table (`binary`, or `text` when some column
@@ -165,9 +167,15 @@ pub fn build_judged(
         .enumerate()
         .map(|(i, tp)| {
             let mine = chunks.iter().filter(|c| c.table_index == i);
-            let (rows, bytes, start, end) = mine
-                .fold((0, 0, f64::INFINITY, 0f64), |(r, b, s, e), c| {
-                    (r + c.rows, b + c.bytes, s.min(c.start), e.max(c.end))
+            let (rows, bytes, wire_bytes, start, end) =
+                mine.fold((0, 0, 0, f64::INFINITY, 0f64), |(r, b, w, s, e), c| {
+                    (
+                        r + c.rows,
+                        b + c.bytes,
+                        w + c.wire_bytes,
+                        s.min(c.start),
+                        e.max(c.end),
+                    )
                 });
             let seconds = (end - start).max(0.0);
             TableReport {
@@ -175,6 +183,7 @@ pub fn build_judged(
                 files: plan.inputs.iter().filter(|inp| inp.table == i).count(),
                 rows,
                 bytes,
+                wire_bytes,
                 seconds,
                 mb_per_s: mbps(bytes, seconds),
                 copy_format: facts.formats.get(i).copied().unwrap_or(""),
@@ -204,6 +213,7 @@ pub fn build_judged(
         files: plan.inputs.len(),
         rows: tables.iter().map(|t| t.rows).sum(),
         bytes,
+        wire_bytes: tables.iter().map(|t| t.wire_bytes).sum(),
         seconds: elapsed,
         mb_per_s: mbps(bytes, elapsed),
         copy_format: "",

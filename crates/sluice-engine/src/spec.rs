@@ -4,6 +4,7 @@
 //! "high" layer, a [`crate::plan::Plan`].
 
 use crate::rejects::Threshold;
+pub use sluice_core::destination::Wire;
 use sluice_core::dialect::Format;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -77,6 +78,8 @@ pub struct LoadSpec {
     pub restart: bool,
     /// Two-phase commit of the streams.
     pub prepare: PrepareChoice,
+    /// The encoding rows travel in.
+    pub wire: Wire,
 }
 
 impl LoadSpec {
@@ -105,6 +108,7 @@ impl LoadSpec {
             rejects: None,
             restart: false,
             prepare: PrepareChoice::Auto,
+            wire: Wire::Auto,
         }
     }
 }

@@ -29,7 +29,7 @@ use sluice_core::destination::{
     Activity, Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
     ErrorKind, ErrorReport, IdentifierRules, Ledger, Leftover, LoadTable, Partitioning,
     PreparedStaging, PublishModel, PublishTimes, RecordEncoder, ServerWaits, StageTimes, Staging,
-    TableCosts, TableInfo,
+    TableCosts, TableInfo, Wire,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{
@@ -100,6 +100,8 @@ pub struct PgDestination {
     staging_streams: Mutex<std::collections::BTreeSet<usize>>,
     /// How long each attempt of the publish, and the statistics step, waits for a lock.
     lock_wait: std::time::Duration,
+    /// The encoding asked for: text COPY for every table when `Text`.
+    wire: Wire,
 }
 
 impl PgDestination {
@@ -152,6 +154,7 @@ impl PgDestination {
             analyzed: Mutex::new(Vec::new()),
             staging_streams: Mutex::new(std::collections::BTreeSet::new()),
             lock_wait: stage::DEFAULT_LOCK_WAIT,
+            wire: Wire::Auto,
         })
     }
 
@@ -321,6 +324,10 @@ impl Destination for PgDestination {
         self.free_slots.map(|n| n.max(0) as u64)
     }
 
+    fn prefer_wire(&mut self, wire: Wire) {
+        self.wire = wire;
+    }
+
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
         let mut targets = Vec::with_capacity(tables.len());
         for t in tables {
@@ -337,7 +344,7 @@ impl Destination for PgDestination {
             let columns = table
                 .columns_named(&t.columns)
                 .map_err(|m| DestinationError::new(ErrorKind::Usage, m))?;
-            let binary = columns.iter().all(|c| c.ty.client_converted());
+            let binary = self.wire != Wire::Text && columns.iter().all(|c| c.ty.client_converted());
             targets.push(CopyTarget {
                 table: table.clone(),
                 columns,

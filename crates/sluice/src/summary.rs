@@ -54,6 +54,13 @@ pub fn render(report: &Report) -> String {
         out.push('\n');
     }
     for t in &report.tables {
+        if t.copy_format == "text" && t.server_converted_columns.is_empty() {
+            out.push_str(&format!(
+                "note: {} loads through text COPY (--wire text): fewer bytes on the wire, every \
+                 value validated by sluice, converted again by the server\n",
+                t.table
+            ));
+        }
         if !t.server_converted_columns.is_empty() {
             out.push_str(&format!(
                 "note: {} loads through text COPY; the server converts {}\n",
@@ -61,6 +68,9 @@ pub fn render(report: &Report) -> String {
                 t.server_converted_columns.join(", ")
             ));
         }
+    }
+    if let Some(line) = wire_line(report) {
+        out.push_str(&line);
     }
     if report.server_conversions > 0 {
         out.push_str(&format!(
@@ -169,4 +179,23 @@ pub fn render(report: &Report) -> String {
         out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");
     }
     out
+}
+
+/// What went over the wire: bytes in the destination's encodings, and their ratio to the
+/// input's (binary tuples are bigger than the text for most tables; `--wire text` sends less).
+fn wire_line(report: &Report) -> Option<String> {
+    let t = &report.total;
+    if report.dry_run || t.wire_bytes == 0 || t.bytes == 0 {
+        return None;
+    }
+    let mut formats: Vec<&str> = report.tables.iter().map(|t| t.copy_format).collect();
+    formats.sort_unstable();
+    formats.dedup();
+    Some(format!(
+        "wire: {} sent ({}), {:.2}x the input's {}\n",
+        human_bytes(t.wire_bytes),
+        formats.join(" and "),
+        t.wire_bytes as f64 / t.bytes as f64,
+        human_bytes(t.bytes)
+    ))
 }

@@ -123,7 +123,9 @@ fn copy_once<D: Destination>(
         read: &mut read,
     };
     let mut send_failed = None;
+    let mut wire_bytes = 0u64;
     let result = convert_chunk(job, |bytes| {
+        wire_bytes += bytes.len() as u64;
         if let Some(s) = stream.as_deref_mut() {
             if let Err(e) = timed(&mut send, || s.send(bytes)) {
                 send_failed = Some(e);
@@ -141,7 +143,7 @@ fn copy_once<D: Destination>(
     timing.server_seconds += server;
     timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
     let outcome = match (result, send_failed) {
-        (Ok(o), None) => o,
+        (Ok(o), None) => ChunkOutcome { wire_bytes, ..o },
         (_, Some(e)) => return Err(ChunkError::Destination(e)),
         (Err(Failure::Input(mut e)), None) => {
             absolute_line(plan, chunk, &mut e);
@@ -260,6 +262,7 @@ fn isolate<D: Destination>(
                 }
                 total.records += o.records;
                 total.bytes = total.bytes.max(o.bytes);
+                total.wire_bytes += o.wire_bytes;
                 continue;
             }
             Err(ChunkError::Destination(e)) if isolatable(&e) => e,

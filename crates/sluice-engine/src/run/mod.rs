@@ -91,6 +91,8 @@ pub struct ChunkStat {
     /// Rows the server confirmed for this chunk's load (records converted, in a dry run).
     pub rows: u64,
     pub bytes: u64,
+    /// Bytes sent to the destination (the wire encoding's size).
+    pub wire_bytes: u64,
     /// Seconds since the load started.
     pub start: f64,
     pub end: f64,
@@ -113,6 +115,7 @@ impl ChunkStat {
             table_index: t,
             rows: o.records,
             bytes: o.bytes,
+            wire_bytes: o.wire_bytes,
             start: start.as_secs_f64(),
             end: end.as_secs_f64(),
         }

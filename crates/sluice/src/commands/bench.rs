@@ -660,6 +660,7 @@ mod tests {
             files: 2,
             rows: 60,
             bytes: 0,
+            wire_bytes: 0,
             seconds: 0.0,
             mb_per_s: 0.0,
             copy_format: "binary",
