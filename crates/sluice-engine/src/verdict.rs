@@ -38,9 +38,8 @@ const CLIENT_SIDE: f64 = 0.5;
 /// What bound a load.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Verdict {
-    /// `client-bound`, `disk-read-bound`, `server-bound`, `log-bound` (named as the
-    /// destination names its log), `disk-write-bound`, `lock-bound` or
-    /// `long-tail`.
+    /// `client-bound`, `disk-read-bound`, `link-bound`, `server-bound`, `log-bound` (named
+    /// as the destination names its log), `disk-write-bound`, `lock-bound` or `long-tail`.
     pub kind: String,
     /// What the figures say, in a sentence.
     pub because: String,
@@ -143,7 +142,11 @@ pub fn judge(
         true => shares.waiting >= CLIENT_SIDE,
         false => shares.read + shares.convert >= shares.send + shares.server,
     };
+    let sent = Sent::of(&streams);
     Some(match client_side {
+        true if shares.sampled && shares.send > shares.read.max(shares.convert) => {
+            link_bound(&shares, &seen, sent, figures)
+        }
         true => client_bound(plan, &shares, &seen, jobs, cores, figures),
         false => server_bound(
             &outcome.server_waits,
@@ -277,6 +280,59 @@ fn both_sides(s: &Shares) -> String {
              say more)",
             pct(s.send + s.server)
         ),
+    }
+}
+
+/// The input's bytes and the bytes sent for them, over every chunk.
+#[derive(Clone, Copy)]
+struct Sent {
+    input: u64,
+    wire: u64,
+}
+
+impl Sent {
+    fn of(streams: &[&StreamStats]) -> Sent {
+        let chunks = streams.iter().flat_map(|s| &s.chunks);
+        let (input, wire) = chunks.fold((0, 0), |(i, w), c| (i + c.bytes, w + c.wire_bytes));
+        Sent { input, wire }
+    }
+
+    /// Bytes sent per byte of input.
+    fn ratio(self) -> f64 {
+        self.wire as f64 / self.input.max(1) as f64
+    }
+}
+
+/// The server waited for sluice while the streams waited on their sockets, not on reading or
+/// converting: the network between them is the limit.
+fn link_bound(
+    s: &Shares,
+    seen: &str,
+    sent: Sent,
+    mut figures: BTreeMap<&'static str, f64>,
+) -> Verdict {
+    figures.insert("wire_per_input_byte", sent.ratio());
+    let next_step = if sent.ratio() > 1.2 {
+        format!(
+            "this load sent {:.2} bytes per byte of input in its encoding: --wire text sends \
+             about the input's size for most tables; more streams help only while the link \
+             is not full",
+            sent.ratio()
+        )
+    } else {
+        "the link is full: a faster link, or the client nearer the server; more streams help \
+         only while it is not"
+            .to_string()
+    };
+    Verdict {
+        kind: "link-bound".into(),
+        because: format!(
+            "streams spent {} sending (waiting on their sockets) and {} converting; {seen}",
+            pct(s.send),
+            pct(s.convert)
+        ),
+        next_step,
+        figures,
     }
 }
 
@@ -636,6 +692,34 @@ mod tests {
         let v = judge(&plan, &out, 2, 2, &Carrying(TableCosts::default())).unwrap();
         assert_eq!(v.kind, "disk-write-bound");
         assert!(!v.next_step.contains("index"), "{}", v.next_step);
+    }
+
+    #[test]
+    fn a_server_waiting_for_streams_that_wait_on_their_sockets_is_link_bound() {
+        let w = waits(&[
+            (Activity::WaitingForClient, "ClientRead", 40),
+            (Activity::Cpu, "CPU", 5),
+        ]);
+        let (plan, out) = load(&[10.0, 10.2], SENDING, w);
+        let v = judge(&plan, &out, 2, 2, &Plain).unwrap();
+        assert_eq!(v.kind, "link-bound", "{v:?}");
+        assert!(
+            v.because.contains("sending (waiting on their sockets)"),
+            "{}",
+            v.because
+        );
+        // The same server waiting on streams that convert is the client's limit.
+        let converting = StreamTiming {
+            convert_seconds: 9.0,
+            send_seconds: 0.5,
+            ..SENDING
+        };
+        let w = waits(&[(Activity::WaitingForClient, "ClientRead", 40)]);
+        let (plan, out) = load(&[10.0, 10.2], converting, w);
+        assert_eq!(
+            judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
+            "client-bound"
+        );
     }
 
     #[test]

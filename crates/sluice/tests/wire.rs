@@ -29,7 +29,11 @@ fn events(d: &Db) -> std::path::PathBuf {
             m = 1 + i % 9,
             s = i % 10,
             h = i % 10,
-            n = if i % 7 == 0 { String::new() } else { (-(i * 37)).to_string() },
+            n = if i % 7 == 0 {
+                String::new()
+            } else {
+                (-(i * 37)).to_string()
+            },
             amount = i * 13 - 20000,
             c = i % 100,
             ok = ["t", "false", "yes", "0"][(i % 4) as usize],
@@ -67,7 +71,9 @@ fn load(d: &Db, table: &str, file: &Path, wire: &str, json: &Path) -> (i32, Stri
 fn wire_bytes(json: &Path) -> u64 {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    report["total"]["wire_bytes"].as_u64().expect("wire_bytes in the report")
+    report["total"]["wire_bytes"]
+        .as_u64()
+        .expect("wire_bytes in the report")
 }
 
 #[test]
@@ -82,7 +88,10 @@ fn text_and_binary_load_what_psql_loads_and_count_their_bytes() {
     let (jt, jb) = (d.dir.join("text.json"), d.dir.join("bin.json"));
     let (code, out, err) = load(&d, "t_text", &file, "text", &jt);
     assert_eq!(code, 0, "{err}");
-    assert_has(&out, &["loads through text COPY (--wire text)", "wire: ", "(text)"]);
+    assert_has(
+        &out,
+        &["loads through text COPY (--wire text)", "wire: ", "(text)"],
+    );
     let (code, out, err) = load(&d, "t_bin", &file, "binary", &jb);
     assert_eq!(code, 0, "{err}");
     assert_has(&out, &["(binary)"]);
@@ -115,7 +124,10 @@ fn text_sends_fewer_bytes_than_binary_for_lineitem() {
     let input = std::fs::metadata(lineitem).unwrap().len() as f64;
     let (text, binary) = (wire_bytes(&jt) as f64, wire_bytes(&jb) as f64);
     assert!(text < binary, "text {text} bytes, binary {binary}");
-    assert!(text / input < 1.1 && binary / input > 1.4, "{text} {binary} of {input}");
+    assert!(
+        text / input < 1.1 && binary / input > 1.4,
+        "{text} {binary} of {input}"
+    );
 }
 
 #[test]
