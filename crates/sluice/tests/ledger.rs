@@ -530,9 +530,10 @@ fn the_ledger_records_files_and_chunks_with_their_rows() {
     assert_eq!(schema.trim(), "public");
 }
 
-/// Prepared transactions of this database, sluice's or not.
+/// Prepared transactions of this database, sluice's or not (the view is the whole server's,
+/// and other tests of this binary share the server).
 fn prepared(d: &Db) -> u64 {
-    d.count("pg_prepared_xacts")
+    d.count("pg_prepared_xacts WHERE database = current_database()")
 }
 
 /// With `--prepare on`, a kill between two COMMIT PREPAREDs leaves the second stream's
