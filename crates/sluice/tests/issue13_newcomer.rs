@@ -244,7 +244,10 @@ fn every_command_maps_failures_to_the_readme_exit_codes() {
     assert_eq!(ddl(&[]).0, Some(0));
     let (c, e) = ddl(&[]);
     assert_eq!(c, Some(2), "tables exist already: {e}");
-    assert!(e.contains("already exist") && e.contains("--replace"), "{e}");
+    assert!(
+        e.contains("already exist") && e.contains("--replace"),
+        "{e}"
+    );
     // A malformed target is usage for every command that connects.
     let out = sluice_cmd()
         .args([
