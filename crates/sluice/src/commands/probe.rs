@@ -224,10 +224,9 @@ pub fn run(args: ProbeArgs) -> Result<(), Failure> {
         bound.0, bound.1, bound.2
     );
     println!(
-        "how close: an upper bound. On BENCHMARKS.md's 2-core machine (client and server on \
-         the same cores) the load that followed reached {low:.2} to {high:.2} of it (median \
-         {median:.2}, bench/probe-vs-load): a load also pays for its commits, checkpoints and \
-         the writeback of more data than the probe's seconds store"
+        "how close: an upper bound; on BENCHMARKS.md's 2-core machine the load right after it \
+         reached {low:.2} to {high:.2} of it\n  (median {median:.2}, bench/probe-vs-load): a \
+         load also pays for commits, checkpoints and writeback that seconds of probing do not"
     );
     let why_jobs = match (&store, rows.len()) {
         (Some(s), n) if n > 1 => format!(
