@@ -29,7 +29,8 @@ fn esc(s: &str) -> String {
 fn time_axis(out: &mut String, seconds: f64, y: f64) {
     let span = seconds.max(1e-3);
     let step = [
-        0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+        0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
+        60.0, 120.0, 300.0, 600.0,
     ]
     .into_iter()
     .find(|s| span / s <= 8.0)
@@ -43,10 +44,11 @@ fn time_axis(out: &mut String, seconds: f64, y: f64) {
             r##"<line x1="{x:.1}" y1="{y:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/><text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
             y + 4.0,
             y + 16.0,
-            if step < 1.0 {
-                format!("{t:.1} s")
-            } else {
-                format!("{t:.0} s")
+            match step {
+                s if s < 0.01 => format!("{t:.3} s"),
+                s if s < 0.1 => format!("{t:.2} s"),
+                s if s < 1.0 => format!("{t:.1} s"),
+                _ => format!("{t:.0} s"),
             }
         );
         t += step;
@@ -73,11 +75,15 @@ fn ran(r: &Report) -> Vec<&sluice_engine::run::StreamStats> {
 /// A rate for an axis tick, with as many decimals as the axis's top needs (a tiny load's
 /// ticks would all read "0 MB/s" otherwise).
 fn rate_tick(v: f64, top: f64) -> String {
-    match top {
-        t if t >= 10.0 => format!("{v:.0} MB/s"),
-        t if t >= 1.0 => format!("{v:.1} MB/s"),
-        _ => format!("{:.0} kB/s", v * 1000.0),
-    }
+    // The unit the top reads at least 1 in, and one decimal more below 10 of it, so that the
+    // axis's quarter steps read apart.
+    let (scale, unit) = match top {
+        t if t >= 1.0 => (1.0, "MB/s"),
+        t if t >= 1e-3 => (1e3, "kB/s"),
+        _ => (1e6, "B/s"),
+    };
+    let decimals = if top * scale >= 10.0 { 0 } else { 1 };
+    format!("{:.*} {unit}", decimals, v * scale)
 }
 
 /// Each stream a lane, each chunk a bar from its start to its end, coloured by table.

@@ -85,6 +85,13 @@ fn a_tiny_load_has_readable_axes_and_no_empty_chart() {
     assert_eq!(ticks.len(), 5, "{ticks:?}");
     let distinct: std::collections::BTreeSet<&&str> = ticks.iter().collect();
     assert_eq!(distinct.len(), 5, "every tick reads differently: {ticks:?}");
+    // The time axis has ticks past zero however short the load.
+    let timeline = page.split(r#"id="timeline""#).nth(1).unwrap();
+    let timeline = timeline.split("</svg>").next().unwrap();
+    assert!(
+        timeline.matches(r#"text-anchor="middle">"#).count() >= 3,
+        "{timeline}"
+    );
     let samples = r["server_waits"]["series"].as_array().unwrap().len();
     assert_eq!(
         page.contains(r#"id="server""#),
