@@ -600,6 +600,35 @@ fn show_names(names: &[String]) -> String {
         .join(",")
 }
 
+/// How much of an input's start is read for its first record: a longer header is refused.
+const HEAD_BYTES: u64 = 1 << 20;
+
+/// An input file's first record: the bytes read from its start, the record's length in them
+/// (line ending included) and its fields. `None` when the input is empty or its first record is
+/// longer than [`HEAD_BYTES`].
+fn first_record(
+    input: &Input,
+) -> std::io::Result<Option<(Vec<u8>, usize, sluice_core::records::Fields)>> {
+    let whole = Chunk {
+        id: 0,
+        input: 0,
+        start: 0,
+        end: None,
+    };
+    let mut reader = crate::source::open_chunk(input, &whole)?;
+    let mut head = Vec::new();
+    (&mut reader).take(HEAD_BYTES).read_to_end(&mut head)?;
+    let mut dialect = input.dialect.clone();
+    dialect.line_ending = detect_line_ending(&head, &dialect);
+    let parser = sluice_core::records::RecordParser::new(&dialect);
+    let mut fields = sluice_core::records::Fields::new();
+    let whole_file = (head.len() as u64) < HEAD_BYTES;
+    Ok(match parser.parse(&head, 0, whole_file, &mut fields) {
+        Ok(sluice_core::records::Step::Record { end, .. }) => Some((head, end, fields)),
+        _ => None,
+    })
+}
+
 /// The field names of an input's first line.
 fn read_header(input: &Input) -> Result<Vec<String>, String> {
     if input.source == InputSource::Stdin {
@@ -609,23 +638,13 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
                 .into(),
         );
     }
-    let whole = Chunk {
-        id: 0,
-        input: 0,
-        start: 0,
-        end: None,
+    let first = first_record(input).map_err(|e| format!("cannot read {}: {e}", input.display))?;
+    let Some((head, _, fields)) = first else {
+        return Err(format!(
+            "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
+            input.display
+        ));
     };
-    let mut reader = crate::source::open_chunk(input, &whole)
-        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
-    let mut head = Vec::new();
-    (&mut reader)
-        .take(1 << 20)
-        .read_to_end(&mut head)
-        .map_err(|e| format!("cannot read {}: {e}", input.display))?;
-    let mut dialect = input.dialect.clone();
-    dialect.line_ending = detect_line_ending(&head, &dialect);
-    let parser = sluice_core::records::RecordParser::new(&dialect);
-    let mut fields = sluice_core::records::Fields::new();
     // Spreadsheets start their files with a UTF-8 byte-order mark; it names no column
     // (DuckDB's and pandas' readers drop it too). The load skips the header line, mark and all.
     let bom = if head.starts_with(b"\xEF\xBB\xBF") {
@@ -633,23 +652,17 @@ fn read_header(input: &Input) -> Result<Vec<String>, String> {
     } else {
         0
     };
-    match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
-        Ok(sluice_core::records::Step::Record { .. }) => Ok((0..fields.len())
-            .map(|i| {
-                let name = fields.get(i, &head).unwrap_or_default();
-                let name = if i == 0 {
-                    &name[bom.min(name.len())..]
-                } else {
-                    name
-                };
-                String::from_utf8_lossy(name).into_owned()
-            })
-            .collect()),
-        _ => Err(format!(
-            "{} has no header line to match (it is empty, or its first line is longer than 1 MB)",
-            input.display
-        )),
-    }
+    Ok((0..fields.len())
+        .map(|i| {
+            let name = fields.get(i, &head).unwrap_or_default();
+            let name = if i == 0 {
+                &name[bom.min(name.len())..]
+            } else {
+                name
+            };
+            String::from_utf8_lossy(name).into_owned()
+        })
+        .collect())
 }
 
 /// The bytes of an input's first record, line ending included: its header line, for the
@@ -662,25 +675,10 @@ pub fn header_line(input: &Input) -> std::io::Result<Option<Vec<u8>>> {
     if input.source == InputSource::Stdin {
         return Ok(None);
     }
-    let whole = Chunk {
-        id: 0,
-        input: 0,
-        start: 0,
-        end: None,
-    };
-    let mut reader = crate::source::open_chunk(input, &whole)?;
-    let mut head = Vec::new();
-    (&mut reader).take(1 << 20).read_to_end(&mut head)?;
-    let mut dialect = input.dialect.clone();
-    dialect.line_ending = detect_line_ending(&head, &dialect);
-    let parser = sluice_core::records::RecordParser::new(&dialect);
-    let mut fields = sluice_core::records::Fields::new();
-    Ok(
-        match parser.parse(&head, 0, head.len() < 1 << 20, &mut fields) {
-            Ok(sluice_core::records::Step::Record { end, .. }) => Some(head[..end].to_vec()),
-            _ => None,
-        },
-    )
+    Ok(first_record(input)?.map(|(mut head, end, _)| {
+        head.truncate(end);
+        head
+    }))
 }
 
 /// Checks that an input can be read: a missing, unreadable or non-regular file is a local

@@ -161,6 +161,16 @@ pub fn build_judged(
 ) -> Report {
     let chunks: Vec<&crate::run::ChunkStat> =
         outcome.streams.iter().flat_map(|s| &s.chunks).collect();
+    // `--jobs auto` is given its cap; the load used the streams it admitted.
+    let jobs = match outcome.calibration {
+        Some(_) => outcome
+            .streams
+            .iter()
+            .filter(|s| !s.chunks.is_empty())
+            .count()
+            .max(1),
+        None => jobs,
+    };
     let tables: Vec<TableReport> = plan
         .tables
         .iter()

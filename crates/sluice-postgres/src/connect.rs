@@ -267,7 +267,10 @@ async fn open(
 ) -> Result<Client, String> {
     let config = info.to_config(h);
     if info.sslmode == SslMode::Disable || h.is_unix_socket() {
-        let (client, conn) = config.connect(NoTls).await.map_err(startup_error)?;
+        let (client, conn) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| startup_error(e, info, h))?;
         tokio::spawn(conn);
         return Ok(client);
     }
@@ -276,7 +279,10 @@ async fn open(
         *tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(config));
     }
     let tls = tls.clone().expect("set above");
-    let (client, conn) = config.connect(tls).await.map_err(startup_error)?;
+    let (client, conn) = config
+        .connect(tls)
+        .await
+        .map_err(|e| startup_error(e, info, h))?;
     tokio::spawn(conn);
     Ok(client)
 }
@@ -284,8 +290,11 @@ async fn open(
 /// Words a startup failure. A peer that is not PostgreSQL (an HTTP server on the port)
 /// makes tokio-postgres fail to decode its first message; say that rather than the decoder's
 /// "bytes remaining on stream".
-fn startup_error(e: tokio_postgres::Error) -> String {
+fn startup_error(e: tokio_postgres::Error, info: &ConnInfo, h: &HostSpec) -> String {
     let text = chain(&e);
+    if e.as_db_error().is_none() && text.contains("password missing") {
+        return no_password(info, h);
+    }
     let garbled = [
         "bytes remaining on stream",
         "unexpected message",
@@ -302,6 +311,26 @@ fn startup_error(e: tokio_postgres::Error) -> String {
         );
     }
     text
+}
+
+/// The server asked for a password and none was given: psql's words, then every place a
+/// password can come from (the library would say "invalid configuration: password missing").
+fn no_password(info: &ConnInfo, h: &HostSpec) -> String {
+    format!(
+        "fe_sendauth: no password supplied: the server asks user \"{user}\" for a password, \
+         and none was found. Give it in PGPASSWORD, or in a line \
+         `{host}:{port}:{db}:{user}:PASSWORD` of ~/.pgpass (or of the file PGPASSFILE names; \
+         mode 0600), or in the target (postgresql://{user}:PASSWORD@{host}:{port}/{db})",
+        user = info.user,
+        // The password file names a Unix socket's host `localhost`, as libpq looks it up.
+        host = if h.is_unix_socket() {
+            "localhost"
+        } else {
+            &h.host
+        },
+        port = h.port,
+        db = info.dbname,
+    )
 }
 
 /// Session settings for a bulk load, applied to every connection (see the module doc), and

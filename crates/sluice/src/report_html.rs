@@ -29,7 +29,8 @@ fn esc(s: &str) -> String {
 fn time_axis(out: &mut String, seconds: f64, y: f64) {
     let span = seconds.max(1e-3);
     let step = [
-        0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+        0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
+        60.0, 120.0, 300.0, 600.0,
     ]
     .into_iter()
     .find(|s| span / s <= 8.0)
@@ -43,10 +44,11 @@ fn time_axis(out: &mut String, seconds: f64, y: f64) {
             r##"<line x1="{x:.1}" y1="{y:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/><text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
             y + 4.0,
             y + 16.0,
-            if step < 1.0 {
-                format!("{t:.1} s")
-            } else {
-                format!("{t:.0} s")
+            match step {
+                s if s < 0.01 => format!("{t:.3} s"),
+                s if s < 0.1 => format!("{t:.2} s"),
+                s if s < 1.0 => format!("{t:.1} s"),
+                _ => format!("{t:.0} s"),
             }
         );
         t += step;
@@ -64,9 +66,30 @@ fn lane_label(out: &mut String, y: f64, stream: usize) {
     );
 }
 
+/// The streams that loaded at least one chunk: `--jobs auto` opens no lane for a stream it
+/// never started, and a stream with nothing left to take has nothing to draw.
+fn ran(r: &Report) -> Vec<&sluice_engine::run::StreamStats> {
+    r.streams.iter().filter(|s| !s.chunks.is_empty()).collect()
+}
+
+/// A rate for an axis tick, with as many decimals as the axis's top needs (a tiny load's
+/// ticks would all read "0 MB/s" otherwise).
+fn rate_tick(v: f64, top: f64) -> String {
+    // The unit the top reads at least 1 in, and one decimal more below 10 of it, so that the
+    // axis's quarter steps read apart.
+    let (scale, unit) = match top {
+        t if t >= 1.0 => (1.0, "MB/s"),
+        t if t >= 1e-3 => (1e3, "kB/s"),
+        _ => (1e6, "B/s"),
+    };
+    let decimals = if top * scale >= 10.0 { 0 } else { 1 };
+    format!("{:.*} {unit}", decimals, v * scale)
+}
+
 /// Each stream a lane, each chunk a bar from its start to its end, coloured by table.
 fn timeline(r: &Report, tables: &[String]) -> String {
-    let lanes = r.streams.len().max(1);
+    let streams = ran(r);
+    let lanes = streams.len().max(1);
     let lane = 24.0;
     let height = 20.0 + lanes as f64 * lane + 30.0;
     let span = r.elapsed_seconds.max(1e-3);
@@ -74,7 +97,7 @@ fn timeline(r: &Report, tables: &[String]) -> String {
     let mut out = format!(
         r#"<svg class="chart" id="timeline" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">"#
     );
-    for (i, s) in r.streams.iter().enumerate() {
+    for (i, s) in streams.iter().enumerate() {
         let y = 10.0 + i as f64 * lane;
         lane_label(&mut out, y, s.stream);
         for c in &s.chunks {
@@ -94,9 +117,42 @@ fn timeline(r: &Report, tables: &[String]) -> String {
             );
         }
     }
+    after_the_chunks(&mut out, r, lanes as f64 * lane);
     time_axis(&mut out, span, 10.0 + lanes as f64 * lane + 2.0);
     out.push_str("</svg>");
     out
+}
+
+/// The stretch after the last chunk, where no rows move but the load is not over: a stage
+/// load's index builds, statistics and publish, shaded and named so that it is no
+/// unexplained gap.
+fn after_the_chunks(out: &mut String, r: &Report, height: f64) {
+    let Some(s) = r.steps.as_ref().filter(|s| s.staging_tables > 0) else {
+        return;
+    };
+    let span = r.elapsed_seconds.max(1e-3);
+    let last = r
+        .streams
+        .iter()
+        .flat_map(|s| &s.chunks)
+        .map(|c| c.end)
+        .fold(0.0, f64::max);
+    if span - last < span * 0.02 {
+        return;
+    }
+    let plot = WIDTH - LEFT - RIGHT;
+    let x = LEFT + last / span * plot;
+    let w = (span - last) / span * plot;
+    let _ = write!(
+        out,
+        r##"<rect class="after" x="{x:.1}" y="8" width="{w:.1}" height="{height:.1}" fill="#eee"><title>index builds, statistics and the publish: {:.2} s of index build and {:.2} s of analyze summed over streams, publish {:.2} s, parents' analyze {:.2} s</title></rect><text x="{:.1}" y="{:.1}" class="tick" text-anchor="middle">index, analyze, publish</text>"##,
+        s.index_seconds,
+        s.analyze_seconds,
+        s.publish_seconds,
+        s.parent_analyze_seconds,
+        x + w / 2.0,
+        8.0 + height / 2.0 + 4.0
+    );
 }
 
 /// Throughput over time: each chunk's bytes spread evenly over its time, in 100 bins; one
@@ -133,10 +189,11 @@ fn throughput(r: &Report, tables: &[String]) -> String {
         let y = 10.0 + plot_h - plot_h * k as f64 / 4.0;
         let _ = write!(
             out,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{v:.0} MB/s</text>"##,
+            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{}</text>"##,
             WIDTH - RIGHT,
             LEFT - 6.0,
-            y + 4.0
+            y + 4.0,
+            rate_tick(v, top)
         );
     }
     let line = |series: &[f64], color: &str, width: f64, name: &str| -> String {
@@ -167,22 +224,25 @@ fn throughput(r: &Report, tables: &[String]) -> String {
 /// Where each stream's time went: a stacked bar per stream.
 fn stages(r: &Report) -> String {
     let names = ["reading", "converting", "sending", "waiting on the server"];
+    let streams = ran(r);
     let lane = 24.0;
-    let height = 20.0 + r.streams.len().max(1) as f64 * lane + 30.0;
-    let top = r
-        .streams
+    let height = 20.0 + streams.len().max(1) as f64 * lane + 30.0;
+    let top = streams
         .iter()
         .map(|s| {
             let t = &s.timing;
             t.read_seconds + t.convert_seconds + t.send_seconds + t.server_seconds
         })
         .fold(0.0, f64::max)
+        // On the load's own clock: the time the streams did not account for (a publish, the
+        // parents' statistics) shows as the bars' distance from the end.
+        .max(r.elapsed_seconds)
         .max(1e-3);
     let plot = WIDTH - LEFT - RIGHT;
     let mut out = format!(
         r#"<svg class="chart" id="stages" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">"#
     );
-    for (i, s) in r.streams.iter().enumerate() {
+    for (i, s) in streams.iter().enumerate() {
         let y = 10.0 + i as f64 * lane;
         lane_label(&mut out, y, s.stream);
         let t = &s.timing;
@@ -210,7 +270,7 @@ fn stages(r: &Report) -> String {
     time_axis(
         &mut out,
         top,
-        10.0 + r.streams.len().max(1) as f64 * lane + 2.0,
+        10.0 + streams.len().max(1) as f64 * lane + 2.0,
     );
     out.push_str("</svg>");
     out
@@ -279,6 +339,52 @@ fn legend(items: &[(&str, &str)]) -> String {
     out
 }
 
+/// What the terminal's summary says after its table: the stage strategy's steps, the WAL
+/// the server wrote, the inputs that went direct and why.
+fn strategy_steps(r: &Report) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    if let Some(s) = r.steps.as_ref().filter(|s| s.staging_tables > 0) {
+        rows.push(("staging tables".into(), s.staging_tables.to_string()));
+        for (step, secs) in [
+            (
+                "load into staging tables (summed over streams)",
+                s.load_seconds,
+            ),
+            ("index build (summed over streams)", s.index_seconds),
+            ("analyze (summed over streams)", s.analyze_seconds),
+            ("publish", s.publish_seconds),
+            ("analyze of the parents", s.parent_analyze_seconds),
+        ] {
+            rows.push((step.into(), format!("{secs:.2} s")));
+        }
+        rows.push(("publish attempts".into(), s.publish_attempts.to_string()));
+    }
+    if let Some(w) = r.wal_bytes {
+        rows.push((
+            "WAL written during the load".into(),
+            crate::progress::human_bytes(w),
+        ));
+    }
+    for f in &r.fallbacks {
+        rows.push((
+            format!("direct: {} ({})", f.file, f.table),
+            f.reason.clone(),
+        ));
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        r#"<h2>Strategy: {}</h2><table id="steps"><tr><th>step</th><th>value</th></tr>"#,
+        r.strategy
+    );
+    for (k, v) in rows {
+        let _ = write!(out, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(&v));
+    }
+    out.push_str("</table>");
+    out
+}
+
 /// The whole page.
 pub fn render(r: &Report) -> String {
     let tables: Vec<String> = r.tables.iter().map(|t| t.table.clone()).collect();
@@ -297,7 +403,7 @@ td:first-child,th:first-child{{text-align:left}}
 </style></head><body><h1>sluice load report</h1><p>{} &middot; strategy {} &middot; {} stream(s) &middot; {} chunk(s) &middot; COPY messages of {} bytes</p>"#,
         esc(&r.target),
         r.strategy,
-        r.jobs,
+        ran(r).len(),
         r.chunks,
         r.copy_buffer_bytes
     );
@@ -315,6 +421,7 @@ td:first-child,th:first-child{{text-align:left}}
         );
     }
     h.push_str("</table>");
+    h.push_str(&strategy_steps(r));
     match &r.verdict {
         Some(v) => {
             let _ = write!(
@@ -371,8 +478,15 @@ td:first-child,th:first-child{{text-align:left}}
         .enumerate()
         .map(|(i, c)| (*c, PALETTE[i % PALETTE.len()]))
         .collect();
-    h.push_str(&legend(&classes));
-    h.push_str(&server_activity(r));
+    if r.server_waits.series.is_empty() {
+        h.push_str(
+            "<p>No chart: the load ended before the server's sessions were sampled (five \
+             times a second while the streams run).</p>",
+        );
+    } else {
+        h.push_str(&legend(&classes));
+        h.push_str(&server_activity(r));
+    }
     if !r.server_waits.events.is_empty() {
         h.push_str("<table><tr><th>event</th><th>class</th><th>samples</th></tr>");
         for e in &r.server_waits.events {

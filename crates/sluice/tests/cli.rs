@@ -127,3 +127,42 @@ fn stdin_without_format_and_a_false_gz_fail_before_anything_connects() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A server that asks for a password none was given for: psql's words, and every place a
+/// password can come from, not the library's "invalid configuration: password missing".
+#[test]
+fn a_missing_password_says_what_psql_says_and_where_a_password_can_come_from() {
+    let d = db("no_password");
+    d.psql("DROP ROLE IF EXISTS pw_needed; CREATE ROLE pw_needed LOGIN PASSWORD 'pw-1234'");
+    let hba = common::pg().cluster.dir.join("pg_hba.conf");
+    let text = std::fs::read_to_string(&hba).unwrap();
+    if !text.contains("pw_needed") {
+        std::fs::write(
+            &hba,
+            format!("host all pw_needed 127.0.0.1/32 scram-sha-256\n{text}"),
+        )
+        .unwrap();
+        d.psql("SELECT pg_reload_conf()");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let f = d.file("t.csv", b"1\n");
+    let url = d.url.replace("sluice@", "pw_needed@");
+    let mut c = sluice_cmd();
+    c.args(["load", "--table", "t", "--target", &url])
+        .arg(&f)
+        .env("PGPASSFILE", d.dir.join("no-such-pgpass"));
+    let out = run_bounded(c, 60);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert_has(
+        &err,
+        &[
+            "fe_sendauth: no password supplied",
+            "PGPASSWORD",
+            ".pgpass",
+            "PGPASSFILE",
+            "postgresql://pw_needed:PASSWORD@127.0.0.1:",
+        ],
+    );
+    assert!(!err.contains("invalid configuration"), "{err}");
+}

@@ -213,6 +213,22 @@ fn the_probe_measures_and_recommends_without_leaving_anything() {
         "{p}"
     );
     assert!(p["expected_bottleneck"].as_str().unwrap().len() > 3, "{p}");
+    // Its error, as measured and written down in BENCHMARKS.md.
+    let e = &p["expected_error"];
+    let benchmarks = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../BENCHMARKS.md"),
+    )
+    .unwrap();
+    let written = format!(
+        "Median {:.2} ({:.2} to {:.2})",
+        e["load_share_median"].as_f64().unwrap(),
+        e["load_share_min"].as_f64().unwrap(),
+        e["load_share_max"].as_f64().unwrap()
+    );
+    assert!(
+        benchmarks.contains(&written),
+        "{written} is not in BENCHMARKS.md"
+    );
     // Nothing stays: no probe table, and the user's table untouched.
     assert_eq!(
         d.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'sluice_probe%'")
@@ -228,6 +244,7 @@ fn the_probe_measures_and_recommends_without_leaving_anything() {
         "round trip:",
         "upload MB/s",
         "expected bottleneck:",
+        "how close: an upper bound",
         "recommended: --jobs 1",
     ] {
         assert!(text.contains(part), "{part}: {text}");
