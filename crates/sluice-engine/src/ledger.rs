@@ -511,6 +511,37 @@ pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<Vec<String>, Failure> {
     Ok(dropped)
 }
 
+/// What resuming `job` keeps, in words: the chunks committed (`done`), those in staging tables
+/// an earlier run finished (published by this run, not loaded again), what is left of the
+/// `left` chunks still in the plan, and when nothing was kept, why and what would have kept it.
+fn resume_note(job: &sluice_core::ledger::Job, done: &[ChunkRecord], left: u64) -> String {
+    let rows: u64 = done.iter().map(|d| d.rows).sum();
+    let staged = job.staged_chunks.min(left);
+    let mut note = format!(
+        "resuming job {}: {} of {} chunks already loaded ({} rows)",
+        job.id,
+        done.len(),
+        job.chunks_total,
+        crate::units::thousands(rows)
+    );
+    if staged > 0 {
+        note.push_str(&format!(
+            ", {staged} more ({} rows) in staging tables an earlier run finished, which this \
+             run publishes without loading them again",
+            crate::units::thousands(job.staged_rows)
+        ));
+    }
+    note.push_str(&format!(", {} to go", left - staged));
+    if done.is_empty() && staged == 0 {
+        note.push_str(
+            ". Nothing of the interrupted run was kept: its streams commit only at the end, all \
+             or nothing (a table partitioned by ranges, loaded with the stage strategy, keeps \
+             each partition it finished across an interruption)",
+        );
+    }
+    note
+}
+
 /// Resumes `job`: the same files, unchanged, cut the same way, less what it committed.
 /// `settled` says what finishing the last run's prepared transactions did, if anything. The
 /// caller holds the job's lock; a refusal gives it back, the job left failed (and resumable).
@@ -601,14 +632,7 @@ fn resume_as_planned<D: Ledger>(
             plan.inputs[i].display
         )));
     }
-    let rows: u64 = done.iter().map(|d| d.rows).sum();
-    let mut note = format!(
-        "resuming job {id}: {} of {} chunks already loaded ({} rows), {} to go",
-        done.len(),
-        job.chunks_total,
-        crate::units::thousands(rows),
-        plan.chunks.len()
-    );
+    let mut note = resume_note(job, &done, plan.chunks.len() as u64);
     if let Some(s) = settled {
         note = format!("{s}; {note}");
     }

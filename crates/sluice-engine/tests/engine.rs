@@ -315,8 +315,12 @@ fn a_stop_at_any_point_then_the_same_load_is_exactly_once_both_commit_protocols(
             let mut s = spec(two_files(&inputs, &[]));
             s.prepare = PrepareChoice::Auto;
             killed_at(&store, &s, slots, point);
-            let (result, _) = run(&store, &s, slots);
+            let (result, host) = run(&store, &s, slots);
             result.unwrap_or_else(|e| panic!("after a stop at {point} ({slots} slots): {e}"));
+            if point == "planned" {
+                // Direct streams commit at the end: the resume says nothing was kept, and why.
+                assert!(host.heard("Nothing of the interrupted run was kept"));
+            }
             exactly_once(&store, 0, 4000);
             assert_eq!(store.prepared(), 0, "{point}: nothing stays prepared");
             // And again: nothing more.
@@ -468,6 +472,9 @@ fn a_publish_in_one_transaction_stopped_inside_shows_nothing_and_the_rerun_reuse
     let (result, host) = staged(&store, &s, model, None).unwrap();
     result.unwrap();
     assert!(host.heard("they are published with this run's, not loaded again"));
+    // The resume counts them as kept, not as work to do.
+    assert!(host.heard("more (6,000 rows) in staging tables an earlier run finished"));
+    assert!(host.heard(", 0 to go"));
     every_key_once(&store, 6000);
     assert_eq!(store.staging_tables(), 0);
 }

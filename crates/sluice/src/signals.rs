@@ -33,7 +33,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
         return;
     }
     if COMMITTING.load(Ordering::SeqCst) == 0 {
-        say(b"\nsluice: interrupted: nothing was committed by this run (every open transaction rolls back; the staging tables it finished wait for the run that resumes it)");
+        say(b"\nsluice: interrupted: nothing was committed by this run (every open transaction rolls back; staging tables it finished, if any, wait for the run that resumes it)");
         match RESUME_HINT.get() {
             Some(hint) => {
                 say(b"; ");

@@ -394,6 +394,9 @@ impl DestinationStream for MemStream<'_> {
 
     fn finish_copy(&mut self) -> Result<u64, DestinationError> {
         self.usable()?;
+        // A server takes a moment per load: long enough that every stream of a small test
+        // load gets chunks of its own (a test of what happens between streams needs two).
+        std::thread::sleep(std::time::Duration::from_millis(2));
         let (table, data) = self.copy.take().expect("in a copy");
         let mut rows = Vec::new();
         for (k, line) in data
@@ -724,8 +727,19 @@ impl Ledger for Memory {
                     chunks_total: j.spec.chunks_total,
                     chunks_done: done.len() as u64,
                     rows_done: done.iter().map(|c| c.rows).sum(),
-                    staged_chunks: 0,
-                    staged_rows: 0,
+                    staged_chunks: s
+                        .staging
+                        .values()
+                        .filter(|st| st.job == Some(j.id))
+                        .map(|st| st.chunks.len() as u64)
+                        .sum(),
+                    staged_rows: s
+                        .staging
+                        .values()
+                        .filter(|st| st.job == Some(j.id))
+                        .flat_map(|st| &st.chunks)
+                        .map(|c| c.rows)
+                        .sum(),
                     bytes_total: j.spec.bytes_total,
                     started: format!("job {}", j.id),
                     finished: j.finished.clone(),
