@@ -7,8 +7,8 @@
 //! A destination that declares a capability passes its test; one that lacks it (it cannot
 //! stage, it cannot prepare) must take the named fallback and say so. The behaviours: all or
 //! nothing across streams, a duplicate across streams, a bad row named with its position,
-//! rejects and isolation, the ledger and resume at kill points, the stage strategy and its
-//! publish, a lost connection retried.
+//! rejects and isolation, the ledger and resume at kill points, a rerun after a truncate, the
+//! stage strategy and its publish, a lost connection retried.
 
 mod common;
 
@@ -151,6 +151,23 @@ fn the_ledger_resumes_after_a_kill_at_the_commit(s: &dyn Server) {
     }
 }
 
+fn a_rerun_after_truncate_loads_again(s: &dyn Server) {
+    let t = s.fresh("conf_rerun");
+    plain(&*t);
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[]));
+    let out = load(&*t, "t", &[&a, &b], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    t.sql("TRUNCATE TABLE t");
+    let out = load(&*t, "t", &[&a, &b], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &["is empty, although job 1 loaded 6,000 rows"],
+    );
+    exactly_once(&*t, 6000);
+}
+
 fn the_stage_strategy_or_its_fallback(s: &dyn Server) {
     let t = s.fresh("conf_stage");
     let bounds = [(0, 3000), (3000, 6000)];
@@ -225,6 +242,7 @@ conformance!(
         a_duplicate_across_streams,
         rejects_and_isolation,
         the_ledger_resumes_after_a_kill_at_the_commit,
+        a_rerun_after_truncate_loads_again,
         the_stage_strategy_or_its_fallback,
         a_lost_connection_is_retried,
     ]
