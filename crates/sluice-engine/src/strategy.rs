@@ -123,15 +123,48 @@ pub struct Commit<'a> {
     pub prepare: Option<String>,
 }
 
-/// One direct unit per chunk, in the given order.
-pub fn direct_units(_plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec<Unit> {
-    chunks
-        .into_iter()
-        .map(|c| Unit {
-            chunks: vec![c],
-            staged: None,
-        })
-        .collect()
+/// A chunk smaller than this (and than a quarter of the plan's chunk size) may share a load
+/// with its neighbours of the same table.
+const SMALL_CHUNK: u64 = 256 << 10;
+/// At most this many bytes, and chunks, share one load: a round trip or two per MiB is
+/// nothing, and smaller units keep the streams evenly busy.
+const SHARED_BYTES: u64 = 1 << 20;
+const SHARED_CHUNKS: usize = 1000;
+
+/// The direct units of `chunks`, in the given order: one per chunk, except that consecutive
+/// small chunks of one table (many small files) form one unit, which a stream loads in one
+/// go and which goes back on the queue whole.
+pub fn direct_units(plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec<Unit> {
+    let table = |c: usize| plan.inputs[plan.chunks[c].input].table;
+    let weight = |c: usize| plan.chunks[c].weight(&plan.inputs);
+    let small = SMALL_CHUNK.min(plan.chunk_size / 4);
+    let mut units: Vec<Unit> = Vec::new();
+    let mut bytes = 0;
+    for c in chunks {
+        let w = weight(c);
+        let joins = units.last().is_some_and(|u| {
+            let l = u.chunks[u.chunks.len() - 1];
+            w < small
+                && weight(l) < small
+                && table(l) == table(c)
+                && bytes + w <= SHARED_BYTES
+                && u.chunks.len() < SHARED_CHUNKS
+        });
+        match (joins, units.last_mut()) {
+            (true, Some(u)) => {
+                u.chunks.push(c);
+                bytes += w;
+            }
+            _ => {
+                units.push(Unit {
+                    chunks: vec![c],
+                    staged: None,
+                });
+                bytes = w;
+            }
+        }
+    }
+    units
 }
 
 /// Straight into the target tables; every stream's transaction committed back to back once

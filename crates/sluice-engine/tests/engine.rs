@@ -492,3 +492,39 @@ fn a_publish_per_partition_stopped_between_steps_is_finished_by_the_rerun() {
     every_key_once(&store, 6000);
     assert_eq!(store.staging_tables(), 0);
 }
+
+/// Many small files share loads (one per run of small chunks of a table): every row once, a
+/// refused row named by its own file and line, a lost connection redone whole.
+#[test]
+fn many_small_files_share_loads_and_keep_their_own_positions() {
+    let inputs = Inputs::new("small_files");
+    let files: Vec<String> = (0..200)
+        .map(|f| inputs.file(&format!("f{f:03}.csv"), &csv(f * 10, f * 10 + 10, &[])))
+        .collect();
+    let store = table();
+    run(&store, &spec(files.clone()), 0).0.unwrap();
+    exactly_once(&store, 0, 2000);
+    // A refused row in file 123, its 4th line.
+    let store = table();
+    store.arm(Faults {
+        refuse: Some("v1233".into()),
+        ..Faults::default()
+    });
+    let (result, _) = run(&store, &spec(files.clone()), 0);
+    let Err(Failure::Input(e)) = result else {
+        panic!("expected a bad row, got {result:?}")
+    };
+    assert!(e.file.ends_with("f123.csv"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
+    assert_eq!(store.count("t"), 0);
+    // A lost connection in the middle of a shared load: redone, every row once.
+    let store = table();
+    store.arm(Faults {
+        lose_at: Some(("v1555".into(), 1)),
+        ..Faults::default()
+    });
+    let (result, host) = run(&store, &spec(files), 0);
+    result.unwrap();
+    assert!(host.heard("lost its connection"));
+    exactly_once(&store, 0, 2000);
+}

@@ -474,6 +474,7 @@ impl Destination for PgDestination {
             writer: None,
             stage: None,
             stage_table: None,
+            ledger: Vec::new(),
         })
     }
 
@@ -1077,6 +1078,30 @@ pub struct PgStream<'a> {
     stage: Option<Staged>,
     /// The load's table whose COPYs go to that staging table.
     stage_table: Option<usize>,
+    /// Chunk records for the ledger, not yet inserted: they go in with the transaction's
+    /// deferred checks or its commit (the same transaction either way), so that a stream of
+    /// many small chunks pays one round trip for many records, not one each.
+    ledger: Vec<(i64, ChunkRecord)>,
+}
+
+/// Chunk records a stream holds before it inserts them anyway.
+const LEDGER_BATCH: usize = 512;
+
+impl PgStream<'_> {
+    /// Inserts the chunk records the stream holds, in its transaction.
+    fn flush_ledger(&mut self) -> Result<(), DestinationError> {
+        let mut held = std::mem::take(&mut self.ledger);
+        while let Some(&(job, _)) = held.first() {
+            let (mine, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|(j, _)| *j == job);
+            let chunks: Vec<ChunkRecord> = mine.into_iter().map(|(_, c)| c).collect();
+            self.dest
+                .rt
+                .block_on(crate::ledger::record(self.stream.client(), job, &chunks))
+                .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))?;
+            held = rest;
+        }
+        Ok(())
+    }
 }
 
 /// A stream's connection ends here (committed, rolled back, or lost): its backend is no
@@ -1152,6 +1177,7 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
+        self.flush_ledger()?;
         let Err(e) = self.dest.rt.block_on(self.stream.fire_deferred_checks()) else {
             return Ok(());
         };
@@ -1189,20 +1215,23 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
-        self.dest
-            .rt
-            .block_on(crate::ledger::record(self.stream.client(), job, chunks))
-            .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))
+        self.ledger.extend(chunks.iter().map(|c| (job, c.clone())));
+        match self.ledger.len() >= LEDGER_BATCH {
+            true => self.flush_ledger(),
+            false => Ok(()),
+        }
     }
 
-    fn commit(self) -> Result<(), DestinationError> {
+    fn commit(mut self) -> Result<(), DestinationError> {
+        self.flush_ledger()?;
         self.dest
             .rt
             .block_on(self.stream.commit())
             .map_err(|e| self.dest.error(self.n, e))
     }
 
-    fn prepare(self, id: &str) -> Result<(), DestinationError> {
+    fn prepare(mut self, id: &str) -> Result<(), DestinationError> {
+        self.flush_ledger()?;
         self.dest
             .rt
             .block_on(self.stream.prepare(id))

@@ -400,35 +400,37 @@ pub async fn loaded_by(
     client: &Client,
     files: &[FileRecord],
 ) -> Result<Vec<Option<LoadedBy>>, tokio_postgres::Error> {
-    let stmt = client
-        .prepare(
-            "SELECT j.id, to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), f.n \
-             FROM sluice_ledger.jobs j JOIN sluice_ledger.job_files f ON f.job = j.id \
-             WHERE j.state = 'finished' AND f.path = $1 AND f.tbl = $2 AND f.size = $3 \
-               AND f.modified_ns = $4 AND f.fingerprint = $5 AND f.settings = $6 \
-             ORDER BY j.finished DESC LIMIT 1",
+    // One statement for every file (a load of 100,000 small files asks once, not 100,000
+    // times): each file's position, matched with its most recent finished job.
+    let path: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let tbl: Vec<&str> = files.iter().map(|f| f.table.as_str()).collect();
+    let size: Vec<i64> = files.iter().map(|f| f.size as i64).collect();
+    let modified: Vec<i64> = files.iter().map(|f| f.modified_ns).collect();
+    let fingerprint: Vec<&str> = files.iter().map(|f| f.fingerprint.as_str()).collect();
+    let settings: Vec<&str> = files.iter().map(|f| f.settings.as_str()).collect();
+    let rows = client
+        .query(
+            "SELECT DISTINCT ON (q.i) q.i::int, j.id, \
+                to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), f.n \
+             FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], \
+                  $6::text[]) WITH ORDINALITY AS q(path, tbl, size, modified_ns, fingerprint, \
+                  settings, i) \
+             JOIN sluice_ledger.job_files f ON f.path = q.path AND f.tbl = q.tbl \
+               AND f.size = q.size AND f.modified_ns = q.modified_ns \
+               AND f.fingerprint = q.fingerprint AND f.settings = q.settings \
+             JOIN sluice_ledger.jobs j ON j.id = f.job AND j.state = 'finished' \
+             ORDER BY q.i, j.finished DESC",
+            &[&path, &tbl, &size, &modified, &fingerprint, &settings],
         )
         .await?;
-    let mut out = Vec::with_capacity(files.len());
-    for f in files {
-        let row = client
-            .query_opt(
-                &stmt,
-                &[
-                    &f.path,
-                    &f.table,
-                    &(f.size as i64),
-                    &f.modified_ns,
-                    &f.fingerprint,
-                    &f.settings,
-                ],
-            )
-            .await?;
-        out.push(row.map(|r| LoadedBy {
-            job: r.get(0),
-            finished: r.get(1),
-            file: r.get::<_, i32>(2) as u32,
-        }));
+    let mut out = vec![None; files.len()];
+    for r in rows {
+        let i = r.get::<_, i32>(0) as usize - 1;
+        out[i] = Some(LoadedBy {
+            job: r.get(1),
+            finished: r.get(2),
+            file: r.get::<_, i32>(3) as u32,
+        });
     }
     Ok(out)
 }
@@ -595,30 +597,35 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
             )
             .await?
             .get(0);
-        let stmt = client
-            .prepare(
-                "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, modified_ns, \
-                    fingerprint, settings) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        // Every file in one statement.
+        let f = &spec.files;
+        let n: Vec<i32> = (0..f.len() as i32).collect();
+        let path: Vec<&str> = f.iter().map(|f| f.path.as_str()).collect();
+        let tbl: Vec<&str> = f.iter().map(|f| f.table.as_str()).collect();
+        let tbl_id: Vec<&str> = f.iter().map(|f| f.table_id.as_str()).collect();
+        let size: Vec<i64> = f.iter().map(|f| f.size as i64).collect();
+        let modified: Vec<i64> = f.iter().map(|f| f.modified_ns).collect();
+        let fingerprint: Vec<&str> = f.iter().map(|f| f.fingerprint.as_str()).collect();
+        let settings: Vec<&str> = f.iter().map(|f| f.settings.as_str()).collect();
+        client
+            .execute(
+                "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, \
+                    modified_ns, fingerprint, settings) \
+                 SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
+                    $6::bigint[], $7::bigint[], $8::text[], $9::text[])",
+                &[
+                    &id,
+                    &n,
+                    &path,
+                    &tbl,
+                    &tbl_id,
+                    &size,
+                    &modified,
+                    &fingerprint,
+                    &settings,
+                ],
             )
             .await?;
-        for (n, f) in spec.files.iter().enumerate() {
-            client
-                .execute(
-                    &stmt,
-                    &[
-                        &id,
-                        &(n as i32),
-                        &f.path,
-                        &f.table,
-                        &f.table_id,
-                        &(f.size as i64),
-                        &f.modified_ns,
-                        &f.fingerprint,
-                        &f.settings,
-                    ],
-                )
-                .await?;
-        }
         Ok::<_, tokio_postgres::Error>(id)
     }
     .await;

@@ -12,6 +12,7 @@ use crate::ledger::JobRun;
 use crate::plan::Chunk;
 use crate::rejects::{Reject, Rejects};
 use sluice_core::destination::{Destination, DestinationError, DestinationStream, ErrorKind};
+use sluice_core::ledger::ChunkRecord;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -161,6 +162,117 @@ fn copy_once<D: Destination>(
         }
     }
     Ok(outcome)
+}
+
+/// Several small chunks of one table in one load: a stream of many small files pays the
+/// load's round trips (start, finish) once for the lot, not once a file. Each chunk's records
+/// are counted apart, so that an error names its chunk and its record in it, and each chunk
+/// keeps its own ledger row. Not under `--max-errors` (isolation works chunk by chunk, under
+/// savepoints). An error comes back with the index of its chunk in `chunks`.
+pub(super) fn copy_shared<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    chunks: &[&Chunk],
+    stream: &mut D::Stream<'_>,
+    encoder: &mut D::Encoder<'_>,
+    counters: &Counters,
+    record: Option<&JobRun>,
+    timing: &mut StreamTiming,
+) -> Result<Vec<ChunkOutcome>, (usize, ChunkError)> {
+    let plan = ctx.plan;
+    let t = plan.inputs[chunks[0].input].table;
+    let (header, trailer) = ctx.dest.framing(t);
+    let started = Instant::now();
+    let (mut read, mut send, mut server) = (Duration::ZERO, 0f64, 0f64);
+    timed(&mut server, || stream.begin_copy(t)).map_err(|e| (0, ChunkError::Destination(e)))?;
+    let last = chunks.len() - 1;
+    let mut outcomes = Vec::with_capacity(chunks.len());
+    for (k, chunk) in chunks.iter().enumerate() {
+        let mut added = Added::default();
+        let job = ChunkJob {
+            plan,
+            chunk,
+            encoder: &mut *encoder,
+            framing: (
+                if k == 0 { header } else { &[] },
+                if k == last { trailer } else { &[] },
+            ),
+            copy_buffer: ctx.opts.copy_buffer,
+            abort: &ctx.abort,
+            counters,
+            added: &mut added,
+            select: None,
+            on_reject: None,
+            read: &mut read,
+        };
+        let mut send_failed = None;
+        let mut wire_bytes = 0u64;
+        let result = convert_chunk(job, |bytes| {
+            wire_bytes += bytes.len() as u64;
+            if let Err(e) = timed(&mut send, || stream.send(bytes)) {
+                send_failed = Some(e);
+                return Err(Failure::Aborted);
+            }
+            Ok(())
+        });
+        let outcome = match (result, send_failed) {
+            (Ok(o), None) => ChunkOutcome { wire_bytes, ..o },
+            (_, Some(e)) => return Err((k, ChunkError::Destination(e))),
+            (Err(Failure::Input(mut e)), None) => {
+                absolute_line(plan, chunk, &mut e);
+                return Err((k, ChunkError::Failed(Failure::Input(e))));
+            }
+            (Err(e), None) => return Err((k, ChunkError::Failed(e))),
+        };
+        outcomes.push(outcome);
+    }
+    let finished = timed(&mut server, || stream.finish_copy());
+    let read = read.as_secs_f64();
+    timing.read_seconds += read;
+    timing.send_seconds += send;
+    timing.server_seconds += server;
+    timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
+    let rows = finished.map_err(|e| shared_error(&outcomes, e))?;
+    let sent: u64 = outcomes.iter().map(|o| o.records).sum();
+    if rows != sent {
+        return Err((
+            0,
+            ChunkError::Failed(Failure::server(format!(
+                "the server stored {rows} rows from {} files of {} where sluice sent {sent}",
+                chunks.len(),
+                plan.tables[t].table.name
+            ))),
+        ));
+    }
+    if let Some(job) = record {
+        let rows: Vec<ChunkRecord> = chunks
+            .iter()
+            .zip(&outcomes)
+            .filter_map(|(c, o)| job.record(c, o.records))
+            .collect();
+        timed(&mut timing.server_seconds, || {
+            stream.record_chunks(job.job, &rows)
+        })
+        .map_err(|e| (last, ChunkError::Destination(e)))?;
+        ctx.host.event(Event::Point("copied"));
+    }
+    Ok(outcomes)
+}
+
+/// A shared load's error, with the chunk its record number falls in and that number made the
+/// chunk's own (an error that names no record goes with the first chunk).
+fn shared_error(outcomes: &[ChunkOutcome], mut e: DestinationError) -> (usize, ChunkError) {
+    let Some(n) = e.record else {
+        return (0, ChunkError::Destination(e));
+    };
+    let mut before = 0;
+    for (k, o) in outcomes.iter().enumerate() {
+        if n <= before + o.records {
+            e.record = Some(n - before);
+            return (k, ChunkError::Destination(e));
+        }
+        before += o.records;
+    }
+    (outcomes.len().saturating_sub(1), ChunkError::Destination(e))
 }
 
 /// Whether a server error is about rows that isolation can single out: data the server

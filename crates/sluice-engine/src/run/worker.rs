@@ -8,12 +8,13 @@
 //! another way goes back on the queue as the strategy's new units. Every other failure stops
 //! the whole load (the first one is the one reported).
 
-use super::copy::{run_chunk, ChunkError};
+use super::copy::{copy_shared, run_chunk, ChunkError};
 use super::diagnose::server_failure;
 use super::{lock, ChunkStat, RunContext, StreamStats};
 use crate::chunk::{ChunkOutcome, Counters};
 use crate::events::Event;
 use crate::failure::{Failure, ServerKind};
+use crate::plan::Chunk;
 use crate::strategy::{self, Unit};
 use sluice_core::destination::{Destination, DestinationError, ErrorKind, RecordEncoder};
 use sluice_core::ledger::ChunkRecord;
@@ -234,6 +235,9 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             };
         }
         let mark = self.stats.chunks.len();
+        if self.shares_a_load(unit) {
+            return self.run_shared(unit, id);
+        }
         let mut records: Vec<ChunkRecord> = Vec::new();
         for &c in &unit.chunks {
             if ctx.abort.load(Ordering::Relaxed) {
@@ -259,6 +263,57 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             }
         }
         self.end_staged(unit, id, mark, records)
+    }
+
+    /// Whether the unit's chunks go in one load: several chunks of one table, direct, without
+    /// rejects to isolate (that works chunk by chunk), on a connection.
+    fn shares_a_load(&self, unit: &Unit) -> bool {
+        let ctx = self.ctx;
+        let plan = ctx.plan;
+        let table = |c: usize| plan.inputs[plan.chunks[c].input].table;
+        unit.staged.is_none()
+            && unit.chunks.len() > 1
+            && ctx.opts.rejects.is_none()
+            && !ctx.opts.dry_run
+            && unit
+                .chunks
+                .iter()
+                .all(|&c| table(c) == table(unit.chunks[0]))
+    }
+
+    /// Runs a unit of small chunks as one load ([`copy_shared`]).
+    fn run_shared(&mut self, unit: &Unit, id: usize) -> UnitEnd {
+        let ctx = self.ctx;
+        let plan = ctx.plan;
+        let chunks: Vec<&Chunk> = unit.chunks.iter().map(|&c| &plan.chunks[c]).collect();
+        lock(&ctx.taken)[id].extend(chunks.iter().map(|c| c.id));
+        let t = plan.inputs[chunks[0].input].table;
+        let started = Instant::now();
+        let encoder = self.encoders[t].get_or_insert_with(|| ctx.dest.encoder(t));
+        let Some(stream) = self.direct.as_mut() else {
+            return UnitEnd::Stop;
+        };
+        let loaded = copy_shared(
+            ctx,
+            &chunks,
+            stream,
+            encoder,
+            &ctx.counters[t],
+            ctx.opts.job.as_ref(),
+            &mut self.stats.timing,
+        );
+        match loaded {
+            Ok(outcomes) => {
+                let mut records = Vec::new();
+                for (&c, o) in unit.chunks.iter().zip(outcomes) {
+                    self.chunk_done(unit, c, o, started, &mut records);
+                }
+                UnitEnd::Next
+            }
+            Err((_, ChunkError::Destination(e))) if e.kind.retried() => self.lose(unit, id, e),
+            Err((k, ChunkError::Destination(e))) => self.stop(ctx.copy_error(id, chunks[k], e)),
+            Err((_, ChunkError::Failed(f))) => self.stop(f),
+        }
     }
 
     /// Opens the unit's connection if it has none (not in a dry run, which sends nothing).
