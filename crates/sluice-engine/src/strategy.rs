@@ -130,6 +130,9 @@ const SMALL_CHUNK: u64 = 256 << 10;
 /// nothing, and smaller units keep the streams evenly busy.
 const SHARED_BYTES: u64 = 1 << 20;
 const SHARED_CHUNKS: usize = 1000;
+/// Small chunks share loads only when there are at least this many: a few files keep a unit
+/// each, so that every stream has work (and its own transaction).
+const SHARED_FROM: usize = 64;
 
 /// The direct units of `chunks`, in the given order: one per chunk, except that consecutive
 /// small chunks of one table (many small files) form one unit, which a stream loads in one
@@ -137,7 +140,11 @@ const SHARED_CHUNKS: usize = 1000;
 pub fn direct_units(plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec<Unit> {
     let table = |c: usize| plan.inputs[plan.chunks[c].input].table;
     let weight = |c: usize| plan.chunks[c].weight(&plan.inputs);
-    let small = SMALL_CHUNK.min(plan.chunk_size / 4);
+    let chunks: Vec<usize> = chunks.into_iter().collect();
+    let small = match chunks.iter().filter(|&&c| weight(c) < SMALL_CHUNK).count() {
+        n if n >= SHARED_FROM => SMALL_CHUNK.min(plan.chunk_size / 4),
+        _ => 0,
+    };
     let mut units: Vec<Unit> = Vec::new();
     let mut bytes = 0;
     for c in chunks {

@@ -372,7 +372,8 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     let pid = || {
         d.psql(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936484962 \
-             AND objid = 1 AND granted",
+             AND objid = 1 AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         )
         .trim()
         .to_string()
