@@ -143,6 +143,15 @@ impl<'a> PlainRun<'a> {
         self.origin
     }
 
+    /// Where record `r` of the run starts (for `r` its length, where the run ends).
+    #[inline]
+    pub fn record_start(&self, r: usize) -> usize {
+        match r.checked_sub(1) {
+            None => self.origin,
+            Some(before) => self.origin + self.lines[before] as usize + 1,
+        }
+    }
+
     /// Where the first record's field ends start in the index (after its `u32::MAX`).
     pub const FIRST: usize = 1;
 
@@ -187,6 +196,11 @@ impl<'a> PlainRun<'a> {
             following,
             ends,
         })
+    }
+
+    /// CSV's quote, doubled inside an escaped value ([`PlainValue::unescape`]).
+    pub fn quote(&self) -> u8 {
+        self.quote
     }
 
     /// Whether [`PlainRun::value`] must look at each value for CSV quotes or a NULL
@@ -402,20 +416,18 @@ impl RecordParser {
         self.run_over(input, start, index)
     }
 
-    /// The run the last [`RecordParser::index_plain`] on this `input` indexed, taken up
-    /// again at `start`, the first byte after one of its records (one that left the fast
-    /// path and that the caller took through the general one): the run, the record there and
-    /// its first field's index, for [`PlainRun::record`]. `None` when `start` is not such a
-    /// place (then index again).
-    ///
-    /// The caller vouches that `input` is the very input of that call, unchanged: the index
-    /// holds offsets into it, and nothing here can tell another input from it.
-    pub fn resume_plain<'a>(
-        &'a self,
-        input: &'a [u8],
-        start: usize,
-        index: &'a mut PlainIndex,
-    ) -> Option<(PlainRun<'a>, usize, usize)> {
+    /// Where the run of `index` goes on at `start`, the first byte of one of its records (in
+    /// practice the one after a record that left the fast path, which the caller took
+    /// through the general one): the
+    /// record there and its first field's structural index, for [`PlainRun::record`] on
+    /// [`RecordParser::indexed_run`]. `None` when `start` is not such a place (then index
+    /// again).
+    pub fn resume_plain(&self, start: usize, index: &mut PlainIndex) -> Option<(usize, usize)> {
+        if start == index.origin && !index.lines.is_empty() {
+            // The run's first record, refused and asked again.
+            index.work.resumed += 1;
+            return Some((0, PlainRun::FIRST));
+        }
         let line = start.checked_sub(index.origin + 1)?;
         let line = u32::try_from(line).ok()?;
         let r = index.lines.binary_search(&line).ok()?;
@@ -425,7 +437,15 @@ impl RecordParser {
         }
         let k = index.ends.binary_search(&line).ok()? + 1;
         index.work.resumed += 1;
-        Some((self.run_over(input, index.origin, index), r + 1, k))
+        Some((r + 1, k))
+    }
+
+    /// The run [`RecordParser::index_plain`] made into `index` last, over `input`.
+    ///
+    /// The caller vouches that `input` is the very input of that call, unchanged: the index
+    /// holds offsets into it, and nothing here can tell another input from it.
+    pub fn indexed_run<'a>(&'a self, input: &'a [u8], index: &'a PlainIndex) -> PlainRun<'a> {
+        self.run_over(input, index.origin, index)
     }
 
     /// The run of `index`, which was made over `input` from `start`.
@@ -864,14 +884,17 @@ mod tests {
         let (lines, first_next) = (run.len(), run.record(0, PlainRun::FIRST, 2).unwrap().next);
         assert!(lines > 100);
         // The caller took record 0 itself; the run goes on at record 1.
-        let (run, r, k) = p.resume_plain(&input, first_next, &mut index).unwrap();
+        let (r, k) = p.resume_plain(first_next, &mut index).unwrap();
+        let run = p.indexed_run(&input, &index);
         assert_eq!((run.len(), r), (lines, 1));
         let third = run.record(r, k, 2).unwrap();
         assert_eq!(&input[third.start..third.next], b"1,v1\n");
         // Not at a record's end: index again.
-        assert!(p.resume_plain(&input, first_next + 1, &mut index).is_none());
+        assert!(p.resume_plain(first_next + 1, &mut index).is_none());
+        // At the run's start.
+        assert_eq!(p.resume_plain(0, &mut index), Some((0, PlainRun::FIRST)));
         let work = index.work();
-        assert_eq!((work.runs, work.resumed), (1, 1));
+        assert_eq!((work.runs, work.resumed), (1, 2));
         assert!(
             work.bytes >= 16 << 10 && work.bytes < (16 << 10) + 128,
             "{work:?}"

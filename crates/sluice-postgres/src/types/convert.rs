@@ -19,7 +19,8 @@ use super::numeric::{encode_numeric, FastNumeric};
 pub use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::primitives::{ascii_uint, is_c_space, parse_i64, trim_c_space, IntError};
 use sluice_core::records::{
-    FieldVisitor, Fields, PlainIndex, PlainRecord, PlainRun, PlainSpan, PlainValue, RecordParser,
+    FieldVisitor, Fields, IndexWork, PlainIndex, PlainRecord, PlainRun, PlainSpan, PlainValue,
+    RecordParser,
 };
 use sluice_core::swar;
 use std::fmt;
@@ -63,8 +64,12 @@ pub struct Converter {
     bound: usize,
     zone: SessionZone,
     scratch: Vec<u8>,
+    /// A CSV value with doubled quotes, made single for its converter.
+    unescaped: Vec<u8>,
     /// The fast path's structural index, kept between runs.
     index: PlainIndex,
+    /// Values of plain runs that their column's converter took in place, off the fast path.
+    general_values: u64,
     /// The CPU has POPCNT, BMI, LZCNT and AVX2: [`Converter::encode_plain_bits`] runs.
     #[cfg(target_arch = "x86_64")]
     bit_instructions: bool,
@@ -80,7 +85,9 @@ impl Converter {
             bound,
             zone,
             scratch: Vec::new(),
+            unescaped: Vec::new(),
             index: PlainIndex::new(),
+            general_values: 0,
             #[cfg(target_arch = "x86_64")]
             bit_instructions: std::is_x86_feature_detected!("popcnt")
                 && std::is_x86_feature_detected!("bmi1")
@@ -189,10 +196,18 @@ impl Converter {
 
     /// The fast path for a run of records: the plain records from `start` of `input` on
     /// ([`RecordParser::index_plain`]) go straight to [`encode_hot`], with no [`Fields`] in
-    /// between and one capacity check per record, until a record or one of its values needs
-    /// [`Converter::encode_record`], the input runs out, or `out` holds `limit` bytes.
+    /// between and one capacity check per record. A value the fast path does not take is
+    /// converted in place by its column's general converter (with `server` for spellings
+    /// sluice leaves to the server), and the run goes on. It stops at a record that needs
+    /// [`Converter::encode_record`] (another field count, an escape, an invalid value, a NULL
+    /// in a NOT NULL column), where the input runs out, or once `out` holds `limit` bytes.
     /// Returns how many records were encoded and where the next one starts; `out` gains
     /// exactly those records.
+    ///
+    /// `same_input` says that `input` is the very input of the previous call, unchanged,
+    /// and that the caller took the records between there and `start` itself: the run then
+    /// goes on over the index it made, so that no byte is indexed twice.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn encode_plain(
         &mut self,
@@ -201,14 +216,28 @@ impl Converter {
         start: usize,
         out: &mut Vec<u8>,
         limit: usize,
+        same_input: bool,
+        server: Option<&mut dyn ServerConvert>,
     ) -> (usize, usize) {
+        let span = PlainCall {
+            parser,
+            input,
+            start,
+            limit,
+            same_input,
+        };
         #[cfg(target_arch = "x86_64")]
         if self.bit_instructions {
             // SAFETY: the CPU has the features `encode_plain_bits` is compiled for (checked
             // at construction).
-            return unsafe { self.encode_plain_bits(parser, input, start, out, limit) };
+            return unsafe { self.encode_plain_bits(span, out, server) };
         }
-        self.encode_plain_with::<false>(parser, input, start, out, limit)
+        self.encode_plain_with::<false>(span, out, server)
+    }
+
+    /// The indexing the fast path has done, and the values it converted in place off it.
+    pub fn plain_work(&self) -> (IndexWork, u64) {
+        (self.index.work(), self.general_values)
     }
 
     /// [`Converter::encode_plain`] compiled for CPUs with POPCNT, BMI, LZCNT and AVX2 (most
@@ -223,54 +252,88 @@ impl Converter {
     #[target_feature(enable = "popcnt,bmi1,bmi2,lzcnt,avx2")]
     unsafe fn encode_plain_bits(
         &mut self,
-        parser: &RecordParser,
-        input: &[u8],
-        start: usize,
+        call: PlainCall<'_>,
         out: &mut Vec<u8>,
-        limit: usize,
+        server: Option<&mut dyn ServerConvert>,
     ) -> (usize, usize) {
-        self.encode_plain_with::<true>(parser, input, start, out, limit)
+        self.encode_plain_with::<true>(call, out, server)
     }
 
     /// `AVX2` only where the CPU has it.
     #[inline(always)]
     fn encode_plain_with<const AVX2: bool>(
         &mut self,
-        parser: &RecordParser,
-        input: &[u8],
-        start: usize,
+        call: PlainCall<'_>,
         out: &mut Vec<u8>,
-        limit: usize,
+        server: Option<&mut dyn ServerConvert>,
     ) -> (usize, usize) {
+        let PlainCall {
+            parser,
+            input,
+            start,
+            limit,
+            same_input,
+        } = call;
         let Converter {
-            hot, bound, index, ..
+            columns,
+            hot,
+            bound,
+            zone,
+            scratch,
+            unescaped,
+            index,
+            general_values,
+            ..
         } = self;
+        let mut general = General {
+            columns,
+            zone,
+            scratch,
+            unescaped,
+            server,
+            values: 0,
+        };
         let (mut done, mut at) = (0, start);
+        let mut resume = same_input;
         loop {
-            #[cfg(target_arch = "x86_64")]
-            let run = if AVX2 {
-                // SAFETY: `AVX2` is set only by `encode_plain_bits`, which runs only where
-                // the CPU has it.
-                unsafe { parser.index_plain_avx2(input, at, index) }
+            let resumed = if resume {
+                parser.resume_plain(at, index)
             } else {
-                parser.index_plain(input, at, index)
+                None
             };
-            #[cfg(not(target_arch = "x86_64"))]
-            let run = parser.index_plain(input, at, index);
+            resume = false;
+            let (run, first) = match resumed {
+                Some(first) => (parser.indexed_run(input, index), first),
+                None => {
+                    #[cfg(target_arch = "x86_64")]
+                    let run = if AVX2 {
+                        // SAFETY: `AVX2` is set only by `encode_plain_bits`, which runs only
+                        // where the CPU has it.
+                        unsafe { parser.index_plain_avx2(input, at, index) }
+                    } else {
+                        parser.index_plain(input, at, index)
+                    };
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let run = parser.index_plain(input, at, index);
+                    (run, (0, PlainRun::FIRST))
+                }
+            };
             if run.is_empty() {
-                return (done, at);
+                break;
             }
             let (records, next, more) = if run.checks_values() {
-                encode_run::<true>(hot, *bound, &run, out, limit)
+                encode_run::<true>(hot, *bound, &run, first, out, limit, &mut general)
             } else {
-                encode_run::<false>(hot, *bound, &run, out, limit)
+                encode_run::<false>(hot, *bound, &run, first, out, limit, &mut general)
             };
             done += records;
             at = next;
             if !more {
-                return (done, at);
+                break;
             }
         }
+        *general_values += general.values;
+        (done, at)
     }
 
     /// Appends one COPY text-format line for the record to `out`, after validating the columns
@@ -464,37 +527,64 @@ impl Hot {
     }
 }
 
-/// The records of one index, encoded onto `out` until one needs the general path or `out`
-/// holds `limit` bytes: how many, where the next one starts (the run's start when none), and
+/// What one call of [`Converter::encode_plain`] works on.
+#[derive(Clone, Copy)]
+struct PlainCall<'p> {
+    parser: &'p RecordParser,
+    input: &'p [u8],
+    start: usize,
+    limit: usize,
+    same_input: bool,
+}
+
+/// What a plain run needs to convert a value off the fast path in place: the column's
+/// general converter and what it works with.
+struct General<'g, 's> {
+    columns: &'g [Column],
+    zone: &'g SessionZone,
+    scratch: &'g mut Vec<u8>,
+    unescaped: &'g mut Vec<u8>,
+    server: Option<&'s mut dyn ServerConvert>,
+    /// Values converted so far.
+    values: u64,
+}
+
+/// The records of one index from record `first.0` (whose fields start at structural
+/// `first.1`), encoded onto `out` until one needs the general path or `out` holds `limit`
+/// bytes: how many, where the next one starts (the first one's start when none), and
 /// whether every record of the index was taken, so that the caller may index on.
 #[inline(always)]
 fn encode_run<const CHECKED: bool>(
     hot: &[Hot],
     bound: usize,
     run: &PlainRun<'_>,
+    first: (usize, usize),
     out: &mut Vec<u8>,
     limit: usize,
+    general: &mut General<'_, '_>,
 ) -> (usize, usize, bool) {
-    let (mut k, mut at) = (PlainRun::FIRST, run.start());
-    for r in 0..run.len() {
+    let (from, mut k) = first;
+    let mut at = None;
+    for r in from..run.len() {
         let Some(record) = run.record(r, k, hot.len()) else {
-            return (r, at, false);
+            return (r - from, at.unwrap_or_else(|| run.record_start(r)), false);
         };
-        if !encode_plain_record::<CHECKED>(hot, bound, run, &record, out) {
-            return (r, at, false);
+        if !encode_plain_record::<CHECKED>(hot, bound, run, &record, out, general) {
+            return (r - from, record.start, false);
         }
-        at = record.next;
+        at = Some(record.next);
         k = record.following;
         if out.len() >= limit {
-            return (r + 1, at, false);
+            return (r + 1 - from, record.next, false);
         }
     }
-    (run.len(), at, true)
+    let end = at.unwrap_or_else(|| run.record_start(run.len()));
+    (run.len() - from, end, true)
 }
 
-/// One plain record's tuple, appended to `out`, or false (and `out` as it was) when one of
-/// its values needs the general path. `bound` is [`Converter::bound`]: with the record's own
-/// bytes, the most the fast path writes for it.
+/// One plain record's tuple, appended to `out`, or false (and `out` as it was) when it
+/// needs the general path. `bound` is [`Converter::bound`]: with the record's own bytes, the
+/// most the fast path writes for it.
 #[inline(always)]
 fn encode_plain_record<const CHECKED: bool>(
     hot: &[Hot],
@@ -502,42 +592,117 @@ fn encode_plain_record<const CHECKED: bool>(
     run: &PlainRun<'_>,
     record: &PlainRecord<'_>,
     out: &mut Vec<u8>,
+    general: &mut General<'_, '_>,
 ) -> bool {
-    out.reserve(bound + (record.next - record.start));
-    let base = out.as_mut_ptr();
-    // SAFETY (every write through `dst`): `bound` plus the record's bytes are reserved past
-    // the vector's length, and each value keeps at most its column's `Hot::bound` plus its
-    // own bytes, and writes at most `SLACK` bytes past what it keeps.
-    let mut dst = unsafe { base.add(out.len()) };
+    let rollback = out.len();
+    let room = bound + (record.next - record.start);
+    out.reserve(room);
+    // SAFETY (every write through `dst`): `room`, `bound` plus the record's bytes, is
+    // reserved past the vector's length, and each value keeps at most its column's
+    // `Hot::bound` plus its own bytes, and writes at most `SLACK` bytes past what it keeps.
+    // After a value converted in place, `room` is reserved again.
+    let mut dst = unsafe { out.as_mut_ptr().add(out.len()) };
     unsafe { store(dst, (hot.len() as i16).to_be_bytes()) };
     dst = unsafe { dst.add(2) };
-    let mut writer = HotWriter::<CHECKED> { run, dst };
+    let mut writer = HotWriter::<CHECKED> {
+        run,
+        hot,
+        dst,
+        out,
+        room,
+        general,
+    };
     if !record.visit_fields(hot, &mut writer) {
+        writer.out.truncate(rollback);
         return false;
     }
-    // SAFETY: everything up to `writer.dst` was written, within the reserved capacity.
-    unsafe { out.set_len(writer.dst.offset_from(base) as usize) };
+    let HotWriter { dst, out, .. } = writer;
+    // SAFETY: everything up to `dst` was written, within the reserved capacity.
+    unsafe { out.set_len(dst.offset_from(out.as_ptr()) as usize) };
     true
 }
 
 /// Writes a plain record's values at `dst`, each through [`encode_hot`], as
-/// [`encode_plain_record`] reserved room for.
-struct HotWriter<'r, 'a, const CHECKED: bool> {
+/// [`encode_plain_record`] reserved room for, or else through its column's general converter.
+struct HotWriter<'r, 'a, 'g, 's, const CHECKED: bool> {
     run: &'r PlainRun<'a>,
+    hot: &'r [Hot],
     dst: *mut u8,
+    out: &'r mut Vec<u8>,
+    room: usize,
+    general: &'r mut General<'g, 's>,
 }
 
-impl<const CHECKED: bool> FieldVisitor<Hot> for HotWriter<'_, '_, CHECKED> {
+impl<const CHECKED: bool> FieldVisitor<Hot> for HotWriter<'_, '_, '_, '_, CHECKED> {
     #[inline(always)]
-    fn field(&mut self, &h: &Hot, span: PlainSpan) -> bool {
-        let Some(value) = self.run.value::<CHECKED>(span) else {
+    fn field(&mut self, h: &Hot, span: PlainSpan) -> bool {
+        match self.run.value::<CHECKED>(span) {
+            Some(value) if !value.escaped => {
+                // SAFETY: room for the column's `Hot::bound`, the value and `SLACK` at `dst`,
+                // as reserved by `encode_plain_record`.
+                let kept = unsafe { encode_hot(*h, value, self.dst) };
+                if kept > 0 {
+                    self.dst = unsafe { self.dst.add(kept) };
+                    return true;
+                }
+                self.convert(self.column(h), value.bytes)
+            }
+            Some(value) => self.convert_escaped(self.column(h), value),
+            None => self.null(self.column(h)),
+        }
+    }
+}
+
+impl<const CHECKED: bool> HotWriter<'_, '_, '_, '_, CHECKED> {
+    /// Which column `h` is: its place in the record's columns, which it points into.
+    #[inline(always)]
+    fn column(&self, h: &Hot) -> usize {
+        (h as *const Hot as usize - self.hot.as_ptr() as usize) / std::mem::size_of::<Hot>()
+    }
+
+    /// A value the fast path did not take, through column `i`'s general converter, in
+    /// place; false when it is not valid (the record then goes to the general path, which
+    /// says why).
+    #[inline(never)]
+    fn convert(&mut self, i: usize, v: &[u8]) -> bool {
+        let out = &mut *self.out;
+        // SAFETY: everything up to `dst` was written, within the reserved capacity.
+        unsafe { out.set_len(self.dst.offset_from(out.as_ptr()) as usize) };
+        let g = &mut *self.general;
+        g.values += 1;
+        let col = &g.columns[i];
+        if encode_general(col, g.zone, v, g.scratch, out, &mut g.server).is_err() {
             return false;
-        };
-        // SAFETY: room for the column's `Hot::bound`, the value and `SLACK` at `dst`, as
-        // reserved by `encode_plain_record`.
-        let kept = unsafe { encode_hot(h, value, self.dst) };
-        self.dst = unsafe { self.dst.add(kept) };
-        kept > 0
+        }
+        out.reserve(self.room);
+        // SAFETY: within the vector's capacity.
+        self.dst = unsafe { out.as_mut_ptr().add(out.len()) };
+        true
+    }
+
+    /// A CSV value with doubled quotes: made single, then converted in place.
+    #[inline(never)]
+    fn convert_escaped(&mut self, i: usize, value: PlainValue<'_>) -> bool {
+        let mut unescaped = std::mem::take(self.general.unescaped);
+        unescaped.clear();
+        value.unescape(self.run.quote(), &mut unescaped);
+        let ok = self.convert(i, &unescaped);
+        *self.general.unescaped = unescaped;
+        ok
+    }
+
+    /// A NULL: a length of -1, unless the column is NOT NULL (then the general path says so).
+    #[inline(never)]
+    fn null(&mut self, i: usize) -> bool {
+        if self.general.columns[i].not_null {
+            return false;
+        }
+        // SAFETY: each column's `Hot::bound` holds at least a length word.
+        unsafe {
+            store(self.dst, (-1i32).to_be_bytes());
+            self.dst = self.dst.add(4);
+        }
+        true
     }
 }
 
@@ -1297,10 +1462,15 @@ mod tests {
         let mut fields = Fields::new();
         let (mut out, mut refused, mut taken) = (Vec::new(), Vec::new(), 0);
         let (mut at, mut record) = (0, 0);
+        // One slice, as the loader's mapped walk hands a window: every call after the first
+        // is on the same input.
+        let mut same_input = false;
         loop {
             if fast {
                 let limit = out.len() + 4096;
-                let (n, end) = conv.encode_plain(parser, input, at, &mut out, limit);
+                let (n, end) =
+                    conv.encode_plain(parser, input, at, &mut out, limit, same_input, None);
+                same_input = true;
                 if n > 0 {
                     (record, taken, at) = (record + n, taken + n, end);
                     continue;
@@ -1352,6 +1522,140 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The columns of an events table, as real tables have them.
+    fn event_columns() -> Vec<Column> {
+        let column = |name: &str, ty: PgType| Column {
+            name: name.into(),
+            type_name: format!("{ty:?}"),
+            ty,
+            not_null: false,
+        };
+        vec![
+            column("id", PgType::Int8),
+            column("at", PgType::Timestamptz(None)),
+            column("n", PgType::Int4),
+            column("name", PgType::Text),
+            column("amount", PgType::Numeric(Some((12, 2)))),
+            column("ok", PgType::Bool),
+            column("score", PgType::Float8),
+            column("key", PgType::Uuid),
+        ]
+    }
+
+    /// Events in CSV; `odd` says which records carry values off every fast path (leading
+    /// spaces, `infinity`, `NaN`, a 9-digit fraction, a NULL, a quoted field with a doubled
+    /// quote, non-ASCII text).
+    fn event_input(records: usize, odd: impl Fn(usize) -> bool) -> Vec<u8> {
+        let mut out = String::new();
+        for i in 0..records {
+            let line = if odd(i) {
+                match i % 6 {
+                    0 => format!("{i},infinity, -{i},Z\u{fc}rich,{i}.5,yes,NaN,{{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}}"),
+                    1 => format!("{i},2024-03-01 10:00:00.123456789+02,,\"say \"\"hi\"\"\",,on,-1e-300,a0eebc999c0b4ef8bb6d6bb9bd380a11"),
+                    2 => format!("{i},2024-03-01T10:00:00Z,+7,\u{6771}\u{4eac},-0.5,  t,1.5E10,a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+                    3 => format!("{i},,{i},,,,,"),
+                    4 => format!("{i},2024-03-01 10:00:00-0330,-2147483648,S\u{e3}o Paulo,1e2,FALSE,-Infinity,A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"),
+                    _ => format!("{i},2024-03-01 10:00:00.5, 5 ,x,  7.25 ,0,4.9e-324,a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+                }
+            } else {
+                format!(
+                    "{i},2024-03-{:02} 10:{:02}:00+00,{},name{i},{}.{:02},{},{}.25,a0eebc99-9c0b-4ef8-bb6d-{:012x}",
+                    1 + i % 28,
+                    i % 60,
+                    i % 1000,
+                    i % 10_000,
+                    i % 100,
+                    ["t", "f"][i % 2],
+                    i % 977,
+                    i
+                )
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out.into_bytes()
+    }
+
+    /// No cliff: a file whose every record has a value off the fast path is indexed once,
+    /// as the all-plain file is: each such value is converted in place by its column's
+    /// general converter, and the run goes on over the same index. Measured as work (bytes
+    /// indexed per byte of input, runs indexed, records left to the general path), not time;
+    /// the tuples are the general path's.
+    #[test]
+    fn values_off_the_fast_path_do_not_make_the_input_indexed_again() {
+        let dialect = Dialect::new(sluice_core::dialect::Format::Csv);
+        let parser = RecordParser::new(&dialect);
+        let zone = || SessionZone::from_setting("Europe/Zurich");
+        let records = 20_000;
+        let mut work = Vec::new();
+        let files: [(&str, &dyn Fn(usize) -> bool); 3] = [
+            ("plain", &|_| false),
+            ("1% odd", &|i| i % 100 == 7),
+            ("every record odd", &|_| true),
+        ];
+        for (what, odd) in files {
+            let input = event_input(records, odd);
+            let mut general = Converter::new(event_columns(), zone());
+            let (g, g_refused, _) = encode_all(&mut general, &parser, &input, false);
+            let mut fast = Converter::new(event_columns(), zone());
+            let (f, f_refused, taken) = encode_all(&mut fast, &parser, &input, true);
+            assert!(g_refused.is_empty(), "{what}: {g_refused:?}");
+            assert_eq!(f_refused, g_refused, "{what}");
+            assert!(f == g, "{what}: the same tuples");
+            // All but the last, which lacks the tail the index reads past a line end.
+            assert_eq!(taken, records - 1, "{what}: every record on the fast path");
+            let (index, in_place) = fast.plain_work();
+            let per_byte = index.bytes as f64 / input.len() as f64;
+            // A run ends at the last line end of about 16 KB; the next starts there.
+            let blocks = input.len() as u64 / 16_000 + 2;
+            assert!(per_byte < 1.01, "{what}: {per_byte} bytes indexed per byte");
+            assert!(index.runs <= blocks, "{what}: {} runs", index.runs);
+            work.push((what, per_byte, index.runs, in_place));
+        }
+        let (plain, odd) = (work[0], work[2]);
+        assert!(
+            odd.3 >= records as u64,
+            "every odd record converted a value in place"
+        );
+        assert!(
+            odd.1 <= plain.1 * 1.01 && odd.2 <= plain.2 + 1,
+            "as much indexing with every record odd as with none: {work:?}"
+        );
+    }
+
+    /// A record that must go to the general path (an invalid value) does not make the
+    /// input indexed again either: the run goes on after it over the same index.
+    #[test]
+    fn records_left_to_the_general_path_do_not_make_the_input_indexed_again() {
+        let dialect = Dialect::new(sluice_core::dialect::Format::Csv);
+        let parser = RecordParser::new(&dialect);
+        let text = String::from_utf8(event_input(5000, |_| false)).unwrap();
+        // Every tenth record has an int out of range: refused, and the run goes on.
+        let input: Vec<u8> = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut f: Vec<&str> = l.split(',').collect();
+                if i % 10 == 3 {
+                    f[2] = "99999999999";
+                }
+                f.join(",") + "\n"
+            })
+            .collect::<String>()
+            .into_bytes();
+        let mut fast = Converter::new(event_columns(), SessionZone::from_setting("UTC"));
+        let (_, refused, taken) = encode_all(&mut fast, &parser, &input, true);
+        // All but the refused and the last (which lacks the tail the index reads past it).
+        assert_eq!((refused.len(), taken), (500, 4499));
+        let (index, _) = fast.plain_work();
+        assert!(index.resumed >= 490, "{index:?}");
+        assert!(
+            (index.bytes as f64) < input.len() as f64 * 1.01,
+            "{index:?} for {} bytes",
+            input.len()
+        );
     }
 
     /// The fast path's whole field for `v` (read inside `window`), or `None` when it declines.
