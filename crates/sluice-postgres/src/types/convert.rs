@@ -430,9 +430,16 @@ fn check_text(v: &[u8]) -> Result<&str, ConvertError> {
     check_text_slow(v)
 }
 
-#[cold]
+/// Text that is not plain ASCII: UTF-8 validated at SIMD speed (`simdutf8`), the position
+/// of a malformed sequence found again only on error.
 fn check_text_slow(v: &[u8]) -> Result<&str, ConvertError> {
-    let s = std::str::from_utf8(v).map_err(|e| ConvertError::invalid(utf8_reason(e)))?;
+    let s = match simdutf8::basic::from_utf8(v) {
+        Ok(s) => s,
+        Err(_) => {
+            let e = std::str::from_utf8(v).expect_err("simdutf8 found it malformed");
+            return Err(ConvertError::invalid(utf8_reason(e)));
+        }
+    };
     if let Some(p) = memchr::memchr(0, v) {
         return Err(ConvertError::invalid(format!(
             "invalid byte sequence for UTF8: 0x00 at byte {} (text cannot hold NUL)",
@@ -482,6 +489,10 @@ enum Hot {
     Int2,
     Int4,
     Int8,
+    Float4,
+    Float8,
+    Bool,
+    Uuid,
     Date,
     Numeric(FastNumeric),
     Text,
@@ -501,6 +512,10 @@ impl Hot {
             PgType::Int2 => Hot::Int2,
             PgType::Int4 => Hot::Int4,
             PgType::Int8 => Hot::Int8,
+            PgType::Float4 => Hot::Float4,
+            PgType::Float8 => Hot::Float8,
+            PgType::Bool => Hot::Bool,
+            PgType::Uuid => Hot::Uuid,
             PgType::Date => Hot::Date,
             PgType::Numeric(t) => match FastNumeric::new(*t) {
                 Some(column) => Hot::Numeric(column),
@@ -519,7 +534,9 @@ impl Hot {
     /// The most bytes the fast path keeps for one value beyond the value's own bytes.
     fn bound(self) -> usize {
         4 + match self {
-            Hot::Int2 | Hot::Int4 | Hot::Int8 | Hot::Date => 8,
+            Hot::Int2 | Hot::Int4 | Hot::Int8 | Hot::Date | Hot::Float4 | Hot::Float8 => 8,
+            Hot::Bool => 1,
+            Hot::Uuid => 16,
             Hot::Numeric(_) => 32,
             Hot::Char(n) => n as usize,
             Hot::Text | Hot::Varchar(_) | Hot::None => 0,
@@ -692,7 +709,7 @@ impl<const CHECKED: bool> HotWriter<'_, '_, '_, '_, CHECKED> {
     }
 
     /// A NULL: a length of -1, unless the column is NOT NULL (then the general path says so).
-    #[inline(never)]
+    #[inline(always)]
     fn null(&mut self, i: usize) -> bool {
         if self.general.columns[i].not_null {
             return false;
@@ -767,14 +784,14 @@ unsafe fn encode_hot(hot: Hot, value: impl HotValue, dst: *mut u8) -> usize {
     let (v, x) = (value.bytes(), value.head());
     let n = v.len();
     match hot {
-        Hot::Int4 => match swar::digits16(x, n) {
-            Some(value) if n <= 9 => {
-                store(dst, ((4u64 << 32) | value).to_be_bytes());
+        Hot::Int4 => match signed16(x, n) {
+            Some(value) if i32::try_from(value).is_ok() => {
+                store(dst, ((4u64 << 32) | u64::from(value as i32 as u32)).to_be_bytes());
                 8
             }
             _ => 0,
         },
-        Hot::Int8 => match swar::digits16(x, n) {
+        Hot::Int8 => match signed16(x, n) {
             Some(value) => {
                 store(dst, 8u32.to_be_bytes());
                 store(dst.add(4), value.to_be_bytes());
@@ -782,12 +799,43 @@ unsafe fn encode_hot(hot: Hot, value: impl HotValue, dst: *mut u8) -> usize {
             }
             None => 0,
         },
-        Hot::Int2 => match swar::digits16(x, n) {
-            Some(value) if n <= 5 && value <= i16::MAX as u64 => {
-                store(dst, ((2u64 << 32) | (value << 16)).to_be_bytes());
+        Hot::Int2 => match signed16(x, n) {
+            Some(value) if i16::try_from(value).is_ok() => {
+                let word = u64::from(value as i16 as u16) << 16;
+                store(dst, ((2u64 << 32) | word).to_be_bytes());
                 6
             }
             _ => 0,
+        },
+        Hot::Float8 => match plain_float::<f64>(v) {
+            Some(f) => {
+                store(dst, 8u32.to_be_bytes());
+                store(dst.add(4), f.to_bits().to_be_bytes());
+                12
+            }
+            None => 0,
+        },
+        Hot::Float4 => match plain_float::<f32>(v) {
+            Some(f) => {
+                store(dst, ((4u64 << 32) | u64::from(f.to_bits())).to_be_bytes());
+                8
+            }
+            None => 0,
+        },
+        Hot::Bool => match parse_bool(v) {
+            Ok(b) => {
+                store(dst, [0, 0, 0, 1, u8::from(b)]);
+                5
+            }
+            Err(_) => 0,
+        },
+        Hot::Uuid => match plain_uuid(v) {
+            Some(bytes) => {
+                store(dst, 16u32.to_be_bytes());
+                store(dst.add(4), bytes);
+                20
+            }
+            None => 0,
         },
         Hot::Date => {
             let Some(days) = super::datetime::iso_date_days(v, x) else {
@@ -880,6 +928,76 @@ unsafe fn put_ascii(value: impl HotValue, dst: *mut u8, width: usize, most: usiz
         }
     }
     4 + width
+}
+
+/// A value of up to 16 bytes (its first 16 as `x`) that is an optional sign and 1 to 15
+/// digits, or 1 to 16 digits: its value, which fits an `i64`. Anything else (spaces, more
+/// digits) is for `pg_strtoint`'s general path.
+#[inline(always)]
+fn signed16(x: u128, n: usize) -> Option<i64> {
+    let first = x as u8;
+    if n >= 2 && (first == b'-' || first == b'+') {
+        let digits = swar::digits16(x >> 8, n - 1)? as i64;
+        return Some(if first == b'-' { -digits } else { digits });
+    }
+    swar::digits16(x, n).map(|d| d as i64)
+}
+
+/// `float4in`/`float8in` on a plain decimal (`-1.5`, `2.5e-3`): correctly rounded by
+/// `fast-float2`, as `strtod`/`strtof` round. A value that comes to infinity or zero (out of
+/// range, an underflow, or a real zero), words (`NaN`, `Infinity`), spaces or hex are for the
+/// general path, which words the errors.
+#[inline(always)]
+fn plain_float<F: fast_float2::FastFloat + Float>(v: &[u8]) -> Option<F> {
+    let first = *v.first()?;
+    if !(first.is_ascii_digit() || first == b'-' || first == b'.') {
+        return None;
+    }
+    match fast_float2::parse_partial::<F, _>(v) {
+        Ok((f, used)) if used == v.len() && f.is_normal_or_subnormal() => Some(f),
+        _ => None,
+    }
+}
+
+/// Hex digit values, 0xff for other bytes.
+const HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// `uuid_in` on its two common spellings: 8-4-4-4-12 hex digits, or 32 of them. The
+/// others (braces, hyphens elsewhere) and every error are for [`parse_uuid`].
+#[inline(always)]
+fn plain_uuid(v: &[u8]) -> Option<[u8; 16]> {
+    let hyphens = match v.len() {
+        36 if v[8] == b'-' && v[13] == b'-' && v[18] == b'-' && v[23] == b'-' => true,
+        32 => false,
+        _ => return None,
+    };
+    let mut out = [0u8; 16];
+    let mut bad = 0u8;
+    let mut i = 0;
+    for (k, byte) in out.iter_mut().enumerate() {
+        if hyphens && matches!(k, 4 | 6 | 8 | 10) {
+            i += 1;
+        }
+        let (hi, lo) = (HEX[v[i] as usize], HEX[v[i + 1] as usize]);
+        bad |= hi | lo;
+        *byte = hi << 4 | lo;
+        i += 2;
+    }
+    (bad & 0xf0 == 0).then_some(out)
 }
 
 /// Encodes one non-NULL value of type `ty` (the binary `send` form) onto `out`.
@@ -983,6 +1101,8 @@ fn out_of_range(min: i64, max: i64, name: &str) -> ConvertError {
 trait Float: std::str::FromStr + Copy {
     fn is_infinite(self) -> bool;
     fn is_zero(self) -> bool;
+    /// Neither zero, infinite nor NaN.
+    fn is_normal_or_subnormal(self) -> bool;
 }
 
 impl Float for f32 {
@@ -991,6 +1111,10 @@ impl Float for f32 {
     }
     fn is_zero(self) -> bool {
         self == 0.0
+    }
+    #[inline(always)]
+    fn is_normal_or_subnormal(self) -> bool {
+        self.is_finite() && self != 0.0
     }
 }
 
@@ -1001,6 +1125,10 @@ impl Float for f64 {
     fn is_zero(self) -> bool {
         self == 0.0
     }
+    #[inline(always)]
+    fn is_normal_or_subnormal(self) -> bool {
+        self.is_finite() && self != 0.0
+    }
 }
 
 /// `float4in`/`float8in`: decimal or exponent notation, `NaN`, `Infinity`, `inf`, any case,
@@ -1008,6 +1136,12 @@ impl Float for f64 {
 fn parse_float<F: Float>(v: &[u8], name: &str) -> Result<F, ConvertError> {
     let s = std::str::from_utf8(trim_c_space(v))
         .map_err(|_| ConvertError::invalid(format!("not a valid {name}")))?;
+    if s.bytes().any(|b| b == b'x' || b == b'X') {
+        // `strtod` reads C99 hexadecimal floats (`0x1p4`); the server converts them.
+        return Err(ConvertError::Unsupported(format!(
+            "a hexadecimal {name}, which the server reads"
+        )));
+    }
     let lower = s.to_ascii_lowercase();
     let body = lower.trim_start_matches(['+', '-']);
     let explicit_inf = body == "inf" || body == "infinity";
@@ -1056,12 +1190,10 @@ fn parse_bool(v: &[u8]) -> Result<bool, ConvertError> {
     ))
 }
 
+/// Characters in valid UTF-8: the bytes that do not continue a sequence, counted in one
+/// pass the compiler vectorises.
 fn char_count(s: &str) -> usize {
-    if s.is_ascii() {
-        s.len()
-    } else {
-        s.chars().count()
-    }
+    s.bytes().filter(|&b| (b as i8) >= -0x40).count()
 }
 
 /// Applies a `varchar(n)`/`char(n)` limit: longer values fail unless the excess is spaces,
@@ -1133,16 +1265,20 @@ fn decode_bytea(v: &[u8], out: &mut Vec<u8>) -> Result<(), ConvertError> {
     Ok(())
 }
 
+#[inline]
 fn hex_val(b: u8) -> Result<u8, ConvertError> {
-    match b {
-        b'0'..=b'9' => Ok(b - b'0'),
-        b'a'..=b'f' => Ok(b - b'a' + 10),
-        b'A'..=b'F' => Ok(b - b'A' + 10),
-        _ => Err(ConvertError::invalid(format!(
-            "invalid hexadecimal digit: \"{}\"",
-            String::from_utf8_lossy(&[b])
-        ))),
+    match HEX[b as usize] {
+        0xff => Err(bad_hex(b)),
+        v => Ok(v),
     }
+}
+
+#[cold]
+fn bad_hex(b: u8) -> ConvertError {
+    ConvertError::invalid(format!(
+        "invalid hexadecimal digit: \"{}\"",
+        String::from_utf8_lossy(&[b])
+    ))
 }
 
 /// `uuid_in`: 32 hex digits, optional braces, optional hyphen after any group of four.
@@ -1700,10 +1836,14 @@ mod tests {
         Some(out)
     }
 
-    const HOT_TYPES: [PgType; 12] = [
+    const HOT_TYPES: [PgType; 16] = [
         PgType::Int2,
         PgType::Int4,
         PgType::Int8,
+        PgType::Float4,
+        PgType::Float8,
+        PgType::Bool,
+        PgType::Uuid,
         PgType::Date,
         PgType::Numeric(None),
         PgType::Numeric(Some((15, 2))),
@@ -1777,6 +1917,71 @@ mod tests {
             "\u{e9}t\u{e9}",
             "a\u{0}b",
             "12345678901234567890123456",
+            "-32768",
+            "-32769",
+            "-2147483648",
+            "-2147483649",
+            "2147483648",
+            "-999999999999999",
+            "+999999999999999",
+            "-",
+            "+",
+            "--1",
+            "-+1",
+            "1e5",
+            "-1.5e-3",
+            "0.1",
+            "1.7976931348623157e308",
+            "1.7976931348623159e308",
+            "1e309",
+            "4.9e-324",
+            "2.4703282292062328e-324",
+            "2.4703282292062327e-324",
+            "1e-400",
+            "2.2250738585072011e-308",
+            "3.4028235e38",
+            "3.4028236e38",
+            "1.4e-45",
+            "7e-46",
+            "1e-46",
+            "0.0",
+            "-0",
+            "-0.0e10",
+            "NaN",
+            "nan",
+            "-NaN",
+            "Infinity",
+            "-inf",
+            "1e",
+            "1e+",
+            "0x10",
+            "1_0",
+            "123456789012345678901234567890.123456789e-10",
+            "t",
+            "f",
+            "true",
+            "FALSE",
+            "yes",
+            "Y",
+            "no",
+            "on",
+            "of",
+            "off",
+            "o",
+            "1",
+            "0",
+            "2",
+            " t ",
+            "tr",
+            "truee",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+            "a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+            "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1g",
+            "a0eebc99-9c0b-4ef8-bb6d_6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1",
         ] {
             fast_equals_general(v.as_bytes());
         }
@@ -1784,6 +1989,17 @@ mod tests {
         for (ty, v) in [
             (PgType::Int2, "32767"),
             (PgType::Int8, "9999999999999999"),
+            (PgType::Int4, "-2147483648"),
+            (PgType::Int2, "-32768"),
+            (PgType::Int8, "+999999999999999"),
+            (PgType::Float8, "-1.5e-3"),
+            (PgType::Float8, "4.9e-324"),
+            (PgType::Float4, "3.4028235e38"),
+            (PgType::Float4, "1.4e-45"),
+            (PgType::Bool, "FALSE"),
+            (PgType::Bool, "on"),
+            (PgType::Uuid, "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"),
+            (PgType::Uuid, "a0eebc999c0b4ef8bb6d6bb9bd380a11"),
             (PgType::Date, "2000-02-29"),
             (PgType::Numeric(Some((15, 2))), "21168.23"),
             (PgType::Char(Some(25)), "DELIVER IN PERSON"),
@@ -1820,8 +2036,17 @@ mod tests {
             number in "-?[0-9]{0,18}([.][0-9]{0,8})?",
             date in "[0-9]{4}-[0-9]{2}-[0-9]{2}",
             text in "[ -~]{0,40}",
+            float in "[-+]?[0-9]{0,20}([.][0-9]{0,20})?([eE][-+]?[0-9]{1,3})?",
+            uuid in "[0-9a-fA-F-]{30,37}",
         ) {
-            for v in [raw.as_slice(), number.as_bytes(), date.as_bytes(), text.as_bytes()] {
+            for v in [
+                raw.as_slice(),
+                number.as_bytes(),
+                date.as_bytes(),
+                text.as_bytes(),
+                float.as_bytes(),
+                uuid.as_bytes(),
+            ] {
                 fast_equals_general(v);
             }
         }

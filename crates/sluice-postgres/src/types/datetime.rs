@@ -17,6 +17,7 @@
 use super::convert::ConvertError;
 use chrono::{NaiveDate, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::Tz;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_core::primitives::{days_in_month, digits, is_leap, iso_date, julian_day, ymd_prefix};
 use sluice_core::swar;
@@ -390,10 +391,50 @@ pub fn encode_time(
     Ok(())
 }
 
+/// One local day (its Julian day) and the offset in force all of it, in one word: the zone
+/// is shared by reference, and a stale or racing entry is only a missed cache.
+#[derive(Debug)]
+pub struct DayCache(AtomicU64);
+
+impl DayCache {
+    const EMPTY: u64 = u64::MAX;
+
+    fn get(&self) -> Option<(i64, i64)> {
+        match self.0.load(Ordering::Relaxed) {
+            DayCache::EMPTY => None,
+            w => Some((i64::from((w >> 32) as u32 as i32), i64::from(w as u32 as i32))),
+        }
+    }
+
+    fn set(&self, day: Option<(i64, i64)>) {
+        let word = match day {
+            Some((julian, offset)) => match (i32::try_from(julian), i32::try_from(offset)) {
+                (Ok(j), Ok(o)) => (u64::from(j as u32) << 32) | u64::from(o as u32),
+                _ => return,
+            },
+            None => DayCache::EMPTY,
+        };
+        self.0.store(word, Ordering::Relaxed);
+    }
+}
+
+impl Default for DayCache {
+    fn default() -> DayCache {
+        DayCache(AtomicU64::new(DayCache::EMPTY))
+    }
+}
+
+impl Clone for DayCache {
+    fn clone(&self) -> DayCache {
+        DayCache(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
 /// The session time zone used for `timestamptz` values without an offset.
 #[derive(Clone, Debug)]
 pub enum SessionZone {
-    Named(Tz),
+    /// A zone chrono-tz knows, with the last local day whose offset held all day long.
+    Named(Tz, DayCache),
     /// A zone chrono-tz does not know (a POSIX spec): such values go to the server.
     Unknown(String),
 }
@@ -401,14 +442,38 @@ pub enum SessionZone {
 impl SessionZone {
     pub fn from_setting(name: &str) -> SessionZone {
         match Tz::from_str_insensitive(name) {
-            Ok(tz) => SessionZone::Named(tz),
+            Ok(tz) => SessionZone::Named(tz, DayCache::default()),
             Err(_) => SessionZone::Unknown(name.to_string()),
         }
     }
 
-    /// Seconds east of UTC for a local wall-clock time, with PostgreSQL's DST rules.
+    /// Seconds east of UTC for a local wall-clock time, with PostgreSQL's DST rules: from
+    /// the cache when the day is the last one looked up and had no transition (files hold
+    /// runs of the same days), else from the zone's rules, and the day cached when its
+    /// first and last second have the same offset.
     fn offset_for_local(&self, julian: i64, time: i64) -> Result<i64, ConvertError> {
-        let SessionZone::Named(tz) = self else {
+        if let SessionZone::Named(_, day) = self {
+            if let Some((cached, offset)) = day.get() {
+                if cached == julian && (0..USECS_PER_DAY).contains(&time) {
+                    return Ok(offset);
+                }
+            }
+            let offset = self.offset_from_rules(julian, time)?;
+            if (0..USECS_PER_DAY).contains(&time) {
+                let first = self.offset_from_rules(julian, 0);
+                let last = self.offset_from_rules(julian, USECS_PER_DAY - 1_000_000);
+                if first == Ok(offset) && last == Ok(offset) {
+                    day.set(Some((julian, offset)));
+                }
+            }
+            return Ok(offset);
+        }
+        self.offset_from_rules(julian, time)
+    }
+
+    /// [`SessionZone::offset_for_local`] from the zone's rules.
+    fn offset_from_rules(&self, julian: i64, time: i64) -> Result<i64, ConvertError> {
+        let SessionZone::Named(tz, _) = self else {
             return Err(ConvertError::Unsupported(
                 "a timestamptz without an offset in a session zone sluice cannot read".into(),
             ));
