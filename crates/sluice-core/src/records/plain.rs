@@ -245,7 +245,7 @@ impl<'a> PlainRun<'a> {
             // The length first: CSV's NULL is the empty field, and most values are not.
             if self
                 .null
-                .is_some_and(|n| v.bytes.len() == n.len() && v.bytes == n)
+                .is_some_and(|n| v.bytes.len() == n.len() && (n.is_empty() || v.bytes == n))
             {
                 return None;
             }

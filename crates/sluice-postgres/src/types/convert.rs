@@ -786,7 +786,10 @@ unsafe fn encode_hot(hot: Hot, value: impl HotValue, dst: *mut u8) -> usize {
     match hot {
         Hot::Int4 => match signed16(x, n) {
             Some(value) if i32::try_from(value).is_ok() => {
-                store(dst, ((4u64 << 32) | u64::from(value as i32 as u32)).to_be_bytes());
+                store(
+                    dst,
+                    ((4u64 << 32) | u64::from(value as i32 as u32)).to_be_bytes(),
+                );
                 8
             }
             _ => 0,

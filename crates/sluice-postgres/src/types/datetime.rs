@@ -391,49 +391,64 @@ pub fn encode_time(
     Ok(())
 }
 
-/// One local day (its Julian day) and the offset in force all of it, in one word: the zone
-/// is shared by reference, and a stale or racing entry is only a missed cache.
+/// Local days (their Julian day) and the offset in force all of each, one word a slot, a
+/// slot per day modulo [`DayCache::SLOTS`]: files hold a few years of dates, each day found
+/// in its slot after its first value. The zone is shared by reference; a stale or racing
+/// slot is only a missed cache.
 #[derive(Debug)]
-pub struct DayCache(AtomicU64);
+pub struct DayCache(Box<[AtomicU64]>);
 
 impl DayCache {
     const EMPTY: u64 = u64::MAX;
+    const SLOTS: usize = 2048;
 
-    fn get(&self) -> Option<(i64, i64)> {
-        match self.0.load(Ordering::Relaxed) {
+    fn slot(&self, julian: i64) -> &AtomicU64 {
+        &self.0[julian.rem_euclid(DayCache::SLOTS as i64) as usize]
+    }
+
+    /// The offset of `julian` when its slot holds it.
+    fn get(&self, julian: i64) -> Option<i64> {
+        match self.slot(julian).load(Ordering::Relaxed) {
             DayCache::EMPTY => None,
-            w => Some((i64::from((w >> 32) as u32 as i32), i64::from(w as u32 as i32))),
+            w if i64::from((w >> 32) as u32 as i32) == julian => Some(i64::from(w as u32 as i32)),
+            _ => None,
         }
     }
 
-    fn set(&self, day: Option<(i64, i64)>) {
-        let word = match day {
-            Some((julian, offset)) => match (i32::try_from(julian), i32::try_from(offset)) {
-                (Ok(j), Ok(o)) => (u64::from(j as u32) << 32) | u64::from(o as u32),
-                _ => return,
-            },
-            None => DayCache::EMPTY,
-        };
-        self.0.store(word, Ordering::Relaxed);
+    fn set(&self, julian: i64, offset: i64) {
+        if let (Ok(j), Ok(o)) = (i32::try_from(julian), i32::try_from(offset)) {
+            let word = (u64::from(j as u32) << 32) | u64::from(o as u32);
+            if word != DayCache::EMPTY {
+                self.slot(julian).store(word, Ordering::Relaxed);
+            }
+        }
     }
 }
 
 impl Default for DayCache {
     fn default() -> DayCache {
-        DayCache(AtomicU64::new(DayCache::EMPTY))
+        DayCache(
+            (0..DayCache::SLOTS)
+                .map(|_| AtomicU64::new(DayCache::EMPTY))
+                .collect(),
+        )
     }
 }
 
 impl Clone for DayCache {
     fn clone(&self) -> DayCache {
-        DayCache(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+        let slots = self
+            .0
+            .iter()
+            .map(|s| AtomicU64::new(s.load(Ordering::Relaxed)));
+        DayCache(slots.collect())
     }
 }
 
 /// The session time zone used for `timestamptz` values without an offset.
 #[derive(Clone, Debug)]
 pub enum SessionZone {
-    /// A zone chrono-tz knows, with the last local day whose offset held all day long.
+    /// A zone chrono-tz knows, with the local days whose offset held all day long.
     Named(Tz, DayCache),
     /// A zone chrono-tz does not know (a POSIX spec): such values go to the server.
     Unknown(String),
@@ -448,13 +463,12 @@ impl SessionZone {
     }
 
     /// Seconds east of UTC for a local wall-clock time, with PostgreSQL's DST rules: from
-    /// the cache when the day is the last one looked up and had no transition (files hold
-    /// runs of the same days), else from the zone's rules, and the day cached when its
-    /// first and last second have the same offset.
+    /// the cache when the day was looked up before and had no transition, else from the
+    /// zone's rules, and the day cached when its first and last second have the same offset.
     fn offset_for_local(&self, julian: i64, time: i64) -> Result<i64, ConvertError> {
         if let SessionZone::Named(_, day) = self {
-            if let Some((cached, offset)) = day.get() {
-                if cached == julian && (0..USECS_PER_DAY).contains(&time) {
+            if (0..USECS_PER_DAY).contains(&time) {
+                if let Some(offset) = day.get(julian) {
                     return Ok(offset);
                 }
             }
@@ -463,7 +477,7 @@ impl SessionZone {
                 let first = self.offset_from_rules(julian, 0);
                 let last = self.offset_from_rules(julian, USECS_PER_DAY - 1_000_000);
                 if first == Ok(offset) && last == Ok(offset) {
-                    day.set(Some((julian, offset)));
+                    day.set(julian, offset);
                 }
             }
             return Ok(offset);
