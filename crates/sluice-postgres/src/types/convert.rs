@@ -169,7 +169,7 @@ impl Converter {
                 len += 4;
                 continue;
             };
-            let kept = unsafe { encode_hot(hot, (v, x), base.add(len)) };
+            let kept = unsafe { encode_hot(hot, (v, x), &self.zone, base.add(len)) };
             if kept > 0 {
                 len += kept;
                 continue;
@@ -486,6 +486,8 @@ const SLACK: usize = 48;
 /// Eight bytes, so that the per-field loop loads a column's whole case in one word.
 #[derive(Clone, Copy, Debug)]
 enum Hot {
+    Timestamp,
+    Timestamptz,
     Int2,
     Int4,
     Int8,
@@ -516,6 +518,8 @@ impl Hot {
             PgType::Float8 => Hot::Float8,
             PgType::Bool => Hot::Bool,
             PgType::Uuid => Hot::Uuid,
+            PgType::Timestamp(None) => Hot::Timestamp,
+            PgType::Timestamptz(None) => Hot::Timestamptz,
             PgType::Date => Hot::Date,
             PgType::Numeric(t) => match FastNumeric::new(*t) {
                 Some(column) => Hot::Numeric(column),
@@ -535,6 +539,7 @@ impl Hot {
     fn bound(self) -> usize {
         4 + match self {
             Hot::Int2 | Hot::Int4 | Hot::Int8 | Hot::Date | Hot::Float4 | Hot::Float8 => 8,
+            Hot::Timestamp | Hot::Timestamptz => 8,
             Hot::Bool => 1,
             Hot::Uuid => 16,
             Hot::Numeric(_) => 32,
@@ -657,7 +662,7 @@ impl<const CHECKED: bool> FieldVisitor<Hot> for HotWriter<'_, '_, '_, '_, CHECKE
             Some(value) if !value.escaped => {
                 // SAFETY: room for the column's `Hot::bound`, the value and `SLACK` at `dst`,
                 // as reserved by `encode_plain_record`.
-                let kept = unsafe { encode_hot(*h, value, self.dst) };
+                let kept = unsafe { encode_hot(*h, value, self.general.zone, self.dst) };
                 if kept > 0 {
                     self.dst = unsafe { self.dst.add(kept) };
                     return true;
@@ -780,10 +785,21 @@ unsafe fn store<const N: usize>(dst: *mut u8, bytes: [u8; N]) {
 /// # Safety
 /// `dst` is valid for [`Hot::bound`] + the value's length + [`SLACK`] bytes of writes.
 #[inline(always)]
-unsafe fn encode_hot(hot: Hot, value: impl HotValue, dst: *mut u8) -> usize {
+unsafe fn encode_hot(hot: Hot, value: impl HotValue, zone: &SessionZone, dst: *mut u8) -> usize {
     let (v, x) = (value.bytes(), value.head());
     let n = v.len();
     match hot {
+        Hot::Timestamp | Hot::Timestamptz => {
+            let zone = matches!(hot, Hot::Timestamptz).then_some(zone);
+            match super::datetime::plain_timestamp(v, zone) {
+                Some(t) => {
+                    store(dst, 8u32.to_be_bytes());
+                    store(dst.add(4), t.to_be_bytes());
+                    12
+                }
+                None => 0,
+            }
+        }
         Hot::Int4 => match signed16(x, n) {
             Some(value) if i32::try_from(value).is_ok() => {
                 store(
@@ -1811,6 +1827,7 @@ mod tests {
             encode_hot(
                 Hot::of(ty),
                 (v, swar::head16(v, window)),
+                &test_zone(),
                 out.as_mut_ptr().add(3),
             )
         };
@@ -1823,23 +1840,23 @@ mod tests {
         (kept > 0).then(|| out[3..3 + kept].to_vec())
     }
 
+    /// A session zone with transitions.
+    fn test_zone() -> SessionZone {
+        SessionZone::from_setting("America/New_York")
+    }
+
     /// The general path's whole field for `v`, length prefix included.
     fn general(ty: &PgType, v: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         let w = FieldWriter::begin(&mut out);
-        encode_value(
-            ty,
-            &SessionZone::from_setting("UTC"),
-            v,
-            &mut Vec::new(),
-            &mut out,
-        )
-        .ok()?;
+        encode_value(ty, &test_zone(), v, &mut Vec::new(), &mut out).ok()?;
         w.finish(&mut out);
         Some(out)
     }
 
-    const HOT_TYPES: [PgType; 16] = [
+    const HOT_TYPES: [PgType; 18] = [
+        PgType::Timestamp(None),
+        PgType::Timestamptz(None),
         PgType::Int2,
         PgType::Int4,
         PgType::Int8,
@@ -1985,6 +2002,31 @@ mod tests {
             "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1g",
             "a0eebc99-9c0b-4ef8-bb6d_6bb9bd380a11",
             "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1",
+            "2024-03-01 10:00:00",
+            "2024-03-01T10:00:00.5",
+            "2024-03-01 10:00:00.123456",
+            "2024-03-01 10:00:00.1234567",
+            "2024-03-01 10:00:00.",
+            "2024-03-01 10:00:00Z",
+            "2024-03-01 10:00:00z",
+            "2024-03-01 10:00:00+02",
+            "2024-03-01 10:00:00-05:30",
+            "2024-03-01 10:00:00+0530",
+            "2024-03-01 10:00:00+15:59",
+            "2024-03-01 10:00:00+16",
+            "2024-03-01 10:00:00+2",
+            "2024-03-01 10:00:00 +02",
+            "2024-03-10 02:30:00",
+            "2024-11-03 01:30:00",
+            "2024-02-29 23:59:59",
+            "2023-02-29 00:00:00",
+            "2024-03-01 24:00:00",
+            "2024-03-01 23:59:60",
+            "0000-03-01 10:00:00",
+            "0001-01-01 00:00:00",
+            "9999-12-31 23:59:59.999999",
+            "2024-3-01 10:00:00",
+            "2024-03-01  10:00:00",
         ] {
             fast_equals_general(v.as_bytes());
         }
@@ -2004,6 +2046,9 @@ mod tests {
             (PgType::Uuid, "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"),
             (PgType::Uuid, "a0eebc999c0b4ef8bb6d6bb9bd380a11"),
             (PgType::Date, "2000-02-29"),
+            (PgType::Timestamptz(None), "2024-03-10 02:30:00"),
+            (PgType::Timestamptz(None), "2024-03-01 10:00:00.5-05:30"),
+            (PgType::Timestamp(None), "2024-03-01T10:00:00.123456Z"),
             (PgType::Numeric(Some((15, 2))), "21168.23"),
             (PgType::Char(Some(25)), "DELIVER IN PERSON"),
         ] {
@@ -2041,6 +2086,7 @@ mod tests {
             text in "[ -~]{0,40}",
             float in "[-+]?[0-9]{0,20}([.][0-9]{0,20})?([eE][-+]?[0-9]{1,3})?",
             uuid in "[0-9a-fA-F-]{30,37}",
+            timestamp in "[0-9]{4}-[01][0-9]-[0-3][0-9][ T][0-2][0-9]:[0-6][0-9]:[0-6][0-9]([.][0-9]{0,8})?(Z|[-+][0-9]{1,2}(:?[0-9]{2})?)?",
         ) {
             for v in [
                 raw.as_slice(),
@@ -2049,6 +2095,7 @@ mod tests {
                 text.as_bytes(),
                 float.as_bytes(),
                 uuid.as_bytes(),
+                timestamp.as_bytes(),
             ] {
                 fast_equals_general(v);
             }

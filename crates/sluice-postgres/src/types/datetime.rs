@@ -525,6 +525,92 @@ impl SessionZone {
     }
 }
 
+/// `timestamp` (`zone` is `None`) or `timestamptz` in the ISO form files hold, as
+/// microseconds since 2000-01-01 (UTC for `timestamptz`), as [`encode_timestamp`] makes
+/// them: `YYYY-MM-DD`, a space or `T`, `HH:MM:SS`, up to 6 digits of fraction, then `Z`,
+/// `±hh`, `±hh:mm`, `±hhmm` or nothing (the session zone's offset for that local time, from
+/// its cache). `None` for anything else (other spellings, a 7th digit to round, year 0,
+/// hour 24, a leap second, an offset past 15 hours, a zone sluice cannot read), which
+/// [`encode_timestamp`] takes.
+#[inline]
+pub fn plain_timestamp(v: &[u8], zone: Option<&SessionZone>) -> Option<i64> {
+    if v.len() < 19
+        || v[4] != b'-'
+        || v[7] != b'-'
+        || !(v[10] == b' ' || v[10] == b'T')
+        || v[13] != b':'
+        || v[16] != b':'
+    {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        v[from..to].iter().try_fold(0i64, |n, &b| {
+            b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
+        })
+    };
+    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hour, minute, second) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    if year == 0
+        || !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut usecs = 0;
+    if v.get(i) == Some(&b'.') {
+        let digits = v[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || digits > 6 {
+            return None;
+        }
+        usecs = num(i + 1, i + 1 + digits)? * 10i64.pow(6 - digits as u32);
+        i += 1 + digits;
+    }
+    let offset = plain_offset(&v[i..])?;
+    let julian = date2j(year, month, day);
+    let time = ((hour * 60 + minute) * 60 + second) * 1_000_000 + usecs;
+    let local = (julian - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY + time;
+    match zone {
+        None => Some(local),
+        Some(z) => {
+            let offset = match offset {
+                Some(o) => o,
+                None => z.offset_for_local(julian, time).ok()?,
+            };
+            Some(local - offset * 1_000_000)
+        }
+    }
+}
+
+/// The offset after an ISO time, in seconds east: `Some(None)` when there is none, `None`
+/// when it is not one of `Z`, `±hh`, `±hh:mm`, `±hhmm` with hours up to 15.
+#[inline]
+fn plain_offset(s: &[u8]) -> Option<Option<i64>> {
+    let two = |a: u8, b: u8| {
+        (a.is_ascii_digit() && b.is_ascii_digit()).then(|| i64::from((a - b'0') * 10 + (b - b'0')))
+    };
+    let (sign, rest) = match s {
+        [] => return Some(None),
+        [b'Z'] => return Some(Some(0)),
+        [b'+', rest @ ..] => (1, rest),
+        [b'-', rest @ ..] => (-1, rest),
+        _ => return None,
+    };
+    let (hours, minutes) = match *rest {
+        [h1, h2] => (two(h1, h2)?, 0),
+        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (two(h1, h2)?, two(m1, m2)?),
+        _ => return None,
+    };
+    if hours > 15 || minutes > 59 {
+        return None;
+    }
+    Some(Some(sign * (hours * 3600 + minutes * 60)))
+}
+
 /// Encodes `timestamp` (`zone` is `None`) or `timestamptz` as microseconds since 2000-01-01,
 /// in UTC for `timestamptz`.
 pub fn encode_timestamp(
