@@ -828,7 +828,8 @@ mod tests {
     #[test]
     fn null_escapes_and_doubled_quotes_stay_on_the_index() {
         let tail = [b'z'; PlainRun::TAIL];
-        let cases: [(Format, &[u8], Vec<Option<&[u8]>>); 3] = [
+        type Case<'a> = (Format, &'a [u8], Vec<Option<&'a [u8]>>);
+        let cases: [Case; 3] = [
             (
                 Format::Text,
                 b"\\N\t1\n2\t\\N\n",
