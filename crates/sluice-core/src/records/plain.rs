@@ -38,6 +38,10 @@ pub struct PlainIndex {
     lines: Vec<u32>,
     /// Where the run indexed last starts in its input.
     origin: usize,
+    /// The run holds a text `\N` field, so that its values must be compared with NULL.
+    null_escapes: bool,
+    /// The run holds a CSV doubled quote, so that its quoted values must be looked into.
+    doubled_quotes: bool,
     /// The work done, for the tests that hold the fast path to one pass over its input.
     work: IndexWork,
 }
@@ -78,6 +82,8 @@ pub struct PlainRun<'a> {
     tbl: bool,
     csv: bool,
     quote: u8,
+    /// The index let a doubled quote through somewhere in the run.
+    doubled_quotes: bool,
     /// NULL's spelling, when a field without an escape can match it (CSV's empty field).
     null: Option<&'a [u8]>,
 }
@@ -238,7 +244,7 @@ impl<'a> PlainRun<'a> {
                 // the closing quote, past `s`, or doubled inside it.
                 debug_assert!(s < e - 1);
                 let mut v = value(s + 1, e - 1);
-                v.escaped = memchr::memchr(self.quote, v.bytes).is_some();
+                v.escaped = self.doubled_quotes && memchr::memchr(self.quote, v.bytes).is_some();
                 return Some(v);
             }
             let v = value(s, e);
@@ -404,6 +410,8 @@ impl RecordParser {
         index.ends.push(u32::MAX);
         index.lines.clear();
         index.origin = start;
+        index.null_escapes = false;
+        index.doubled_quotes = false;
         if !self.crlf && start + PlainRun::TAIL < input.len() {
             let scanned = if csv {
                 self.index_windows::<true, AVX2>(input, start, index)
@@ -456,9 +464,9 @@ impl RecordParser {
         index: &'a PlainIndex,
     ) -> PlainRun<'a> {
         let csv = self.format == Format::Csv;
-        // Text's `\N` is let through the index as a whole field; another NULL spelling with a
-        // backslash never reaches a value there.
-        let null = csv || !self.null_escaped || self.null == b"\\N";
+        // Text's `\N` is let through the index as a whole field (then the run's values are
+        // compared with it); another NULL spelling with a backslash never reaches a value.
+        let null = csv || !self.null_escaped || index.null_escapes;
         PlainRun {
             input: &input[start.min(input.len())..],
             ends: &index.ends,
@@ -467,6 +475,7 @@ impl RecordParser {
             tbl: self.format == Format::Tbl,
             csv,
             quote: self.quote,
+            doubled_quotes: index.doubled_quotes,
             null: null.then_some(self.null.as_slice()),
         }
     }
@@ -568,6 +577,7 @@ impl RecordParser {
                     // A quote opens a field right after a delimiter or line end, and closes
                     // it right before one (or before a doubled quote); anything else is for
                     // the general path.
+                    index.doubled_quotes |= doubled != 0;
                     bad |= open & !doubled & !((structural << 1) | after_structural);
                     bad |= follows_close & !structural & !doubled;
                     after_close = close >> 63;
@@ -575,7 +585,9 @@ impl RecordParser {
                 after_structural = (delims | lines) >> 63;
             }
             if null_escapes && bad != 0 {
+                let before = bad;
                 bad = self.null_escapes(input, start, start + at, bad);
+                index.null_escapes |= bad != before;
             }
             let window = (64.min(most - at)) as u32;
             let mut keep = if window == 64 {

@@ -626,30 +626,42 @@ fn encode_plain_record<const CHECKED: bool>(
     let mut dst = unsafe { out.as_mut_ptr().add(out.len()) };
     unsafe { store(dst, (hot.len() as i16).to_be_bytes()) };
     dst = unsafe { dst.add(2) };
+    let zone = general.zone;
     let mut writer = HotWriter::<CHECKED> {
         run,
         hot,
+        zone,
         dst,
-        out,
-        room,
-        general,
+        cold: Cold { out, room, general },
     };
     if !record.visit_fields(hot, &mut writer) {
-        writer.out.truncate(rollback);
+        writer.cold.out.truncate(rollback);
         return false;
     }
-    let HotWriter { dst, out, .. } = writer;
+    let HotWriter { dst, cold, .. } = writer;
     // SAFETY: everything up to `dst` was written, within the reserved capacity.
-    unsafe { out.set_len(dst.offset_from(out.as_ptr()) as usize) };
+    unsafe {
+        cold.out
+            .set_len(dst.offset_from(cold.out.as_ptr()) as usize)
+    };
     true
 }
 
 /// Writes a plain record's values at `dst`, each through [`encode_hot`], as
-/// [`encode_plain_record`] reserved room for, or else through its column's general converter.
+/// [`encode_plain_record`] reserved room for, or else through its column's general converter
+/// ([`Cold`]). The fields the per-field loop reads are a few words, passed by value to the
+/// cold path, so that they stay in registers.
 struct HotWriter<'r, 'a, 'g, 's, const CHECKED: bool> {
     run: &'r PlainRun<'a>,
     hot: &'r [Hot],
+    zone: &'g SessionZone,
     dst: *mut u8,
+    cold: Cold<'r, 'g, 's>,
+}
+
+/// What a value off the fast path needs: the message, the room each record reserves, and the
+/// general converters.
+struct Cold<'r, 'g, 's> {
     out: &'r mut Vec<u8>,
     room: usize,
     general: &'r mut General<'g, 's>,
@@ -658,73 +670,87 @@ struct HotWriter<'r, 'a, 'g, 's, const CHECKED: bool> {
 impl<const CHECKED: bool> FieldVisitor<Hot> for HotWriter<'_, '_, '_, '_, CHECKED> {
     #[inline(always)]
     fn field(&mut self, h: &Hot, span: PlainSpan) -> bool {
-        match self.run.value::<CHECKED>(span) {
+        let next = match self.run.value::<CHECKED>(span) {
             Some(value) if !value.escaped => {
                 // SAFETY: room for the column's `Hot::bound`, the value and `SLACK` at `dst`,
                 // as reserved by `encode_plain_record`.
-                let kept = unsafe { encode_hot(*h, value, self.general.zone, self.dst) };
+                let kept = unsafe { encode_hot(*h, value, self.zone, self.dst) };
                 if kept > 0 {
                     self.dst = unsafe { self.dst.add(kept) };
                     return true;
                 }
-                self.convert(self.column(h), value.bytes)
+                self.cold
+                    .convert(self.dst, column(self.hot, h), value.bytes)
             }
-            Some(value) => self.convert_escaped(self.column(h), value),
-            None => self.null(self.column(h)),
+            Some(value) => {
+                let quote = self.run.quote();
+                self.cold
+                    .convert_escaped(self.dst, column(self.hot, h), value, quote)
+            }
+            None => self.cold.null(self.dst, column(self.hot, h)),
+        };
+        match next {
+            Some(dst) => {
+                self.dst = dst;
+                true
+            }
+            None => false,
         }
     }
 }
 
-impl<const CHECKED: bool> HotWriter<'_, '_, '_, '_, CHECKED> {
-    /// Which column `h` is: its place in the record's columns, which it points into.
-    #[inline(always)]
-    fn column(&self, h: &Hot) -> usize {
-        (h as *const Hot as usize - self.hot.as_ptr() as usize) / std::mem::size_of::<Hot>()
-    }
+/// Which column `h` is: its place in `hot`, which it points into.
+#[inline(always)]
+fn column(hot: &[Hot], h: &Hot) -> usize {
+    (h as *const Hot as usize - hot.as_ptr() as usize) / std::mem::size_of::<Hot>()
+}
 
-    /// A value the fast path did not take, through column `i`'s general converter, in
-    /// place; false when it is not valid (the record then goes to the general path, which
-    /// says why).
+impl Cold<'_, '_, '_> {
+    /// A value the fast path did not take, written at `dst` through column `i`'s general
+    /// converter: where the record goes on, or `None` when the value is not valid (the record
+    /// then goes to the general path, which says why).
     #[inline(never)]
-    fn convert(&mut self, i: usize, v: &[u8]) -> bool {
+    fn convert(&mut self, dst: *mut u8, i: usize, v: &[u8]) -> Option<*mut u8> {
         let out = &mut *self.out;
         // SAFETY: everything up to `dst` was written, within the reserved capacity.
-        unsafe { out.set_len(self.dst.offset_from(out.as_ptr()) as usize) };
+        unsafe { out.set_len(dst.offset_from(out.as_ptr()) as usize) };
         let g = &mut *self.general;
         g.values += 1;
         let col = &g.columns[i];
-        if encode_general(col, g.zone, v, g.scratch, out, &mut g.server).is_err() {
-            return false;
-        }
+        encode_general(col, g.zone, v, g.scratch, out, &mut g.server).ok()?;
         out.reserve(self.room);
         // SAFETY: within the vector's capacity.
-        self.dst = unsafe { out.as_mut_ptr().add(out.len()) };
-        true
+        Some(unsafe { out.as_mut_ptr().add(out.len()) })
     }
 
     /// A CSV value with doubled quotes: made single, then converted in place.
     #[inline(never)]
-    fn convert_escaped(&mut self, i: usize, value: PlainValue<'_>) -> bool {
+    fn convert_escaped(
+        &mut self,
+        dst: *mut u8,
+        i: usize,
+        value: PlainValue<'_>,
+        quote: u8,
+    ) -> Option<*mut u8> {
         let mut unescaped = std::mem::take(self.general.unescaped);
         unescaped.clear();
-        value.unescape(self.run.quote(), &mut unescaped);
-        let ok = self.convert(i, &unescaped);
+        value.unescape(quote, &mut unescaped);
+        let next = self.convert(dst, i, &unescaped);
         *self.general.unescaped = unescaped;
-        ok
+        next
     }
 
     /// A NULL: a length of -1, unless the column is NOT NULL (then the general path says so).
-    #[inline(always)]
-    fn null(&mut self, i: usize) -> bool {
+    #[inline(never)]
+    fn null(&mut self, dst: *mut u8, i: usize) -> Option<*mut u8> {
         if self.general.columns[i].not_null {
-            return false;
+            return None;
         }
         // SAFETY: each column's `Hot::bound` holds at least a length word.
         unsafe {
-            store(self.dst, (-1i32).to_be_bytes());
-            self.dst = self.dst.add(4);
+            store(dst, (-1i32).to_be_bytes());
+            Some(dst.add(4))
         }
-        true
     }
 }
 
