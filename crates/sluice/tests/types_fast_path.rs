@@ -271,6 +271,26 @@ fn timestamps_on_the_fast_path() {
 }
 
 #[test]
+fn times_on_the_fast_path() {
+    twin(
+        "fast_time",
+        "time",
+        &[
+            Some("00:00:00"),
+            Some("23:59:59.999999"),
+            Some("12:34:56.5"),
+            Some("12:34:56.1234567"),
+            Some("23:59:59.9999999"),
+            Some("24:00:00"),
+            Some("12:34"),
+            Some("1:02:03"),
+            None,
+        ],
+        &["25:00:00", "12:60:00", "x"],
+    );
+}
+
+#[test]
 fn nulls_and_non_ascii_text_on_the_fast_path() {
     twin(
         "fast_text",

@@ -488,6 +488,7 @@ const SLACK: usize = 48;
 enum Hot {
     Timestamp,
     Timestamptz,
+    Time,
     Int2,
     Int4,
     Int8,
@@ -520,6 +521,7 @@ impl Hot {
             PgType::Uuid => Hot::Uuid,
             PgType::Timestamp(None) => Hot::Timestamp,
             PgType::Timestamptz(None) => Hot::Timestamptz,
+            PgType::Time(None) => Hot::Time,
             PgType::Date => Hot::Date,
             PgType::Numeric(t) => match FastNumeric::new(*t) {
                 Some(column) => Hot::Numeric(column),
@@ -539,7 +541,7 @@ impl Hot {
     fn bound(self) -> usize {
         4 + match self {
             Hot::Int2 | Hot::Int4 | Hot::Int8 | Hot::Date | Hot::Float4 | Hot::Float8 => 8,
-            Hot::Timestamp | Hot::Timestamptz => 8,
+            Hot::Timestamp | Hot::Timestamptz | Hot::Time => 8,
             Hot::Bool => 1,
             Hot::Uuid => 16,
             Hot::Numeric(_) => 32,
@@ -815,6 +817,14 @@ unsafe fn encode_hot(hot: Hot, value: impl HotValue, zone: &SessionZone, dst: *m
     let (v, x) = (value.bytes(), value.head());
     let n = v.len();
     match hot {
+        Hot::Time => match super::datetime::plain_time(v) {
+            Some(t) => {
+                store(dst, 8u32.to_be_bytes());
+                store(dst.add(4), t.to_be_bytes());
+                12
+            }
+            None => 0,
+        },
         Hot::Timestamp | Hot::Timestamptz => {
             let zone = matches!(hot, Hot::Timestamptz).then_some(zone);
             match super::datetime::plain_timestamp(v, zone) {
@@ -1880,7 +1890,8 @@ mod tests {
         Some(out)
     }
 
-    const HOT_TYPES: [PgType; 18] = [
+    const HOT_TYPES: [PgType; 19] = [
+        PgType::Time(None),
         PgType::Timestamp(None),
         PgType::Timestamptz(None),
         PgType::Int2,
@@ -2053,6 +2064,16 @@ mod tests {
             "9999-12-31 23:59:59.999999",
             "2024-3-01 10:00:00",
             "2024-03-01  10:00:00",
+            "00:00:00",
+            "23:59:59.999999",
+            "12:34:56.5",
+            "12:34:56.1234567",
+            "12:34:56.",
+            "24:00:00",
+            "23:59:60",
+            "12:34",
+            "12:34:56+02",
+            "1:02:03",
         ] {
             fast_equals_general(v.as_bytes());
         }
@@ -2075,6 +2096,7 @@ mod tests {
             (PgType::Timestamptz(None), "2024-03-10 02:30:00"),
             (PgType::Timestamptz(None), "2024-03-01 10:00:00.5-05:30"),
             (PgType::Timestamp(None), "2024-03-01T10:00:00.123456Z"),
+            (PgType::Time(None), "23:59:59.999999"),
             (PgType::Numeric(Some((15, 2))), "21168.23"),
             (PgType::Char(Some(25)), "DELIVER IN PERSON"),
         ] {
@@ -2112,6 +2134,7 @@ mod tests {
             text in "[ -~]{0,40}",
             float in "[-+]?[0-9]{0,20}([.][0-9]{0,20})?([eE][-+]?[0-9]{1,3})?",
             uuid in "[0-9a-fA-F-]{30,37}",
+            time in "[0-2][0-9]:[0-6][0-9]:[0-6][0-9]([.][0-9]{0,8})?",
             timestamp in "[0-9]{4}-[01][0-9]-[0-3][0-9][ T][0-2][0-9]:[0-6][0-9]:[0-6][0-9]([.][0-9]{0,8})?(Z|[-+][0-9]{1,2}(:?[0-9]{2})?)?",
         ) {
             for v in [
@@ -2122,6 +2145,7 @@ mod tests {
                 float.as_bytes(),
                 uuid.as_bytes(),
                 timestamp.as_bytes(),
+                time.as_bytes(),
             ] {
                 fast_equals_general(v);
             }

@@ -525,6 +525,31 @@ impl SessionZone {
     }
 }
 
+/// `time` in the form files hold, `HH:MM:SS` with up to 6 digits of fraction, as
+/// microseconds since midnight, as [`encode_time`] makes it; `None` for anything else (hour
+/// 24, a leap second, a 7th digit to round, spaces, an offset), which [`encode_time`] takes.
+#[inline]
+pub fn plain_time(v: &[u8]) -> Option<i64> {
+    if v.len() < 8 || v[2] != b':' || v[5] != b':' {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        v[from..to].iter().try_fold(0i64, |n, &b| {
+            b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
+        })
+    };
+    let (hour, minute, second) = (num(0, 2)?, num(3, 5)?, num(6, 8)?);
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let usecs = match v.len() {
+        8 => 0,
+        n if v[8] == b'.' && (10..=15).contains(&n) => num(9, n)? * 10i64.pow(6 - (n - 9) as u32),
+        _ => return None,
+    };
+    Some(((hour * 60 + minute) * 60 + second) * 1_000_000 + usecs)
+}
+
 /// `timestamp` (`zone` is `None`) or `timestamptz` in the ISO form files hold, as
 /// microseconds since 2000-01-01 (UTC for `timestamptz`), as [`encode_timestamp`] makes
 /// them: `YYYY-MM-DD`, a space or `T`, `HH:MM:SS`, up to 6 digits of fraction, then `Z`,
