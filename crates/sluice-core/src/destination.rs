@@ -525,7 +525,10 @@ pub trait RecordEncoder {
     /// [`Fields`] first, until a record or one of its values needs the general path, the
     /// input runs out, or `out` holds `limit` bytes. Returns how many records it encoded
     /// (`out` gains exactly those) and where the next one starts; the caller takes that one
-    /// through [`RecordEncoder::encode`]. The default declines every record.
+    /// through [`RecordEncoder::encode`]. `same_input` says that `input` is the very input
+    /// of the previous call, unchanged, and that the caller took the records between there
+    /// and `start` itself: the encoder may then go on over what it learned of the input
+    /// (its structural index) rather than read it again. The default declines every record.
     fn encode_plain(
         &mut self,
         _parser: &RecordParser,
@@ -533,6 +536,7 @@ pub trait RecordEncoder {
         start: usize,
         _out: &mut Vec<u8>,
         _limit: usize,
+        _same_input: bool,
     ) -> (usize, usize) {
         (0, start)
     }

@@ -23,7 +23,9 @@ use crate::tokens::window_masks;
 use memchr::{memchr, memchr2, memchr3};
 
 mod plain;
-pub use plain::{FieldVisitor, PlainIndex, PlainRecord, PlainRun, PlainSpan, PlainValue};
+pub use plain::{
+    FieldVisitor, IndexWork, PlainIndex, PlainRecord, PlainRun, PlainSpan, PlainValue,
+};
 
 /// Where one field's bytes are: `start..end` of the parser's input, or of the scratch
 /// buffer when `start` carries [`Span::SCRATCH`], or NULL when `end` is [`Span::NULL`]. Two

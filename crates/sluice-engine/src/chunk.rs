@@ -600,6 +600,8 @@ struct Converting<'a, 'b, E: RecordEncoder, M> {
     records: u64,
     index: u64,
     emit: M,
+    /// The slice of the last fast-path call (address, length, absolute offset).
+    last_plain: Option<(usize, usize, u64)>,
 }
 
 impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> Converting<'_, '_, E, M> {
@@ -644,9 +646,19 @@ impl<E: RecordEncoder, M: FnMut(Vec<u8>) -> Result<(), Failure>> RecordVisitor
         if self.select.is_some() {
             return Ok((0, at));
         }
-        let (records, end) =
-            self.encoder
-                .encode_plain(parser, data, at, &mut self.out, self.copy_buffer);
+        // The same slice of this chunk, at the same offset in the file, is the same input:
+        // within one chunk, each slice the walk hands over starts further on, or is longer.
+        let input = (data.as_ptr() as usize, data.len(), base);
+        let same_input = self.last_plain == Some(input);
+        self.last_plain = Some(input);
+        let (records, end) = self.encoder.encode_plain(
+            parser,
+            data,
+            at,
+            &mut self.out,
+            self.copy_buffer,
+            same_input,
+        );
         if records > 0 {
             self.index += records as u64;
             self.encoded(records, base + end as u64)?;
@@ -738,6 +750,7 @@ pub fn convert_chunk<E: RecordEncoder>(
         records: 0,
         index: 0,
         emit,
+        last_plain: None,
     };
     let consumed = walk_records(plan, chunk, Some(abort), read, &mut converting)?;
     let Converting {

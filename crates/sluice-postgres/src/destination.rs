@@ -1051,12 +1051,20 @@ impl RecordEncoder for PgEncoder {
         start: usize,
         out: &mut Vec<u8>,
         limit: usize,
+        same_input: bool,
     ) -> (usize, usize) {
         if !self.binary {
             return (0, start);
         }
-        self.converter
-            .encode_plain(parser, input, start, out, limit)
+        self.converter.encode_plain(
+            parser,
+            input,
+            start,
+            out,
+            limit,
+            same_input,
+            Some(&mut self.oracle),
+        )
     }
 
     fn encode_field(&mut self, column: usize, raw: &[u8]) -> Option<Vec<u8>> {

@@ -10,12 +10,15 @@
 //! the per-field loop carries no splitter state and leaves the registers to conversion.
 //!
 //! The index stops at the first byte that needs the general parser
-//! ([`RecordParser::parse_input`]): an escape, a stray CR, a quote that does not wrap a
-//! whole field, a line end inside quotes. A record whose field count is not the table's is
-//! not given either. The caller then takes that record through the general path, which gives
-//! the same fields or the error, and indexes again after it. Where the index gives a record,
-//! its fields are the general path's: that equivalence is tested on fixtures and generated
-//! input, for every format.
+//! ([`RecordParser::parse_input`]): an escape (but text's whole-field `\N`, which is NULL), a
+//! stray CR, a quote that does not wrap a whole field (but CSV's doubled quote inside one,
+//! which the value reports as [`PlainValue::escaped`]), a line end inside quotes. A record
+//! whose field count is not the table's is not given either. The caller then takes that record
+//! through the general path, which gives the same fields or the error, and goes on over the
+//! same index after it ([`RecordParser::resume_plain`]): a record off the fast path never
+//! makes the input be indexed twice. Where the index gives a record, its fields are the
+//! general path's: that equivalence is tested on fixtures and generated input, for every
+//! format.
 
 use super::RecordParser;
 use crate::dialect::Format;
@@ -33,11 +36,35 @@ pub struct PlainIndex {
     ends: Vec<u32>,
     /// Offsets of the line ends alone: one per record.
     lines: Vec<u32>,
+    /// Where the run indexed last starts in its input.
+    origin: usize,
+    /// The run holds a text `\N` field, so that its values must be compared with NULL.
+    null_escapes: bool,
+    /// The run holds a CSV doubled quote, so that its quoted values must be looked into.
+    doubled_quotes: bool,
+    /// The work done, for the tests that hold the fast path to one pass over its input.
+    work: IndexWork,
+}
+
+/// How much indexing a [`PlainIndex`] has done since it was made.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct IndexWork {
+    /// Runs indexed.
+    pub runs: u64,
+    /// Input bytes read into masks.
+    pub bytes: u64,
+    /// Runs taken up again after a record left the fast path ([`RecordParser::resume_plain`]).
+    pub resumed: u64,
 }
 
 impl PlainIndex {
     pub fn new() -> PlainIndex {
         PlainIndex::default()
+    }
+
+    /// The indexing done so far.
+    pub fn work(&self) -> IndexWork {
+        self.work
     }
 }
 
@@ -55,6 +82,8 @@ pub struct PlainRun<'a> {
     tbl: bool,
     csv: bool,
     quote: u8,
+    /// The index let a doubled quote through somewhere in the run.
+    doubled_quotes: bool,
     /// NULL's spelling, when a field without an escape can match it (CSV's empty field).
     null: Option<&'a [u8]>,
 }
@@ -120,6 +149,15 @@ impl<'a> PlainRun<'a> {
         self.origin
     }
 
+    /// Where record `r` of the run starts (for `r` its length, where the run ends).
+    #[inline]
+    pub fn record_start(&self, r: usize) -> usize {
+        match r.checked_sub(1) {
+            None => self.origin,
+            Some(before) => self.origin + self.lines[before] as usize + 1,
+        }
+    }
+
     /// Where the first record's field ends start in the index (after its `u32::MAX`).
     pub const FIRST: usize = 1;
 
@@ -166,6 +204,11 @@ impl<'a> PlainRun<'a> {
         })
     }
 
+    /// CSV's quote, doubled inside an escaped value ([`PlainValue::unescape`]).
+    pub fn quote(&self) -> u8 {
+        self.quote
+    }
+
     /// Whether [`PlainRun::value`] must look at each value for CSV quotes or a NULL
     /// spelling; when not, `value::<false>` skips both checks.
     #[inline(always)]
@@ -191,21 +234,24 @@ impl<'a> PlainRun<'a> {
             PlainValue {
                 bytes: input.get_unchecked(s..e),
                 at: input.as_ptr().add(s),
+                escaped: false,
             }
         };
         if CHECKED {
             // SAFETY: as above.
             if self.csv && unsafe { *input.get_unchecked(s) } == self.quote {
                 // The index let a quote through only around a whole field, so `e - 1` is
-                // the closing quote, past `s`.
+                // the closing quote, past `s`, or doubled inside it.
                 debug_assert!(s < e - 1);
-                return Some(value(s + 1, e - 1));
+                let mut v = value(s + 1, e - 1);
+                v.escaped = self.doubled_quotes && memchr::memchr(self.quote, v.bytes).is_some();
+                return Some(v);
             }
             let v = value(s, e);
             // The length first: CSV's NULL is the empty field, and most values are not.
             if self
                 .null
-                .is_some_and(|n| v.bytes.len() == n.len() && v.bytes == n)
+                .is_some_and(|n| v.bytes.len() == n.len() && (n.is_empty() || v.bytes == n))
             {
                 return None;
             }
@@ -220,12 +266,25 @@ impl<'a> PlainRun<'a> {
 pub struct PlainValue<'a> {
     /// The value's bytes.
     pub bytes: &'a [u8],
+    /// The bytes hold CSV's doubled quotes, which [`PlainValue::unescape`] makes single.
+    pub escaped: bool,
     /// The value's first byte, taken from the run's whole input (not from `bytes`, whose
     /// pointer may read only the value), with [`PlainRun::TAIL`] bytes readable from it.
     at: *const u8,
 }
 
 impl PlainValue<'_> {
+    /// The value with CSV's doubled quotes (`quote` twice) made single, onto `out`.
+    pub fn unescape(&self, quote: u8, out: &mut Vec<u8>) {
+        let mut rest = self.bytes;
+        while let Some(p) = memchr::memchr(quote, rest) {
+            out.extend_from_slice(&rest[..=p]);
+            // The index let a quote inside a field through only doubled.
+            rest = rest.get(p + 2..).unwrap_or_default();
+        }
+        out.extend_from_slice(rest);
+    }
+
     /// The 16-byte word `k` from the value's start, little-endian (past the value's end,
     /// unspecified); `k` at most 2.
     #[inline(always)]
@@ -350,13 +409,64 @@ impl RecordParser {
         index.ends.clear();
         index.ends.push(u32::MAX);
         index.lines.clear();
+        index.origin = start;
+        index.null_escapes = false;
+        index.doubled_quotes = false;
         if !self.crlf && start + PlainRun::TAIL < input.len() {
-            if csv {
-                self.index_windows::<true, AVX2>(input, start, index);
+            let scanned = if csv {
+                self.index_windows::<true, AVX2>(input, start, index)
             } else {
-                self.index_windows::<false, AVX2>(input, start, index);
-            }
+                self.index_windows::<false, AVX2>(input, start, index)
+            };
+            index.work.runs += 1;
+            index.work.bytes += scanned as u64;
         }
+        self.run_over(input, start, index)
+    }
+
+    /// Where the run of `index` goes on at `start`, the first byte of one of its records (in
+    /// practice the one after a record that left the fast path, which the caller took
+    /// through the general one): the
+    /// record there and its first field's structural index, for [`PlainRun::record`] on
+    /// [`RecordParser::indexed_run`]. `None` when `start` is not such a place (then index
+    /// again).
+    pub fn resume_plain(&self, start: usize, index: &mut PlainIndex) -> Option<(usize, usize)> {
+        if start == index.origin && !index.lines.is_empty() {
+            // The run's first record, refused and asked again.
+            index.work.resumed += 1;
+            return Some((0, PlainRun::FIRST));
+        }
+        let line = start.checked_sub(index.origin + 1)?;
+        let line = u32::try_from(line).ok()?;
+        let r = index.lines.binary_search(&line).ok()?;
+        if r + 1 >= index.lines.len() {
+            // The run has no record after this one: a fresh index costs no more.
+            return None;
+        }
+        let k = index.ends.binary_search(&line).ok()? + 1;
+        index.work.resumed += 1;
+        Some((r + 1, k))
+    }
+
+    /// The run [`RecordParser::index_plain`] made into `index` last, over `input`.
+    ///
+    /// The caller vouches that `input` is the very input of that call, unchanged: the index
+    /// holds offsets into it, and nothing here can tell another input from it.
+    pub fn indexed_run<'a>(&'a self, input: &'a [u8], index: &'a PlainIndex) -> PlainRun<'a> {
+        self.run_over(input, index.origin, index)
+    }
+
+    /// The run of `index`, which was made over `input` from `start`.
+    fn run_over<'a>(
+        &'a self,
+        input: &'a [u8],
+        start: usize,
+        index: &'a PlainIndex,
+    ) -> PlainRun<'a> {
+        let csv = self.format == Format::Csv;
+        // Text's `\N` is let through the index as a whole field (then the run's values are
+        // compared with it); another NULL spelling with a backslash never reaches a value.
+        let null = csv || !self.null_escaped || index.null_escapes;
         PlainRun {
             input: &input[start.min(input.len())..],
             ends: &index.ends,
@@ -365,17 +475,43 @@ impl RecordParser {
             tbl: self.format == Format::Tbl,
             csv,
             quote: self.quote,
-            null: (!self.null_escaped).then_some(self.null.as_slice()),
+            doubled_quotes: index.doubled_quotes,
+            null: null.then_some(self.null.as_slice()),
         }
     }
 
+    /// Clears, in `bad` (the bytes of the 64-byte window at `at` of `input` that need the
+    /// general path), the backslashes that begin a whole field `\N`: text's NULL, which the
+    /// run's values then report.
+    #[cold]
+    fn null_escapes(&self, input: &[u8], start: usize, at: usize, mut bad: u64) -> u64 {
+        let structural =
+            |b: Option<&u8>| b.is_some_and(|&b| b == self.delimiter || b == self.newline);
+        let mut each = bad;
+        while each != 0 {
+            let i = each.trailing_zeros() as usize;
+            each &= each - 1;
+            let p = at + i;
+            let whole = input[p] == b'\\'
+                && input.get(p + 1) == Some(&b'N')
+                && structural(input.get(p + 2))
+                && (p == start || structural(input.get(p - 1)));
+            if !whole {
+                break;
+            }
+            bad &= !(1u64 << i);
+        }
+        bad
+    }
+
+    /// Indexes windows of `input` from `start` into `index`; returns how many bytes it read.
     #[inline(always)]
     fn index_windows<const CSV: bool, const AVX2: bool>(
         &self,
         input: &[u8],
         start: usize,
         index: &mut PlainIndex,
-    ) {
+    ) -> usize {
         // A line end must leave `TAIL` bytes of input after it.
         let limit = input.len() - PlainRun::TAIL;
         let most = (limit - start).min(u32::MAX as usize - 64);
@@ -404,6 +540,9 @@ impl RecordParser {
         let mut inside: u64 = 0;
         let mut after_structural: u64 = 1;
         let mut after_close: u64 = 0;
+        // A doubled quote inside quotes is a quote only where the escape is the quote.
+        let doubled_quotes = self.escape == self.quote;
+        let null_escapes = !CSV && self.null == b"\\N";
         while at < most {
             let window = &input[start + at..];
             #[cfg(target_arch = "x86_64")]
@@ -427,13 +566,28 @@ impl RecordParser {
                     let structural = delims | lines;
                     let open = quotes & within;
                     let close = quotes & !within;
+                    // A quote right after a closing one is the second of a doubled quote,
+                    // which stays inside the field.
+                    let follows_close = (close << 1) | after_close;
+                    let doubled = if doubled_quotes {
+                        open & follows_close
+                    } else {
+                        0
+                    };
                     // A quote opens a field right after a delimiter or line end, and closes
-                    // it right before one; anything else is for the general path.
-                    bad |= open & !((structural << 1) | after_structural);
-                    bad |= ((close << 1) | after_close) & !structural;
+                    // it right before one (or before a doubled quote); anything else is for
+                    // the general path.
+                    index.doubled_quotes |= doubled != 0;
+                    bad |= open & !doubled & !((structural << 1) | after_structural);
+                    bad |= follows_close & !structural & !doubled;
                     after_close = close >> 63;
                 }
                 after_structural = (delims | lines) >> 63;
+            }
+            if null_escapes && bad != 0 {
+                let before = bad;
+                bad = self.null_escapes(input, start, start + at, bad);
+                index.null_escapes |= bad != before;
             }
             let window = (64.min(most - at)) as u32;
             let mut keep = if window == 64 {
@@ -465,14 +619,12 @@ impl RecordParser {
                 );
                 index.lines.set_len(n);
             }
-            if keep != u64::MAX {
-                return;
-            }
             at += 64;
-            if at >= BLOCK && !index.lines.is_empty() {
-                return;
+            if keep != u64::MAX || (at >= BLOCK && !index.lines.is_empty()) {
+                return at;
             }
         }
+        at
     }
 }
 
@@ -543,7 +695,13 @@ mod tests {
                         swar::head16(v, &[]).to_le_bytes()[..n],
                         "head of {v:?}"
                     );
-                    v.to_vec()
+                    if !value.escaped {
+                        return v.to_vec();
+                    }
+                    assert!(p.format == Format::Csv && v.contains(&p.quote), "{v:?}");
+                    let mut unescaped = Vec::new();
+                    value.unescape(p.quote, &mut unescaped);
+                    unescaped
                 }));
             }
             got.push((values, rec.next));
@@ -600,11 +758,8 @@ mod tests {
                     panic!("fast took a record of {} fields as {columns}", want.len());
                 }
                 assert_eq!(end, want_end, "record {i} from {start}");
-                for (v, w) in values.iter().zip(want) {
-                    if let Some(v) = v {
-                        assert_eq!(Some(v), w.as_ref(), "record {i} from {start}");
-                    }
-                }
+                // A value the index gives as NULL is NULL there too.
+                assert_eq!(values, want, "record {i} from {start}");
             }
             taken += got.len();
             start = match got.len() {
@@ -628,7 +783,7 @@ mod tests {
             b"x|y\r\n",
             b"1|\n1||\n1|2|\n1|2||\n|\n||\n",
         ];
-        let (lines, letters) = (b"\n".repeat(20), b"z".repeat(20));
+        let (lines, letters) = (b"\n".repeat(70), b"z".repeat(70));
         let pad = [lines.as_slice(), letters.as_slice()];
         for format in [Format::Tbl, Format::Text, Format::Csv] {
             let d = Dialect::new(format);
@@ -677,6 +832,85 @@ mod tests {
                 11
             )],
             "a quoted field, and an empty one that is NULL"
+        );
+    }
+
+    /// Text's `\\N` and CSV's doubled quotes stay on the index: the records are taken whole,
+    /// with the general path's values (NULL and a single quote).
+    #[test]
+    fn null_escapes_and_doubled_quotes_stay_on_the_index() {
+        let tail = [b'z'; PlainRun::TAIL];
+        type Case<'a> = (Format, &'a [u8], Vec<Option<&'a [u8]>>);
+        let cases: [Case; 3] = [
+            (
+                Format::Text,
+                b"\\N\t1\n2\t\\N\n",
+                vec![None, Some(b"1"), Some(b"2"), None],
+            ),
+            (
+                Format::Csv,
+                b"\"a\"\"b\",\"\"\"\"\n\"\",\"x\"\"\"\n",
+                vec![Some(b"a\"b"), Some(b"\""), Some(b""), Some(b"x\"")],
+            ),
+            (
+                Format::Tbl,
+                b"\\N|1|\n2|\\N|\n",
+                vec![None, Some(b"1"), Some(b"2"), None],
+            ),
+        ];
+        for (format, records, want) in cases {
+            let d = Dialect::new(format);
+            let input = [records, &tail].concat();
+            assert_eq!(fast_equals_general(&d, &input), 2, "{format:?}");
+            let got: Vec<Option<Vec<u8>>> = fast(&RecordParser::new(&d), &input, 0, 2)
+                .into_iter()
+                .flat_map(|(values, _)| values)
+                .collect();
+            let want: Vec<Option<Vec<u8>>> =
+                want.into_iter().map(|v| v.map(<[u8]>::to_vec)).collect();
+            assert_eq!(got, want, "{format:?}");
+        }
+        // A backslash that is not a whole `\\N` still stops the index.
+        let d = Dialect::new(Format::Text);
+        for odd in [&b"\\Nx\t1\n"[..], b"x\\N\t1\n", b"\\\\N\t1\n"] {
+            let input = [odd, &tail].concat();
+            assert!(
+                fast(&RecordParser::new(&d), &input, 0, 2).is_empty(),
+                "{odd:?}"
+            );
+        }
+    }
+
+    /// After a record the caller took through the general path, the run goes on over the
+    /// same index: no input is indexed twice.
+    #[test]
+    fn a_run_resumes_after_a_record_off_the_fast_path() {
+        let d = Dialect::new(Format::Csv);
+        let p = RecordParser::new(&d);
+        let mut input = Vec::new();
+        for i in 0..2000 {
+            input.extend_from_slice(format!("{i},v{i}\n").as_bytes());
+        }
+        input.extend_from_slice(&[b'z'; PlainRun::TAIL]);
+        let mut index = PlainIndex::new();
+        let run = p.index_plain(&input, 0, &mut index);
+        let (lines, first_next) = (run.len(), run.record(0, PlainRun::FIRST, 2).unwrap().next);
+        assert!(lines > 100);
+        // The caller took record 0 itself; the run goes on at record 1.
+        let (r, k) = p.resume_plain(first_next, &mut index).unwrap();
+        let run = p.indexed_run(&input, &index);
+        assert_eq!((run.len(), r), (lines, 1));
+        let third = run.record(r, k, 2).unwrap();
+        assert_eq!(&input[third.start..third.next], b"1,v1\n");
+        // Not at a record's end: index again.
+        assert!(p.resume_plain(first_next + 1, &mut index).is_none());
+        // At the run's start.
+        assert_eq!(p.resume_plain(0, &mut index), Some((0, PlainRun::FIRST)));
+        let work = index.work();
+        assert_eq!((work.runs, work.resumed), (1, 2));
+        assert!(
+            work.bytes >= 16 << 10 && work.bytes < (16 << 10) + 128,
+            "{work:?}"
         );
     }
 

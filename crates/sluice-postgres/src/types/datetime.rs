@@ -17,6 +17,7 @@
 use super::convert::ConvertError;
 use chrono::{NaiveDate, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::Tz;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_core::primitives::{days_in_month, digits, is_leap, iso_date, julian_day, ymd_prefix};
 use sluice_core::swar;
@@ -390,10 +391,65 @@ pub fn encode_time(
     Ok(())
 }
 
+/// Local days (their Julian day) and the offset in force all of each, one word a slot, a
+/// slot per day modulo [`DayCache::SLOTS`]: files hold a few years of dates, each day found
+/// in its slot after its first value. The zone is shared by reference; a stale or racing
+/// slot is only a missed cache.
+#[derive(Debug)]
+pub struct DayCache(Box<[AtomicU64]>);
+
+impl DayCache {
+    const EMPTY: u64 = u64::MAX;
+    const SLOTS: usize = 2048;
+
+    fn slot(&self, julian: i64) -> &AtomicU64 {
+        &self.0[julian.rem_euclid(DayCache::SLOTS as i64) as usize]
+    }
+
+    /// The offset of `julian` when its slot holds it.
+    fn get(&self, julian: i64) -> Option<i64> {
+        match self.slot(julian).load(Ordering::Relaxed) {
+            DayCache::EMPTY => None,
+            w if i64::from((w >> 32) as u32 as i32) == julian => Some(i64::from(w as u32 as i32)),
+            _ => None,
+        }
+    }
+
+    fn set(&self, julian: i64, offset: i64) {
+        if let (Ok(j), Ok(o)) = (i32::try_from(julian), i32::try_from(offset)) {
+            let word = (u64::from(j as u32) << 32) | u64::from(o as u32);
+            if word != DayCache::EMPTY {
+                self.slot(julian).store(word, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Default for DayCache {
+    fn default() -> DayCache {
+        DayCache(
+            (0..DayCache::SLOTS)
+                .map(|_| AtomicU64::new(DayCache::EMPTY))
+                .collect(),
+        )
+    }
+}
+
+impl Clone for DayCache {
+    fn clone(&self) -> DayCache {
+        let slots = self
+            .0
+            .iter()
+            .map(|s| AtomicU64::new(s.load(Ordering::Relaxed)));
+        DayCache(slots.collect())
+    }
+}
+
 /// The session time zone used for `timestamptz` values without an offset.
 #[derive(Clone, Debug)]
 pub enum SessionZone {
-    Named(Tz),
+    /// A zone chrono-tz knows, with the local days whose offset held all day long.
+    Named(Tz, DayCache),
     /// A zone chrono-tz does not know (a POSIX spec): such values go to the server.
     Unknown(String),
 }
@@ -401,14 +457,37 @@ pub enum SessionZone {
 impl SessionZone {
     pub fn from_setting(name: &str) -> SessionZone {
         match Tz::from_str_insensitive(name) {
-            Ok(tz) => SessionZone::Named(tz),
+            Ok(tz) => SessionZone::Named(tz, DayCache::default()),
             Err(_) => SessionZone::Unknown(name.to_string()),
         }
     }
 
-    /// Seconds east of UTC for a local wall-clock time, with PostgreSQL's DST rules.
+    /// Seconds east of UTC for a local wall-clock time, with PostgreSQL's DST rules: from
+    /// the cache when the day was looked up before and had no transition, else from the
+    /// zone's rules, and the day cached when its first and last second have the same offset.
     fn offset_for_local(&self, julian: i64, time: i64) -> Result<i64, ConvertError> {
-        let SessionZone::Named(tz) = self else {
+        if let SessionZone::Named(_, day) = self {
+            if (0..USECS_PER_DAY).contains(&time) {
+                if let Some(offset) = day.get(julian) {
+                    return Ok(offset);
+                }
+            }
+            let offset = self.offset_from_rules(julian, time)?;
+            if (0..USECS_PER_DAY).contains(&time) {
+                let first = self.offset_from_rules(julian, 0);
+                let last = self.offset_from_rules(julian, USECS_PER_DAY - 1_000_000);
+                if first == Ok(offset) && last == Ok(offset) {
+                    day.set(julian, offset);
+                }
+            }
+            return Ok(offset);
+        }
+        self.offset_from_rules(julian, time)
+    }
+
+    /// [`SessionZone::offset_for_local`] from the zone's rules.
+    fn offset_from_rules(&self, julian: i64, time: i64) -> Result<i64, ConvertError> {
+        let SessionZone::Named(tz, _) = self else {
             return Err(ConvertError::Unsupported(
                 "a timestamptz without an offset in a session zone sluice cannot read".into(),
             ));
@@ -444,6 +523,117 @@ impl SessionZone {
             }
         }
     }
+}
+
+/// `time` in the form files hold, `HH:MM:SS` with up to 6 digits of fraction, as
+/// microseconds since midnight, as [`encode_time`] makes it; `None` for anything else (hour
+/// 24, a leap second, a 7th digit to round, spaces, an offset), which [`encode_time`] takes.
+#[inline]
+pub fn plain_time(v: &[u8]) -> Option<i64> {
+    if v.len() < 8 || v[2] != b':' || v[5] != b':' {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        v[from..to].iter().try_fold(0i64, |n, &b| {
+            b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
+        })
+    };
+    let (hour, minute, second) = (num(0, 2)?, num(3, 5)?, num(6, 8)?);
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let usecs = match v.len() {
+        8 => 0,
+        n if v[8] == b'.' && (10..=15).contains(&n) => num(9, n)? * 10i64.pow(6 - (n - 9) as u32),
+        _ => return None,
+    };
+    Some(((hour * 60 + minute) * 60 + second) * 1_000_000 + usecs)
+}
+
+/// `timestamp` (`zone` is `None`) or `timestamptz` in the ISO form files hold, as
+/// microseconds since 2000-01-01 (UTC for `timestamptz`), as [`encode_timestamp`] makes
+/// them: `YYYY-MM-DD`, a space or `T`, `HH:MM:SS`, up to 6 digits of fraction, then `Z`,
+/// `±hh`, `±hh:mm`, `±hhmm` or nothing (the session zone's offset for that local time, from
+/// its cache). `None` for anything else (other spellings, a 7th digit to round, year 0,
+/// hour 24, a leap second, an offset past 15 hours, a zone sluice cannot read), which
+/// [`encode_timestamp`] takes.
+#[inline]
+pub fn plain_timestamp(v: &[u8], zone: Option<&SessionZone>) -> Option<i64> {
+    if v.len() < 19
+        || v[4] != b'-'
+        || v[7] != b'-'
+        || !(v[10] == b' ' || v[10] == b'T')
+        || v[13] != b':'
+        || v[16] != b':'
+    {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        v[from..to].iter().try_fold(0i64, |n, &b| {
+            b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
+        })
+    };
+    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hour, minute, second) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    if year == 0
+        || !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut usecs = 0;
+    if v.get(i) == Some(&b'.') {
+        let digits = v[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || digits > 6 {
+            return None;
+        }
+        usecs = num(i + 1, i + 1 + digits)? * 10i64.pow(6 - digits as u32);
+        i += 1 + digits;
+    }
+    let offset = plain_offset(&v[i..])?;
+    let julian = date2j(year, month, day);
+    let time = ((hour * 60 + minute) * 60 + second) * 1_000_000 + usecs;
+    let local = (julian - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY + time;
+    match zone {
+        None => Some(local),
+        Some(z) => {
+            let offset = match offset {
+                Some(o) => o,
+                None => z.offset_for_local(julian, time).ok()?,
+            };
+            Some(local - offset * 1_000_000)
+        }
+    }
+}
+
+/// The offset after an ISO time, in seconds east: `Some(None)` when there is none, `None`
+/// when it is not one of `Z`, `±hh`, `±hh:mm`, `±hhmm` with hours up to 15.
+#[inline]
+fn plain_offset(s: &[u8]) -> Option<Option<i64>> {
+    let two = |a: u8, b: u8| {
+        (a.is_ascii_digit() && b.is_ascii_digit()).then(|| i64::from((a - b'0') * 10 + (b - b'0')))
+    };
+    let (sign, rest) = match s {
+        [] => return Some(None),
+        [b'Z'] => return Some(Some(0)),
+        [b'+', rest @ ..] => (1, rest),
+        [b'-', rest @ ..] => (-1, rest),
+        _ => return None,
+    };
+    let (hours, minutes) = match *rest {
+        [h1, h2] => (two(h1, h2)?, 0),
+        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (two(h1, h2)?, two(m1, m2)?),
+        _ => return None,
+    };
+    if hours > 15 || minutes > 59 {
+        return None;
+    }
+    Some(Some(sign * (hours * 3600 + minutes * 60)))
 }
 
 /// Encodes `timestamp` (`zone` is `None`) or `timestamptz` as microseconds since 2000-01-01,
