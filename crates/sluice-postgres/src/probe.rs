@@ -211,9 +211,6 @@ async fn one_stream(
         Sink::Text => format!("COPY {relation} FROM STDIN"),
         Sink::Binary => format!("COPY {relation} FROM STDIN (FORMAT binary)"),
     };
-    barrier.wait().await;
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
     // One message of 256 KiB, built before the clock starts and sent again and again, so
     // that the client's cost is nil and the measurement is the path's and the server's.
     let (mut msg, mut text, mut scratch) = (Vec::with_capacity(300 << 10), Vec::new(), Vec::new());
@@ -227,6 +224,9 @@ async fn one_stream(
         per_message += 1;
     }
     let msg = Bytes::from(msg);
+    barrier.wait().await;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
     let copy = client.copy_in::<_, Bytes>(&sql).await.map_err(server)?;
     let mut copy = Box::pin(copy);
     if sink != Sink::Text {
