@@ -116,6 +116,18 @@ fn timeline(r: &Report, tables: &[String]) -> String {
                 c.end
             );
         }
+        for step in &s.steps {
+            let x = LEFT + step.start / span * plot;
+            let w = ((step.end - step.start) / span * plot).max(1.0);
+            let _ = write!(
+                out,
+                r##"<rect class="step" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{:.1}" fill="#bbb"><title>{}: {:.2} s to {:.2} s</title></rect>"##,
+                lane - 6.0,
+                esc(&step.what),
+                step.start,
+                step.end
+            );
+        }
     }
     after_the_chunks(&mut out, r, lanes as f64 * lane);
     time_axis(&mut out, span, 10.0 + lanes as f64 * lane + 2.0);

@@ -125,6 +125,18 @@ fn a_stage_load_shows_its_steps_and_wal_and_auto_draws_only_the_streams_it_ran()
             "WAL written during the load",
         ],
     );
+    // Each stream's own index build and commit of a staging table is drawn on its lane, where
+    // the timeline would otherwise show a gap in which no rows moved.
+    let spans: usize = r["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["steps"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(spans, 2, "one step span per staging table");
+    let timeline = page.split(r#"id="timeline""#).nth(1).unwrap();
+    assert_eq!(timeline.matches(r#"class="step""#).count(), 2);
+    assert!(timeline.contains("index build, statistics, commit of its staging table"));
 
     d.psql("CREATE TABLE many (a int, s text)");
     let files: Vec<_> = (0..6)

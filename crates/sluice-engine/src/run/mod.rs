@@ -150,6 +150,18 @@ pub struct StreamStats {
     /// Where its time went.
     #[serde(default)]
     pub timing: StreamTiming,
+    /// Stretches in which it moved no rows but worked (a staging table's index build,
+    /// statistics and commit), for the timeline.
+    #[serde(default)]
+    pub steps: Vec<StepSpan>,
+}
+
+/// A stretch of a stream's time spent on a step, in seconds since the load started.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct StepSpan {
+    pub what: String,
+    pub start: f64,
+    pub end: f64,
 }
 
 /// The outcome of a successful run.

@@ -421,7 +421,14 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         let (Some(s), Some(_)) = (self.staged.as_mut(), unit.staged) else {
             return UnitEnd::Next;
         };
-        match ctx.strategy.end_unit(ctx.dest, s, unit, &records) {
+        let start = ctx.started.elapsed().as_secs_f64();
+        let ended = ctx.strategy.end_unit(ctx.dest, s, unit, &records);
+        self.stats.steps.push(super::StepSpan {
+            what: "index build, statistics, commit of its staging table".into(),
+            start,
+            end: ctx.started.elapsed().as_secs_f64(),
+        });
+        match ended {
             Ok(()) => UnitEnd::Next,
             Err(e) if e.kind.retried() => self.lose(unit, id, e),
             Err(e) => {
