@@ -472,16 +472,8 @@ fn settle_prepared<D: Ledger>(dest: &D, job: i64) -> Result<Option<String>, Fail
         return Ok(None);
     }
     let decided = dest.decided(job).map_err(read)?;
-    let (mut committed, mut rolled_back) = (0, 0);
-    for id in &left {
-        let commit = decided.contains(id);
-        dest.finish_prepared(id, commit)
-            .map_err(|e| ledger_failure("finishing a prepared transaction", e))?;
-        match commit {
-            true => committed += 1,
-            false => rolled_back += 1,
-        }
-    }
+    let committed = finish_as_decided(dest, &left, &decided)?;
+    let rolled_back = left.len() - committed;
     Ok(Some(format!(
         "job {job}'s last run stopped during its commit: committed {committed} of its prepared \
          transaction(s), as it had decided, and rolled back {rolled_back} it had not"
@@ -504,11 +496,25 @@ pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<Vec<String>, Failure> {
     let left = dest
         .prepared(&prepared_prefix_of(job))
         .map_err(|e| ledger_failure("reading the job's prepared transactions", e))?;
-    for id in &left {
-        dest.finish_prepared(id, decided.contains(id))
-            .map_err(|e| ledger_failure("finishing a prepared transaction", e))?;
-    }
+    finish_as_decided(dest, &left, &decided)?;
     Ok(dropped)
+}
+
+/// Finishes the prepared transactions `left`: those in `decided` committed, the others rolled
+/// back. Returns how many it committed.
+fn finish_as_decided<D: Ledger>(
+    dest: &D,
+    left: &[String],
+    decided: &[String],
+) -> Result<usize, Failure> {
+    let mut committed = 0;
+    for id in left {
+        let commit = decided.contains(id);
+        dest.finish_prepared(id, commit)
+            .map_err(|e| ledger_failure("finishing a prepared transaction", e))?;
+        committed += usize::from(commit);
+    }
+    Ok(committed)
 }
 
 /// What resuming `job` keeps, in words: the chunks committed (`done`), those in staging tables

@@ -69,8 +69,8 @@ pub fn condition_message(e: &ServerError, tablespaces: &[(u32, String)]) -> Stri
              server more maintenance_work_mem; {again}"
         ),
         s if s.starts_with("53") => format!(
-            "the server is out of a resource ({s}): {e}. {}",
-            capitalized(again)
+            "the server is out of a resource ({s}): {e}. No row is at fault; run the same \
+             command again once that is done"
         ),
         s if s.starts_with("58") => format!(
             "the server had an I/O or system error ({s}): {e}. See the server's log; {again}"
@@ -95,13 +95,6 @@ fn tablespace_of(message: &str, tablespaces: &[(u32, String)]) -> String {
         None => "pg_default".to_string(),
     };
     format!("\"{name}\"")
-}
-
-fn capitalized(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -481,6 +481,21 @@ pub async fn relation_state(
     }))
 }
 
+/// The state now of each distinct relation of `relations`, each read once.
+async fn relation_states(
+    client: &Client,
+    relations: &[String],
+) -> Result<std::collections::HashMap<String, Option<RelationState>>, tokio_postgres::Error> {
+    let mut states = std::collections::HashMap::new();
+    for r in relations {
+        if !states.contains_key(r) {
+            let state = relation_state(client, r).await?;
+            states.insert(r.clone(), state);
+        }
+    }
+    Ok(states)
+}
+
 /// Where finished job `job` put the rows of its files `files`, then and now.
 pub async fn placements(
     client: &Client,
@@ -498,18 +513,12 @@ pub async fn placements(
             &[&job, &files],
         )
         .await?;
-    let mut now: Vec<(String, Option<RelationState>)> = Vec::new();
+    let relations: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+    let now = relation_states(client, &relations).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let relation: String = r.get(1);
-        if !now.iter().any(|(n, _)| *n == relation) {
-            let state = relation_state(client, &relation).await?;
-            now.push((relation.clone(), state));
-        }
-        let state = now
-            .iter()
-            .find(|(n, _)| *n == relation)
-            .and_then(|(_, s)| s.clone());
+        let state = now.get(&relation).cloned().flatten();
         out.push(PlacementCheck {
             file: r.get::<_, i32>(0) as u32,
             relation: relation.clone(),
@@ -679,17 +688,12 @@ pub async fn finish(
     job: i64,
     placements: &[Placement],
 ) -> Result<(), tokio_postgres::Error> {
-    let mut states: Vec<(String, Option<RelationState>)> = Vec::new();
-    for p in placements {
-        if !states.iter().any(|(n, _)| *n == p.relation) {
-            let state = relation_state(client, &p.relation).await?;
-            states.push((p.relation.clone(), state));
-        }
-    }
+    let named: Vec<String> = placements.iter().map(|p| p.relation.clone()).collect();
+    let states = relation_states(client, &named).await?;
     let (mut files, mut relations, mut ids, mut generations, mut has_rows) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for p in placements {
-        let Some((_, Some(state))) = states.iter().find(|(n, _)| *n == p.relation) else {
+        let Some(Some(state)) = states.get(&p.relation) else {
             continue;
         };
         files.push(p.file as i32);

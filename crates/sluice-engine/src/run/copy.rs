@@ -9,9 +9,11 @@ use crate::chunk::{
 use crate::events::Event;
 use crate::failure::Failure;
 use crate::ledger::JobRun;
-use crate::plan::Chunk;
+use crate::plan::{Chunk, Plan};
 use crate::rejects::{Reject, Rejects};
-use sluice_core::destination::{Destination, DestinationError, DestinationStream, ErrorKind};
+use sluice_core::destination::{
+    Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder,
+};
 use sluice_core::ledger::ChunkRecord;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -123,35 +125,12 @@ fn copy_once<D: Destination>(
         on_reject: attempt.on_reject,
         read: &mut read,
     };
-    let mut send_failed = None;
-    let mut wire_bytes = 0u64;
-    let result = convert_chunk(job, |bytes| {
-        wire_bytes += bytes.len() as u64;
-        if let Some(s) = stream.as_deref_mut() {
-            if let Err(e) = timed(&mut send, || s.send(bytes)) {
-                send_failed = Some(e);
-                return Err(Failure::Aborted);
-            }
-        }
-        Ok(())
-    });
+    let sent = send_records(plan, chunk, job, stream.as_deref_mut(), &mut send);
     let finished = stream
-        .filter(|_| result.is_ok() && send_failed.is_none())
+        .filter(|_| sent.is_ok())
         .map(|s| timed(&mut server, || s.finish_copy()));
-    let read = read.as_secs_f64();
-    timing.read_seconds += read;
-    timing.send_seconds += send;
-    timing.server_seconds += server;
-    timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
-    let outcome = match (result, send_failed) {
-        (Ok(o), None) => ChunkOutcome { wire_bytes, ..o },
-        (_, Some(e)) => return Err(ChunkError::Destination(e)),
-        (Err(Failure::Input(mut e)), None) => {
-            absolute_line(plan, chunk, &mut e);
-            return Err(ChunkError::Failed(Failure::Input(e)));
-        }
-        (Err(e), None) => return Err(ChunkError::Failed(e)),
-    };
+    book(timing, started, read, send, server);
+    let outcome = sent?;
     if let Some(finished) = finished {
         let rows = finished.map_err(ChunkError::Destination)?;
         if rows != outcome.records {
@@ -204,33 +183,12 @@ pub(super) fn copy_shared<D: Destination>(
             on_reject: None,
             read: &mut read,
         };
-        let mut send_failed = None;
-        let mut wire_bytes = 0u64;
-        let result = convert_chunk(job, |bytes| {
-            wire_bytes += bytes.len() as u64;
-            if let Err(e) = timed(&mut send, || stream.send(bytes)) {
-                send_failed = Some(e);
-                return Err(Failure::Aborted);
-            }
-            Ok(())
-        });
-        let outcome = match (result, send_failed) {
-            (Ok(o), None) => ChunkOutcome { wire_bytes, ..o },
-            (_, Some(e)) => return Err((k, ChunkError::Destination(e))),
-            (Err(Failure::Input(mut e)), None) => {
-                absolute_line(plan, chunk, &mut e);
-                return Err((k, ChunkError::Failed(Failure::Input(e))));
-            }
-            (Err(e), None) => return Err((k, ChunkError::Failed(e))),
-        };
+        let outcome =
+            send_records(plan, chunk, job, Some(&mut *stream), &mut send).map_err(|e| (k, e))?;
         outcomes.push(outcome);
     }
     let finished = timed(&mut server, || stream.finish_copy());
-    let read = read.as_secs_f64();
-    timing.read_seconds += read;
-    timing.send_seconds += send;
-    timing.server_seconds += server;
-    timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
+    book(timing, started, read, send, server);
     let rows = finished.map_err(|e| shared_error(&outcomes, e))?;
     let sent: u64 = outcomes.iter().map(|o| o.records).sum();
     if rows != sent {
@@ -256,6 +214,49 @@ pub(super) fn copy_shared<D: Destination>(
         ctx.host.event(Event::Point("copied"));
     }
     Ok(outcomes)
+}
+
+/// Converts a chunk's records (as `job` selects them) and hands them to `stream` (none in a
+/// dry run), counting the bytes sent and the time spent sending; a bad record comes back with
+/// its line in the input, a refused send as the destination's error.
+fn send_records<E: RecordEncoder, S: DestinationStream>(
+    plan: &Plan,
+    chunk: &Chunk,
+    job: ChunkJob<'_, '_, E>,
+    mut stream: Option<&mut S>,
+    send: &mut f64,
+) -> Result<ChunkOutcome, ChunkError> {
+    let mut send_failed = None;
+    let mut wire_bytes = 0u64;
+    let result = convert_chunk(job, |bytes| {
+        wire_bytes += bytes.len() as u64;
+        if let Some(s) = stream.as_deref_mut() {
+            if let Err(e) = timed(send, || s.send(bytes)) {
+                send_failed = Some(e);
+                return Err(Failure::Aborted);
+            }
+        }
+        Ok(())
+    });
+    match (result, send_failed) {
+        (Ok(o), None) => Ok(ChunkOutcome { wire_bytes, ..o }),
+        (_, Some(e)) => Err(ChunkError::Destination(e)),
+        (Err(Failure::Input(mut e)), None) => {
+            absolute_line(plan, chunk, &mut e);
+            Err(ChunkError::Failed(Failure::Input(e)))
+        }
+        (Err(e), None) => Err(ChunkError::Failed(e)),
+    }
+}
+
+/// Books a load's time on the stream: reading, sending and the server's part as measured,
+/// converting the rest since `started`.
+fn book(timing: &mut StreamTiming, started: Instant, read: Duration, send: f64, server: f64) {
+    let read = read.as_secs_f64();
+    timing.read_seconds += read;
+    timing.send_seconds += send;
+    timing.server_seconds += server;
+    timing.convert_seconds += (started.elapsed().as_secs_f64() - read - send - server).max(0.0);
 }
 
 /// A shared load's error, with the chunk its record number falls in and that number made the
