@@ -7,11 +7,5 @@ for b in chromium chromium-browser google-chrome; do
   if command -v "$b" >/dev/null; then exit 0; fi
 done
 echo "Chromium is missing (the HTML report's test renders it headless): installing the chromium package with apt-get" >&2
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO=sudo
-if ! command -v apt-get >/dev/null; then
-  echo "no apt-get here: install Chromium yourself, or name a browser with SLUICE_CHROMIUM" >&2
-  exit 1
-fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+"$(dirname "$0")/apt-install.sh" chromium \
+  "install Chromium yourself, or name a browser with SLUICE_CHROMIUM"

@@ -15,12 +15,6 @@ have_server() {
 }
 if have_server; then ensure_postgres_user; exit 0; fi
 echo "PostgreSQL's server binaries are missing: installing the postgresql package with apt-get" >&2
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO=sudo
-if ! command -v apt-get >/dev/null; then
-  echo "no apt-get here: install PostgreSQL's server package (initdb, pg_ctl, postgres) yourself" >&2
-  exit 1
-fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+"$(dirname "$0")/apt-install.sh" postgresql \
+  "install PostgreSQL's server package (initdb, pg_ctl, postgres) yourself"
 ensure_postgres_user
