@@ -105,11 +105,34 @@ fn chunk_dialect(plan: &Plan, chunk: &Chunk, first_block: &[u8]) -> Dialect {
     d
 }
 
-/// Starts the reader thread for a chunk.
-pub fn start_reader(
+/// A chunk's blocks as they arrive, and the way spent buffers go back to be reused.
+type Blocks = (Receiver<Block>, SyncSender<Vec<u8>>);
+
+/// A small compressed file, decompressed here and queued as one block, as the reader thread
+/// would have sent it; `None` for any other input.
+fn inline_blocks(
     plan: &Plan,
     chunk: &Chunk,
-) -> Result<(Receiver<Block>, SyncSender<Vec<u8>>), Failure> {
+    read: &mut Duration,
+) -> Result<Option<Blocks>, Failure> {
+    let input = &plan.inputs[chunk.input];
+    let reading = Instant::now();
+    let content = crate::source::decompress_small(input)
+        .map_err(|e| Failure::Local(format!("reading {}: {e}", input.display)));
+    *read += reading.elapsed();
+    let Some(content) = content? else {
+        return Ok(None);
+    };
+    let (tx, rx) = sync_channel(1);
+    let (recycle, _) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT);
+    if !content.is_empty() {
+        let _ = tx.send(Block::Data(content));
+    }
+    Ok(Some((rx, recycle)))
+}
+
+/// Starts the reader thread for a chunk.
+pub fn start_reader(plan: &Plan, chunk: &Chunk) -> Result<Blocks, Failure> {
     let input = &plan.inputs[chunk.input];
     let reader = open_chunk(input, chunk)
         .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?;
@@ -246,7 +269,10 @@ fn walk_records(
             walk_mapped(plan, chunk, path, abort, read, visit)
         }
         _ => {
-            let reader = start_reader(plan, chunk)?;
+            let reader = match inline_blocks(plan, chunk, read)? {
+                Some(blocks) => blocks,
+                None => start_reader(plan, chunk)?,
+            };
             walk_blocks(plan, chunk, reader, abort, read, visit)
         }
     }
@@ -255,8 +281,8 @@ fn walk_records(
 /// How much of a mapped file is parsed at a time; pages behind it are released.
 const WINDOW: usize = 8 << 20;
 
-/// Walks a plain file through a memory map: no read copies, no reader thread, and no record
-/// is ever stitched, because the whole chunk is contiguous. The file is parsed in windows so
+/// Walks a plain file through a memory map (or, for a small chunk, one read): no read copies,
+/// no reader thread, and no record is ever stitched, because the whole chunk is contiguous. The file is parsed in windows so
 /// that the stray-byte check stays one pass per window, and pages already parsed are dropped
 /// from the process (`MADV_DONTNEED`; they stay in the page cache), which keeps the resident
 /// size bounded however big the file is.
@@ -275,25 +301,23 @@ fn walk_mapped(
         Some(e) => e,
         None => file.metadata().map_err(io)?.len(),
     };
+    // A file that shrank since it was planned (its last chunk runs to its end).
+    if end < input.size.min(chunk.end.unwrap_or(u64::MAX)) {
+        return Err(truncated(&input.display, end, input.size));
+    }
     if end <= chunk.start {
         return Ok(0);
     }
-    const PAGE: usize = 4096;
     let aligned = chunk.start / PAGE as u64 * PAGE as u64;
-    // SAFETY: the map is read-only and private to this function. If another process
-    // truncates the file during the load, touching the lost pages raises SIGBUS: each window
-    // first checks the file's size (below), and `signals` turns a SIGBUS that still slips
-    // between that check and the read into a message and exit 1, never a crash.
-    let map = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(aligned)
-            .len((end - aligned) as usize)
-            .map(&file)
-            .map_err(io)?
-    };
-    let _ = map.advise(memmap2::Advice::Sequential);
+    let map = ChunkBytes::open(&file, aligned, (end - aligned) as usize).map_err(io)?;
+    if let ChunkBytes::Read(bytes) = &map {
+        let read_to = aligned + bytes.len() as u64;
+        if read_to < end {
+            return Err(truncated(&input.display, read_to, end));
+        }
+    }
     let skip = (chunk.start - aligned) as usize;
-    let data = &map[skip..];
+    let data = &map.bytes()[skip..];
     let dialect = chunk_dialect(plan, chunk, &data[..data.len().min(64 << 10)]);
     let parser = RecordParser::new(&dialect);
     let mut lines_seen = LineTracker::new(plan, chunk);
@@ -308,17 +332,13 @@ fn walk_mapped(
         let stop = (pos + window).min(data.len());
         let needed = chunk.start + stop as u64;
         let reading = Instant::now();
-        let now = file.metadata().map_err(io)?.len();
-        if now < needed {
-            return Err(Failure::Local(format!(
-                "{} was truncated while sluice read it (it is now {now} bytes; this chunk \
-                 needs {needed}): an input must not shrink during a load",
-                input.display
-            )));
+        if map.is_mapped() {
+            let now = file.metadata().map_err(io)?.len();
+            if now < needed {
+                return Err(truncated(&input.display, now, needed));
+            }
         }
-        // Map the window's pages in one call rather than one fault at a time.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise_range(memmap2::Advice::PopulateRead, skip + pos, stop - pos);
+        map.populate(skip + pos, stop - pos);
         *read += reading.elapsed();
         let slice = &data[pos..stop];
         let inp = parser.input(slice, stop == data.len());
@@ -367,26 +387,108 @@ fn walk_mapped(
         // Release the parsed pages, in the map's own page-aligned offsets.
         let done = (skip + pos) / PAGE * PAGE;
         if done > released {
-            // SAFETY: the range lies inside the map and nothing reads it again: every later
-            // access is at or after `pos`.
-            unsafe {
-                let _ = map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    released,
-                    done - released,
-                );
-            }
+            // Nothing reads the range again: every later access is at or after `pos`.
+            map.release(released, done - released);
             released = done;
         }
     }
     Ok(pos as u64)
 }
 
+const PAGE: usize = 4096;
+
+/// Chunks up to this size are read into memory rather than mapped: for a small file, a map's
+/// set-up and tear-down (a `munmap` interrupts every other core running this process) cost
+/// more than copying its bytes.
+const READ_BELOW: usize = 256 << 10;
+
+/// A plain chunk's bytes: mapped when big, read when small.
+enum ChunkBytes {
+    Map(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl ChunkBytes {
+    /// `len` bytes of `file` from `offset` (a page boundary). A read chunk may come back
+    /// shorter when the file shrank; the caller checks.
+    fn open(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<ChunkBytes> {
+        if len < READ_BELOW {
+            return read_at(file, offset, len).map(ChunkBytes::Read);
+        }
+        // SAFETY: the map is read-only and private to `walk_mapped`. If another process
+        // truncates the file during the load, touching the lost pages raises SIGBUS: each
+        // window first checks the file's size, and `signals` turns a SIGBUS that still slips
+        // between that check and the read into a message and exit 1, never a crash.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(offset)
+                .len(len)
+                .map(file)?
+        };
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(ChunkBytes::Map(map))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            ChunkBytes::Map(m) => m,
+            ChunkBytes::Read(v) => v,
+        }
+    }
+
+    fn is_mapped(&self) -> bool {
+        matches!(self, ChunkBytes::Map(_))
+    }
+
+    /// Maps a window's pages in one call rather than one fault at a time.
+    fn populate(&self, offset: usize, len: usize) {
+        #[cfg(target_os = "linux")]
+        if let ChunkBytes::Map(m) = self {
+            let _ = m.advise_range(memmap2::Advice::PopulateRead, offset, len);
+        }
+        let _ = (offset, len);
+    }
+
+    /// Drops parsed pages from the process (they stay in the page cache). The caller never
+    /// reads the range again.
+    fn release(&self, offset: usize, len: usize) {
+        if let ChunkBytes::Map(m) = self {
+            // SAFETY: the range lies inside the map, and nothing reads it again.
+            unsafe {
+                let _ = m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len);
+            }
+        }
+    }
+}
+
+/// Reads up to `len` bytes from `offset`, fewer only at the end of the file.
+fn read_at(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match file.read_at(&mut buf[got..], offset + got as u64)? {
+            0 => break,
+            k => got += k,
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// The error for an input that shrank under the load.
+fn truncated(display: &str, now: u64, needed: u64) -> Failure {
+    Failure::Local(format!(
+        "{display} was truncated while sluice read it (it is now {now} bytes; this chunk \
+         needs {needed}): an input must not shrink during a load"
+    ))
+}
+
 /// Walks a stream of blocks from the reader thread (compressed files, standard input).
 fn walk_blocks(
     plan: &Plan,
     chunk: &Chunk,
-    (blocks, recycle): (Receiver<Block>, SyncSender<Vec<u8>>),
+    (blocks, recycle): Blocks,
     abort: Option<&AtomicBool>,
     read: &mut Duration,
     visit: &mut impl RecordVisitor,
@@ -932,4 +1034,39 @@ pub fn find_key(
         }),
     );
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::LoadSpec;
+
+    fn plan_of(files: &[&std::path::Path]) -> Plan {
+        let names: Vec<String> = files.iter().map(|f| f.to_str().unwrap().into()).collect();
+        let tables = vec!["t".to_string(); names.len()];
+        let described = [crate::plan::tests::table("t")];
+        crate::plan::build(&LoadSpec::new(names), &tables, &described, None).unwrap()
+    }
+
+    /// A small chunk is read, a big one mapped: both give every record, and a small file
+    /// that shrank after planning is named, as a mapped one is.
+    #[test]
+    fn small_chunks_are_read_and_big_ones_mapped_with_the_same_records() {
+        let dir = std::env::temp_dir().join(format!("sluice-chunk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (small, big) = (dir.join("t.1.csv"), dir.join("t.2.csv"));
+        std::fs::write(&small, "1,a\n2,b\n3,c\n").unwrap();
+        std::fs::write(&big, "12345,abcdef\n".repeat(40_000)).unwrap(); // 520 KB
+        let plan = plan_of(&[&small, &big]);
+        let count = |i: usize| {
+            let c = plan.chunks.iter().find(|c| c.input == i).unwrap();
+            count_records(&plan, c)
+        };
+        assert_eq!(count(0).unwrap(), 3);
+        assert_eq!(count(1).unwrap(), 40_000);
+        std::fs::write(&small, "1,a\n").unwrap();
+        let err = count(0).unwrap_err().to_string();
+        assert!(err.contains("truncated while sluice read it"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

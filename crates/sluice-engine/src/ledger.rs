@@ -55,6 +55,16 @@ pub fn fingerprint(path: &Path, size: u64) -> std::io::Result<String> {
     Ok(format!("{:032x}", h.digest128()))
 }
 
+/// The same digest as [`fingerprint`], from bytes already read that are the whole file (no
+/// larger than the blocks `fingerprint` would read): a small file is not opened again.
+pub fn fingerprint_whole(bytes: &[u8]) -> String {
+    debug_assert!(bytes.len() as u64 <= BLOCK * BLOCKS);
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&(bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+    format!("{:032x}", h.digest128())
+}
+
 /// The job's name across runs: its tables and input paths, in the command's order.
 pub fn job_key(plan: &Plan) -> String {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
@@ -86,10 +96,14 @@ fn input_settings(plan: &Plan, i: usize) -> String {
     )
 }
 
-/// The same for every input of the plan.
+/// The settings the plan's inputs use, each once, in the order of first use: the job's record
+/// for people to read. Resuming compares each file's own settings (`job_files`), so 100,000
+/// files with one dialect make one line here, not 100,000.
 fn settings(plan: &Plan) -> String {
+    let mut seen = std::collections::HashSet::new();
     (0..plan.inputs.len())
         .map(|i| input_settings(plan, i))
+        .filter(|s| seen.insert(s.clone()))
         .collect::<Vec<_>>()
         .join(" / ")
 }
@@ -103,8 +117,11 @@ fn file_records(plan: &Plan) -> Result<Vec<FileRecord>, Failure> {
             let (InputSource::File(p), Some(id)) = (&input.source, &input.identity) else {
                 return Err(Failure::Local("standard input has no ledger record".into()));
             };
-            let fingerprint = fingerprint(p, input.size)
-                .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?;
+            let fingerprint = match &input.fingerprint {
+                Some(f) => f.clone(),
+                None => fingerprint(p, input.size)
+                    .map_err(|e| Failure::Local(format!("cannot read {}: {e}", input.display)))?,
+            };
             Ok(FileRecord {
                 path: id.path.to_string_lossy().into_owned(),
                 table: plan.tables[input.table].table.qualified.clone(),
@@ -593,10 +610,13 @@ fn resume_as_planned<D: Ledger>(
     };
     // The job's files, by path: every input the job loads must be there, unchanged.
     let mut files = vec![None; plan.inputs.len()];
+    let by_path: std::collections::HashMap<(&str, &str, &str), usize> = recorded
+        .iter()
+        .enumerate()
+        .map(|(n, r)| ((r.path.as_str(), r.table.as_str(), r.table_id.as_str()), n))
+        .collect();
     for (i, f) in now.iter().enumerate() {
-        let Some(n) = recorded
-            .iter()
-            .position(|r| r.path == f.path && r.table == f.table && r.table_id == f.table_id)
+        let Some(&n) = by_path.get(&(f.path.as_str(), f.table.as_str(), f.table_id.as_str()))
         else {
             // A file a finished job had loaded when this job began: still not this job's.
             continue;
@@ -607,24 +627,26 @@ fn resume_as_planned<D: Ledger>(
                 plan.inputs[i].display
             )));
         }
+        if recorded[n].settings != f.settings {
+            return Err(refuse(
+                "the options that decide how files become rows (format, delimiter, quote, \
+                 null, header, columns) differ from the interrupted run's"
+                    .into(),
+            ));
+        }
         files[i] = Some(n as u32);
     }
-    if settings(&plan) != job.settings {
-        return Err(refuse(
-            "the options that decide how files become rows (format, delimiter, quote, null, \
-             header, columns) differ from the interrupted run's"
-                .into(),
-        ));
-    }
     let done = dest.job_chunks(id).map_err(read)?;
+    let done_at: std::collections::HashMap<(u32, u64), Option<u64>> =
+        done.iter().map(|d| ((d.file, d.start), d.end)).collect();
     let mut plan = plan;
     let mut mismatch = None;
     plan.retain_chunks(|c| {
         let Some(file) = files[c.input] else {
             return false;
         };
-        match done.iter().find(|d| d.file == file && d.start == c.start) {
-            Some(d) if d.end == c.end => false,
+        match done_at.get(&(file, c.start)) {
+            Some(&end) if end == c.end => false,
             Some(_) => {
                 mismatch.get_or_insert(c.input);
                 true

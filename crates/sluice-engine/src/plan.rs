@@ -62,9 +62,10 @@ pub struct FileIdentity {
 }
 
 impl FileIdentity {
-    pub fn of(path: &std::path::Path, meta: &std::fs::Metadata) -> FileIdentity {
+    /// The identity of the file at `canonical` (an absolute path, links resolved).
+    pub fn of(canonical: &std::path::Path, meta: &std::fs::Metadata) -> FileIdentity {
         FileIdentity {
-            path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            path: canonical.to_path_buf(),
             size: meta.len(),
             modified_ns: meta
                 .modified()
@@ -89,6 +90,8 @@ pub struct ChunkKey {
 pub struct Input {
     /// The file's identity (`None` for standard input).
     pub identity: Option<FileIdentity>,
+    /// The ledger's fingerprint, when planning read the whole file already (small files).
+    pub fingerprint: Option<String>,
     pub source: InputSource,
     /// The name shown in messages: the path as given, or `-`.
     pub display: String,
@@ -205,15 +208,6 @@ pub fn parse_column_list(list: &str, rules: &IdentifierRules) -> Result<Vec<Stri
     }
 }
 
-/// Checks, before anything connects, what an input's name and first bytes promise: a format
-/// sluice can tell, and compression that is what its name says.
-pub fn check_file_format(f: &str, given: Option<Format>) -> Result<(), Failure> {
-    format_for(f, given).map_err(Failure::Usage)?;
-    let head = read_head(&PathBuf::from(f), 8)
-        .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
-    check_compression(f, Compression::sniff(&head))
-}
-
 /// Picks the columns a file's fields map to: all of them in order, or the `--columns` list,
 /// whose names are already identifiers (folded or unquoted by SQL's rules) and so must match
 /// exactly, as the server matches them in a load's column list.
@@ -322,6 +316,83 @@ pub fn default_chunk_size(total: u64) -> u64 {
     (total / 8).clamp(16 << 20, 1 << 30)
 }
 
+/// Standard input as an input: one chunk, in the format `--format` gives.
+fn stdin_input(spec: &LoadSpec, table: usize) -> Result<Input, Failure> {
+    let format = spec.format.ok_or_else(|| {
+        Failure::Usage("reading standard input needs --format tbl|csv|text".into())
+    })?;
+    Ok(Input {
+        identity: None,
+        fingerprint: None,
+        source: InputSource::Stdin,
+        display: "-".into(),
+        compression: Compression::None,
+        size: 0,
+        table,
+        dialect: dialect_for(format, spec)?,
+        header_line: Default::default(),
+    })
+}
+
+/// A file as an input, from one open: its identity, compression, line ending, and (when it
+/// is small enough to have been read whole) its ledger fingerprint.
+fn file_input(spec: &LoadSpec, f: &str, table: usize) -> Result<Input, Failure> {
+    let path = PathBuf::from(f);
+    let opened = open_input(f, 64 << 10)?;
+    let format = format_for(f, spec.format).map_err(Failure::Usage)?;
+    let mut dialect = dialect_for(format, spec)?;
+    let compression = Compression::sniff(&opened.head);
+    check_compression(f, compression)?;
+    if compression == Compression::None {
+        dialect.line_ending = detect_line_ending(&opened.head, &dialect);
+    }
+    Ok(Input {
+        identity: Some(FileIdentity::of(&opened.canonical, &opened.meta)),
+        fingerprint: opened
+            .head_is_whole()
+            .then(|| crate::ledger::fingerprint_whole(&opened.head)),
+        source: InputSource::File(path),
+        display: f.to_string(),
+        compression,
+        size: opened.meta.len(),
+        table,
+        dialect,
+        header_line: Default::default(),
+    })
+}
+
+/// Every input of the command, each file opened once (on several threads when there are
+/// many), in the command's order; the first error in that order. Tables are assigned later.
+pub fn plan_inputs(spec: &LoadSpec) -> Result<Vec<Input>, Failure> {
+    let each = |i: usize| match spec.files[i].as_str() {
+        "-" => stdin_input(spec, usize::MAX),
+        f => file_input(spec, f, usize::MAX),
+    };
+    par_map(spec.files.len(), each).into_iter().collect()
+}
+
+/// `f(0..n)` in order, on up to one thread per core when `n` is large: planning 100,000 small
+/// files is an open and a read each, which the cores share.
+pub fn par_map<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let threads = available_cores().min(8).min(n / 256).max(1);
+    if threads == 1 {
+        return (0..n).map(f).collect();
+    }
+    let per = n.div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                scope.spawn(move || (t * per..((t + 1) * per).min(n)).map(f).collect::<Vec<R>>())
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().expect("a planning thread panicked"))
+            .collect()
+    })
+}
+
 /// Builds the plan from the checked flags, the files and the tables the catalog described
 /// (`described[i]` for the name `file_tables` gives each file). `columns` is the parsed
 /// `--columns` list.
@@ -331,49 +402,15 @@ pub fn build(
     described: &[(String, TableInfo)],
     columns: Option<Vec<String>>,
 ) -> Result<Plan, Failure> {
-    let mut inputs = Vec::new();
-    for (f, name) in spec.files.iter().zip(file_tables) {
-        let table = described
+    let mut inputs = match spec.checked.0.get() {
+        Some(checked) if checked.len() == spec.files.len() => checked.clone(),
+        _ => plan_inputs(spec)?,
+    };
+    for (input, name) in inputs.iter_mut().zip(file_tables) {
+        input.table = described
             .iter()
             .position(|(n, _)| n == name)
             .ok_or_else(|| Failure::Local(format!("table {name} was not described")))?;
-        if f == "-" {
-            let format = spec.format.ok_or_else(|| {
-                Failure::Usage("reading standard input needs --format tbl|csv|text".into())
-            })?;
-            inputs.push(Input {
-                identity: None,
-                source: InputSource::Stdin,
-                display: "-".into(),
-                compression: Compression::None,
-                size: 0,
-                table,
-                dialect: dialect_for(format, spec)?,
-                header_line: Default::default(),
-            });
-            continue;
-        }
-        let path = PathBuf::from(f);
-        let meta = check_input(f)?;
-        let format = format_for(f, spec.format).map_err(Failure::Usage)?;
-        let mut dialect = dialect_for(format, spec)?;
-        let head = read_head(&path, 64 << 10)
-            .map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
-        let compression = Compression::sniff(&head);
-        check_compression(f, compression)?;
-        if compression == Compression::None {
-            dialect.line_ending = detect_line_ending(&head, &dialect);
-        }
-        inputs.push(Input {
-            identity: Some(FileIdentity::of(&path, &meta)),
-            source: InputSource::File(path),
-            display: f.clone(),
-            compression,
-            size: meta.len(),
-            table,
-            dialect,
-            header_line: Default::default(),
-        });
     }
     // Each table's columns: --columns, the header's names, or all in order.
     let mut tables: Vec<TablePlan> = Vec::new();
@@ -684,17 +721,72 @@ pub fn header_line(input: &Input) -> std::io::Result<Option<Vec<u8>>> {
 /// Checks that an input can be read: a missing, unreadable or non-regular file is a local
 /// failure (exit 1), found before anything connects.
 pub fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
-    let meta = std::fs::metadata(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
+    Ok(open_input(f, 0)?.meta)
+}
+
+/// An input file as one open saw it: its metadata, its first bytes, and its absolute path.
+/// The file is closed again: 100,000 inputs must not hold 100,000 descriptors.
+pub struct OpenedInput {
+    pub meta: std::fs::Metadata,
+    /// Up to the number of bytes asked for, from the start.
+    pub head: Vec<u8>,
+    /// The absolute path with links resolved.
+    pub canonical: PathBuf,
+}
+
+impl OpenedInput {
+    /// The whole file was read into `head`.
+    pub fn head_is_whole(&self) -> bool {
+        self.head.len() as u64 == self.meta.len()
+    }
+}
+
+/// The absolute path of an open file, links resolved. On Linux the descriptor names it in one
+/// call, instead of a lookup per path component (which adds up over 100,000 files).
+fn canonical_path(file: &File, path: &std::path::Path) -> PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", file.as_raw_fd());
+        if let Ok(p) = std::fs::read_link(link) {
+            if p.is_absolute() && !p.to_string_lossy().ends_with(" (deleted)") {
+                return p;
+            }
+        }
+    }
+    let _ = file;
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Opens an input once: checks that it is a readable regular file, and reads up to `head`
+/// bytes from its start. Opened without blocking, so that a FIFO given by mistake is refused
+/// rather than waited on.
+pub fn open_input(f: &str, head: usize) -> Result<OpenedInput, Failure> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let cannot = |e: std::io::Error| Failure::Local(format!("cannot read {f}: {e}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(f)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
     if meta.is_dir() {
         return Err(Failure::Local(format!(
-            "{f} is a directory: give the files in it (for example {f}/*.csv)"
+            "{f} is a directory: give the files in it, for example '{f}/*.csv' (quoted, sluice expands it)"
         )));
     }
     if !meta.is_file() {
         return Err(Failure::Local(format!("{f} is not a regular file")));
     }
-    std::fs::File::open(f).map_err(|e| Failure::Local(format!("cannot read {f}: {e}")))?;
-    Ok(meta)
+    let want = (head as u64).min(meta.len()) as usize;
+    let mut buf = vec![0; want];
+    let got = read_full(&mut (&file), &mut buf).map_err(cannot)?;
+    buf.truncate(got);
+    Ok(OpenedInput {
+        canonical: canonical_path(&file, std::path::Path::new(f)),
+        meta,
+        head: buf,
+    })
 }
 
 fn available_cores() -> usize {
@@ -719,14 +811,7 @@ pub fn table_from_file_name(path: &str) -> Option<String> {
 pub fn read_head(path: &PathBuf, n: usize) -> std::io::Result<Vec<u8>> {
     let mut f = File::open(path)?;
     let mut buf = vec![0; n];
-    let mut filled = 0;
-    while filled < n {
-        let k = f.read(&mut buf[filled..])?;
-        if k == 0 {
-            break;
-        }
-        filled += k;
-    }
+    let filled = read_full(&mut f, &mut buf)?;
     buf.truncate(filled);
     Ok(buf)
 }
@@ -809,7 +894,7 @@ pub fn split_file(
     Ok(ranges)
 }
 
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         let k = f.read(&mut buf[filled..])?;
@@ -865,6 +950,56 @@ pub(crate) mod tests {
                 references: Vec::new(),
             },
         )
+    }
+
+    /// Many small files are planned on several threads, in the command's order, each from one
+    /// open: a link names its target, and the fingerprint taken from the bytes read while
+    /// planning is the one the ledger would read from the file.
+    #[test]
+    fn many_small_files_plan_in_order_with_their_identities() {
+        let dir = std::env::temp_dir().join(format!("sluice-plan-many-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut files = Vec::new();
+        for i in 0..600 {
+            let f = dir.join(format!("t{i:03}.csv"));
+            std::fs::write(&f, format!("{i},x\n").repeat(i + 1)).unwrap();
+            files.push(f.to_str().unwrap().to_string());
+        }
+        let link = dir.join("link.csv");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&files[7], &link).unwrap();
+        files.push(link.to_str().unwrap().to_string());
+        let spec = LoadSpec::new(files.clone());
+        let plan = build(
+            &spec,
+            &vec!["t".to_string(); files.len()],
+            &[table("t")],
+            None,
+        )
+        .unwrap();
+        for (input, f) in plan.inputs.iter().zip(&files) {
+            assert_eq!(&input.display, f);
+            let id = input.identity.as_ref().unwrap();
+            assert_eq!(id.path, std::fs::canonicalize(f).unwrap());
+            let read = crate::ledger::fingerprint(std::path::Path::new(f), input.size).unwrap();
+            assert_eq!(input.fingerprint.as_deref(), Some(read.as_str()), "{f}");
+        }
+        assert_eq!(plan.inputs[600].identity, plan.inputs[7].identity);
+        // A missing file among them is the first error in the command's order.
+        let mut missing = files.clone();
+        missing[300] = dir.join("gone.csv").to_str().unwrap().to_string();
+        missing[500] = dir.join("gone2.csv").to_str().unwrap().to_string();
+        let spec = LoadSpec::new(missing.clone());
+        let err = build(
+            &spec,
+            &vec!["t".to_string(); missing.len()],
+            &[table("t")],
+            None,
+        )
+        .err()
+        .unwrap();
+        assert!(format!("{err}").contains("gone.csv"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The same files are cut into the same chunks, named by file and range, in the same

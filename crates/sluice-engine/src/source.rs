@@ -1,6 +1,8 @@
 //! Reading a chunk's bytes: a byte range of a plain file, a whole compressed file decompressed
 //! on the fly, or standard input, delivered as large blocks by a reader thread so that reading
-//! and decompressing overlap with converting.
+//! and decompressing overlap with converting. A small compressed file is decompressed where it
+//! is walked instead: for thousands of them, a thread and a megabyte of buffers each cost more
+//! than their bytes.
 
 use crate::plan::{Chunk, Compression, Input, InputSource};
 use std::fs::File;
@@ -34,6 +36,34 @@ pub fn open_chunk(input: &Input, chunk: &Chunk) -> io::Result<Box<dyn Read + Sen
         ))),
         Compression::Zstd => Box::new(zstd::Decoder::new(raw)?),
     })
+}
+
+/// Compressed files up to this size are decompressed without a reader thread...
+pub const INLINE_COMPRESSED: u64 = 64 << 10;
+/// ...as long as they expand to no more than this (else the thread takes them, block by
+/// block, and memory stays bounded whatever the ratio).
+pub const INLINE_EXPANDED: usize = 4 << 20;
+
+/// A small compressed file's whole content, decompressed here; `None` when the input is not a
+/// small compressed file, or expands past [`INLINE_EXPANDED`].
+pub fn decompress_small(input: &Input) -> io::Result<Option<Vec<u8>>> {
+    let InputSource::File(path) = &input.source else {
+        return Ok(None);
+    };
+    if input.compression == Compression::None || input.size > INLINE_COMPRESSED {
+        return Ok(None);
+    }
+    let raw = std::fs::read(path)?;
+    let decoder: Box<dyn Read> = match input.compression {
+        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(&raw[..])),
+        Compression::Zstd => Box::new(zstd::Decoder::with_buffer(&raw[..])?),
+        Compression::None => return Ok(None),
+    };
+    let mut out = Vec::with_capacity(raw.len() * 8);
+    decoder
+        .take(INLINE_EXPANDED as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok((out.len() <= INLINE_EXPANDED).then_some(out))
 }
 
 /// A message from the reader thread.

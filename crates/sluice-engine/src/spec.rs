@@ -48,6 +48,8 @@ pub enum Jobs {
 pub struct LoadSpec {
     /// Input paths; `-` is standard input.
     pub files: Vec<String>,
+    /// The files as checked before the load (filled by `check_inputs`).
+    pub checked: CheckedInputs,
     /// Load every file into this table (else each file's name up to its first dot).
     pub table: Option<String>,
     pub format: Option<Format>,
@@ -109,6 +111,13 @@ impl LoadSpec {
             restart: false,
             prepare: PrepareChoice::Auto,
             wire: Wire::Auto,
+            checked: CheckedInputs::default(),
         }
     }
 }
+
+/// The inputs as [`crate::load::check_inputs`] found them (each file opened once, its
+/// identity, compression and line ending read), kept for the plan: 100,000 small files are
+/// opened once before the load, not twice. Empty until checked; a clone shares it.
+#[derive(Clone, Debug, Default)]
+pub struct CheckedInputs(pub(crate) std::sync::Arc<std::sync::OnceLock<Vec<crate::plan::Input>>>);

@@ -38,8 +38,9 @@ const CLIENT_SIDE: f64 = 0.5;
 /// What bound a load.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Verdict {
-    /// `client-bound`, `disk-read-bound`, `link-bound`, `server-bound`, `log-bound` (named
-    /// as the destination names its log), `disk-write-bound`, `lock-bound` or `long-tail`.
+    /// `client-bound`, `disk-read-bound`, `link-bound`, `round-trip-bound`, `server-bound`,
+    /// `log-bound` (named as the destination names its log), `disk-write-bound`, `lock-bound`
+    /// or `long-tail`.
     pub kind: String,
     /// What the figures say, in a sentence.
     pub because: String,
@@ -138,6 +139,9 @@ pub fn judge(
         return Some(v);
     }
     let seen = both_sides(&shares);
+    if let Some(v) = round_trip_bound(&streams, &shares, &seen, &mut figures) {
+        return Some(v);
+    }
     let client_side = match shares.sampled {
         true => shares.waiting >= CLIENT_SIDE,
         false => shares.read + shares.convert >= shares.send + shares.server,
@@ -263,6 +267,49 @@ fn long_tail(
             chunk.end - chunk.start
         ),
         next_step,
+        figures: std::mem::take(figures),
+    })
+}
+
+/// Round trips fewer than this are never the verdict: a load of a few big chunks waits on the
+/// server a few times, whatever each wait costs.
+const MIN_ROUND_TRIPS: u64 = 200;
+
+/// Many small loads, each waiting on the server in turn: the streams waited on the server
+/// most of their time, while the server (when sampled) waited on them. Neither side was busy;
+/// the round trips between them were the limit.
+fn round_trip_bound(
+    streams: &[&StreamStats],
+    s: &Shares,
+    seen: &str,
+    figures: &mut BTreeMap<&'static str, f64>,
+) -> Option<Verdict> {
+    let trips: u64 = streams.iter().map(|x| x.timing.round_trips).sum();
+    let chunks: usize = streams.iter().map(|x| x.chunks.len()).sum();
+    let waited: f64 = streams.iter().map(|x| x.timing.server_seconds).sum();
+    let server_busy = s.sampled && s.waiting < CLIENT_SIDE;
+    if trips < MIN_ROUND_TRIPS || s.server < CLIENT_SIDE || server_busy {
+        return None;
+    }
+    let per_trip = waited / trips as f64;
+    figures.insert("chunks", chunks as f64);
+    figures.insert("round_trips", trips as f64);
+    figures.insert("round_trips_per_chunk", trips as f64 / chunks.max(1) as f64);
+    figures.insert("seconds_per_round_trip", per_trip);
+    Some(Verdict {
+        kind: "round-trip-bound".into(),
+        because: format!(
+            "streams spent {} waiting on the server, over {trips} round trips for {chunks} \
+             chunks ({:.1} a chunk, {:.2} ms each); {seen}",
+            pct(s.server),
+            trips as f64 / chunks.max(1) as f64,
+            per_trip * 1e3
+        ),
+        next_step: "each chunk's load waited on the server in turn: fewer, larger files (small \
+                    files share a load, except under --max-errors, which loads each file on \
+                    its own to isolate bad rows); on a distant server, more --jobs overlap the \
+                    waits"
+            .into(),
         figures: std::mem::take(figures),
     })
 }
@@ -588,6 +635,7 @@ mod tests {
         convert_seconds: 1.0,
         send_seconds: 8.0,
         server_seconds: 0.5,
+        round_trips: 4,
     };
 
     /// A destination with names and advice of its own.
@@ -724,6 +772,49 @@ mod tests {
         assert_eq!(
             judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
             "client-bound"
+        );
+    }
+
+    #[test]
+    fn many_loads_each_waiting_on_a_waiting_server_are_round_trip_bound() {
+        // 2,500 small loads a stream, each two round trips, the streams waiting on the server
+        // and the server waiting on them.
+        let trips = StreamTiming {
+            convert_seconds: 0.5,
+            send_seconds: 0.1,
+            server_seconds: 9.0,
+            round_trips: 5000,
+            ..SENDING
+        };
+        let idle = waits(&[(Activity::WaitingForClient, "ClientRead", 40)]);
+        let (plan, out) = load(&[10.0, 10.2], trips, idle.clone());
+        let v = judge(&plan, &out, 2, 2, &Plain).unwrap();
+        assert_eq!(v.kind, "round-trip-bound", "{v:?}");
+        assert_eq!(v.figures["round_trips"], 10000.0);
+        assert_eq!(v.figures["round_trips_per_chunk"], 5000.0);
+        assert!((v.figures["seconds_per_round_trip"] - 0.0018).abs() < 1e-9);
+        assert!(v.because.contains("10000 round trips"), "{}", v.because);
+        assert!(
+            v.next_step.contains("fewer, larger files"),
+            "{}",
+            v.next_step
+        );
+        // The same waits over a few big loads are not round trips; nor are many loads on a
+        // server that was busy all along.
+        let few = StreamTiming {
+            round_trips: 4,
+            ..trips
+        };
+        let (plan, out) = load(&[10.0, 10.2], few, idle);
+        assert_ne!(
+            judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
+            "round-trip-bound"
+        );
+        let busy = waits(&[(Activity::Cpu, "CPU", 40)]);
+        let (plan, out) = load(&[10.0, 10.2], trips, busy);
+        assert_eq!(
+            judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
+            "server-bound"
         );
     }
 

@@ -19,6 +19,7 @@ mod destination;
 mod failure;
 mod faults;
 mod host;
+mod patterns;
 mod progress;
 mod report_html;
 mod signals;

@@ -1,7 +1,8 @@
 //! The bottleneck verdict. Each kind that can be forced on one machine is forced
 //! with conditions about ten times apart, so that noise cannot flip it: a slow pipe
-//! (client-bound), a trigger that sleeps per batch (server-bound), one big uncut compressed
-//! file beside small ones (a long tail). Real PostgreSQL; nothing here is timed.
+//! (client-bound), a trigger that sleeps per batch (server-bound), many one-row files each
+//! loaded on its own (round trips), one big uncut compressed file beside small ones (a long
+//! tail). Real PostgreSQL; nothing here is timed.
 
 mod common;
 
@@ -108,6 +109,52 @@ fn a_trigger_that_sleeps_is_server_bound() {
     assert!(because.contains("more client speed would not help"), "{v}");
     assert!(
         v["figures"]["server_waiting_for_client"].as_f64().unwrap() < 0.2,
+        "{v}"
+    );
+}
+
+#[test]
+fn many_files_each_loaded_on_its_own_are_round_trip_bound() {
+    let d = db("verdict_trips");
+    d.psql("CREATE TABLE t (a int, s text)");
+    // 3,000 files of one row, under --max-errors: each file is a load of its own under a
+    // savepoint (four waits on the server), so the streams wait on the server ten times as
+    // long as they convert.
+    let files: Vec<String> = (0..3000)
+        .map(|i| {
+            let f = d.file(&format!("t{i:04}.csv"), format!("{i},row {i}\n").as_bytes());
+            f.to_str().unwrap().to_string()
+        })
+        .collect();
+    let json = d.dir.join("trips.json");
+    let mut args = vec![
+        "load",
+        "-q",
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+        "--max-errors",
+        "10",
+        "--report-json",
+        json.to_str().unwrap(),
+    ];
+    args.extend(files.iter().map(|f| f.as_str()));
+    let out = d.sluice(&args);
+    let r = report(&d, &out, &json);
+    assert_eq!(d.count("t"), 3000);
+    let v = &r["verdict"];
+    assert_eq!(v["kind"], "round-trip-bound", "{v}");
+    assert!(
+        v["figures"]["round_trips_per_chunk"].as_f64().unwrap() >= 2.0,
+        "{v}"
+    );
+    assert_eq!(v["figures"]["chunks"].as_f64().unwrap(), 3000.0, "{v}");
+    assert!(
+        v["next_step"]
+            .as_str()
+            .unwrap()
+            .contains("fewer, larger files"),
         "{v}"
     );
 }

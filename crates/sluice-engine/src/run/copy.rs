@@ -96,6 +96,12 @@ pub(super) fn timed<T>(seconds: &mut f64, f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Runs `f`, which waits on the server: its time and one round trip go on the stream.
+fn on_server<T>(timing: &mut StreamTiming, f: impl FnOnce() -> T) -> T {
+    timing.round_trips += 1;
+    timed(&mut timing.server_seconds, f)
+}
+
 /// Sends a chunk's records (those `attempt` selects) in one load.
 fn copy_once<D: Destination>(
     ctx: &RunContext<'_, D>,
@@ -110,6 +116,7 @@ fn copy_once<D: Destination>(
     let timing = attempt.timing;
     let (mut read, mut send, mut server) = (Duration::ZERO, 0f64, 0f64);
     if let Some(s) = stream.as_deref_mut() {
+        timing.round_trips += 2;
         timed(&mut server, || s.begin_copy(t)).map_err(ChunkError::Destination)?;
     }
     let job = ChunkJob {
@@ -162,6 +169,7 @@ pub(super) fn copy_shared<D: Destination>(
     let (header, trailer) = ctx.dest.framing(t);
     let started = Instant::now();
     let (mut read, mut send, mut server) = (Duration::ZERO, 0f64, 0f64);
+    timing.round_trips += 2;
     timed(&mut server, || stream.begin_copy(t)).map_err(|e| (0, ChunkError::Destination(e)))?;
     let last = chunks.len() - 1;
     let mut outcomes = Vec::with_capacity(chunks.len());
@@ -333,7 +341,7 @@ fn isolate<D: Destination>(
             continue;
         }
         if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
-            timed(&mut timing.server_seconds, || s.savepoint()).map_err(ChunkError::Destination)?;
+            on_server(timing, || s.savepoint()).map_err(ChunkError::Destination)?;
         }
         let mut added = Added::default();
         let mut dropped: Vec<u64> = Vec::new();
@@ -370,8 +378,7 @@ fn isolate<D: Destination>(
         let e = match result {
             Ok(o) => {
                 if let Some(s) = stream.as_deref_mut().filter(|_| savepoints) {
-                    timed(&mut timing.server_seconds, || s.release_savepoint())
-                        .map_err(ChunkError::Destination)?;
+                    on_server(timing, || s.release_savepoint()).map_err(ChunkError::Destination)?;
                 }
                 total.records += o.records;
                 total.bytes = total.bytes.max(o.bytes);
@@ -384,8 +391,7 @@ fn isolate<D: Destination>(
         let Some(s) = stream.as_deref_mut().filter(|_| savepoints) else {
             return Err(ChunkError::Destination(e));
         };
-        timed(&mut timing.server_seconds, || s.rollback_to_savepoint())
-            .map_err(ChunkError::Destination)?;
+        on_server(timing, || s.rollback_to_savepoint()).map_err(ChunkError::Destination)?;
         if was_first {
             counters.rows.fetch_sub(added.rows, Ordering::Relaxed);
             counters.bytes.fetch_sub(added.bytes, Ordering::Relaxed);

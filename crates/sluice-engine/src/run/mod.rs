@@ -137,6 +137,10 @@ pub struct StreamTiming {
     /// Waiting on the server to start and finish each chunk's load, and for ledger rows and
     /// savepoints.
     pub server_seconds: f64,
+    /// The times the stream stopped to wait on the server (a load's start and finish, a
+    /// savepoint): each at least one round trip.
+    #[serde(default)]
+    pub round_trips: u64,
 }
 
 /// What one stream did.

@@ -44,6 +44,8 @@ Ctrl-C/SIGTERM. After 4, 5, 130, 143 or a crash, the same command
 resumes the job.")]
 pub struct LoadArgs {
     /// Files to load (.tbl, .csv, .tsv/.txt, optionally .gz or .zst); `-` reads standard input.
+    /// A quoted pattern ('logs/*.csv', 'data/**/*.tbl') is expanded by sluice, with no limit
+    /// on the number of files it names.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<String>,
 
@@ -268,6 +270,7 @@ impl LoadArgs {
     pub fn spec(&self) -> LoadSpec {
         LoadSpec {
             files: self.files.clone(),
+            checked: Default::default(),
             table: self.table.clone(),
             format: self.format,
             delimiter: self.delimiter.clone(),
@@ -447,7 +450,8 @@ pub fn print_report(args: &LoadArgs, rep: &Report) -> Result<(), Failure> {
 
 /// Checks the inputs, opens the destination the target names, and loads; returns the report.
 pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
-    let spec = args.spec();
+    let mut spec = args.spec();
+    spec.files = crate::patterns::expand(&spec.files)?;
     // Every input must be readable before anything connects (or starts a cluster).
     sluice_engine::load::check_inputs(&spec)?;
     let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;

@@ -93,7 +93,8 @@ fn copy_buffer(mb_per_s: f64, rtt: Duration) -> (usize, usize) {
     (bdp, size.min(16 << 20))
 }
 
-pub fn run(args: ProbeArgs) -> Result<(), Failure> {
+pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
+    args.files = crate::patterns::expand(&args.files)?;
     if args.jobs.is_empty() || args.jobs.contains(&0) {
         return Err(Failure::Usage(
             "--jobs takes stream counts of 1 or more".into(),
