@@ -288,7 +288,10 @@ fn round_trip_bound(
     let chunks: usize = streams.iter().map(|x| x.chunks.len()).sum();
     let waited: f64 = streams.iter().map(|x| x.timing.server_seconds).sum();
     let server_busy = s.sampled && s.waiting < CLIENT_SIDE;
-    if trips < MIN_ROUND_TRIPS || s.server < CLIENT_SIDE || server_busy {
+    // A wait per chunk at least: chunks that share a load wait once for all of them, and a
+    // wait that long is the server working, not a round trip.
+    let each_chunk_waits = trips >= chunks as u64;
+    if trips < MIN_ROUND_TRIPS || !each_chunk_waits || s.server < CLIENT_SIDE || server_busy {
         return None;
     }
     let per_trip = waited / trips as f64;
@@ -806,6 +809,19 @@ mod tests {
             ..trips
         };
         let (plan, out) = load(&[10.0, 10.2], few, idle);
+        assert_ne!(
+            judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
+            "round-trip-bound"
+        );
+        // Many chunks sharing a few loads wait once for many: not round trips.
+        let (plan, mut out) = load(
+            &[10.0, 10.2],
+            trips,
+            waits(&[(Activity::WaitingForClient, "ClientRead", 40)]),
+        );
+        for s in &mut out.streams {
+            s.chunks = vec![s.chunks[0].clone(); 6000];
+        }
         assert_ne!(
             judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
             "round-trip-bound"

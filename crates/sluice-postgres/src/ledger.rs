@@ -507,8 +507,10 @@ pub async fn placements(
         .query(
             "SELECT f.n, coalesce(p.relation, f.tbl), coalesce(p.rel_id, f.tbl_id), \
                 p.generation, p.has_rows \
-             FROM sluice_ledger.job_files f LEFT JOIN sluice_ledger.job_places p \
-               ON p.job = f.job AND p.file = f.n \
+             FROM sluice_ledger.job_files f LEFT JOIN LATERAL ( \
+               SELECT * FROM sluice_ledger.job_places p \
+               WHERE p.job = f.job AND p.file IN (f.n, -1) ORDER BY p.file DESC LIMIT 1) p \
+               ON true \
              WHERE f.job = $1 AND f.n = ANY($2) ORDER BY f.n",
             &[&job, &files],
         )
@@ -681,6 +683,44 @@ pub async fn end(
     unlock(client, job).await
 }
 
+/// The `file` of a `job_places` row that stands for every file of its job: written when all
+/// of them went to one relation (many small files into one table), so that 100,000 files
+/// cost one row, not 100,000. A job's own rows for a file come first when reading.
+const EVERY_FILE: i32 = -1;
+
+/// A `job_places` row to write: a file of the job, or [`EVERY_FILE`].
+struct PlaceRow<'a> {
+    file_or_all: i32,
+    relation: &'a String,
+}
+
+/// The rows that record `placements`: one for the whole job when every file went to one
+/// relation that exists now, else one per file.
+fn one_relation_for_all<'a>(
+    placements: &'a [Placement],
+    states: &std::collections::HashMap<String, Option<RelationState>>,
+) -> Vec<PlaceRow<'a>> {
+    let first = placements.first().map(|p| &p.relation);
+    let shared = first.filter(|r| {
+        placements.len() > 1
+            && placements.iter().all(|p| &p.relation == *r)
+            && matches!(states.get(*r), Some(Some(_)))
+    });
+    match shared {
+        Some(relation) => vec![PlaceRow {
+            file_or_all: EVERY_FILE,
+            relation,
+        }],
+        None => placements
+            .iter()
+            .map(|p| PlaceRow {
+                file_or_all: p.file as i32,
+                relation: &p.relation,
+            })
+            .collect(),
+    }
+}
+
 /// Marks a job finished, with where its files' rows went and each relation's state now, in
 /// one transaction.
 pub async fn finish(
@@ -692,11 +732,11 @@ pub async fn finish(
     let states = relation_states(client, &named).await?;
     let (mut files, mut relations, mut ids, mut generations, mut has_rows) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for p in placements {
-        let Some(Some(state)) = states.get(&p.relation) else {
+    for p in one_relation_for_all(placements, &states) {
+        let Some(Some(state)) = states.get(p.relation) else {
             continue;
         };
-        files.push(p.file as i32);
+        files.push(p.file_or_all);
         relations.push(p.relation.clone());
         ids.push(state.id.clone());
         generations.push(state.generation.clone());

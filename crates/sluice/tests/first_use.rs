@@ -40,11 +40,18 @@ fn unreadable_inputs_exit_1_before_any_server_starts() {
     assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
     // A FIFO is refused at once, not waited on for a writer that never comes.
     let fifo = root.join("pipe.csv");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(made.success());
     let out = load(fifo.to_str().unwrap());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("not a regular file"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
     // A pattern that matches nothing names itself.
     let out = load(root.join("*.nothing").to_str().unwrap());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

@@ -44,6 +44,9 @@ fn truncate_then_the_same_command_loads_again_and_names_the_table_and_job() {
     let (code, _) = load(&d, "t", &files, &[]);
     assert_eq!(code, 0);
     assert_eq!(d.count("t"), 1000);
+    // Both files went to one table: one row records where, for every file of the job.
+    let places = d.psql("SELECT count(*) || ' ' || min(file) FROM sluice_ledger.job_places");
+    assert_eq!(places.trim(), "1 -1", "{places}");
     // Unchanged: the skip holds, and it is said under -q.
     let (code, err) = load(&d, "t", &files, &[]);
     assert_eq!(code, 0, "{err}");
