@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real CSVs nobody here wrote (vega_datasets on PyPI), loaded by sluice and by psql \copy into
-# the same table shapes, compared row for row in the server.
+# the same table shapes, compared row for row in the server, and timed (interleaved, medians
+# of REPEAT, default 3).
 #
 #   bench/realdata/run.sh     (sluice's private cluster under /tmp/sluice-realdata)
 set -euo pipefail
@@ -23,11 +24,20 @@ declare -A ddl=(
   [iowa_electricity]="year date, source text, net_generation int"
   [us_employment]="month date, nonfarm int, private int, goods_producing int, service_providing int, private_service_providing int, mining_and_logging int, construction int, manufacturing int, durable_goods int, nondurable_goods int, trade_transportation_utilties int, wholesale_trade float8, retail_trade float8, transportation_and_warehousing float8, utilities float8, information int, financial_activities int, professional_and_business_services int, education_and_health_services int, leisure_and_hospitality int, other_services int, government int, nonfarm_change int"
 )
+# Wall seconds of a command, to the millisecond.
+timed() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
+REPEAT=${REPEAT:-3}
 for t in "${!ddl[@]}"; do
   f=$D/${t//_/-}.csv
-  q "DROP TABLE IF EXISTS s_$t, p_$t; CREATE TABLE s_$t (${ddl[$t]}); CREATE TABLE p_$t (${ddl[$t]})"
-  q "\\copy p_$t from '$f' with (format csv, header)"
-  $B load -q --target "$URL" --table "s_$t" --header --restart "$f" > /dev/null
+  # Interleaved: psql's load, then sluice's, into fresh tables, REPEAT times; the last pair
+  # is compared row for row; the medians are printed.
+  ps=(); ss=()
+  for _ in $(seq "$REPEAT"); do
+    q "DROP TABLE IF EXISTS s_$t, p_$t; CREATE TABLE s_$t (${ddl[$t]}); CREATE TABLE p_$t (${ddl[$t]})"
+    ps+=("$(timed q "\\copy p_$t from '$f' with (format csv, header)")")
+    ss+=("$(timed "$B" load -q --target "$URL" --table "s_$t" --header --restart "$f")")
+  done
+  med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   diff=$(psql -X -At "$URL" -c "SELECT count(*) FROM ((TABLE s_$t EXCEPT ALL TABLE p_$t) UNION ALL (TABLE p_$t EXCEPT ALL TABLE s_$t)) x")
-  echo "$t: $(psql -X -At "$URL" -c "SELECT count(*) FROM s_$t") rows, differences from psql: $diff"
+  echo "$t: $(psql -X -At "$URL" -c "SELECT count(*) FROM s_$t") rows, differences from psql: $diff; median s: psql $(med "${ps[@]}"), sluice $(med "${ss[@]}")"
 done

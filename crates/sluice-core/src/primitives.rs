@@ -149,17 +149,17 @@ pub fn is_calendar_date(year: i64, month: i64, day: i64) -> bool {
     month != 2 || day != 29 || is_leap(year)
 }
 
-/// `Y-M-D` at the start of `s` with `min_year_digits` to 9 year digits and 1 or 2 month and
-/// day digits, unchecked: `(year, month, day, position after)`.
+/// `Y-M-D` or `Y/M/D` (one separator throughout) at the start of `s` with `min_year_digits` to
+/// 9 year digits and 1 or 2 month and day digits, unchecked: `(year, month, day, position
+/// after)`. A year of three or more digits first makes either spelling year-month-day
+/// whatever the DateStyle, on PostgreSQL as on MariaDB.
 pub fn ymd_prefix(s: &[u8], min_year_digits: usize) -> Option<(i64, i64, i64, usize)> {
     let mut i = 0;
     let year = digits(s, &mut i, min_year_digits, 9)?;
-    if s.get(i) != Some(&b'-') {
-        return None;
-    }
+    let sep = *s.get(i).filter(|&&c| c == b'-' || c == b'/')?;
     i += 1;
     let month = digits(s, &mut i, 1, 2)?;
-    if s.get(i) != Some(&b'-') {
+    if s.get(i) != Some(&sep) {
         return None;
     }
     i += 1;
@@ -350,6 +350,8 @@ mod tests {
             assert_eq!(iso_date(bad), None, "{bad:?}");
         }
         assert_eq!(ymd_prefix(b"12345-6-7 BC", 3), Some((12345, 6, 7, 9)));
+        assert_eq!(ymd_prefix(b"2010/1/02 03:04", 3), Some((2010, 1, 2, 9)));
+        assert_eq!(ymd_prefix(b"2010/01-02", 3), None);
         assert_eq!(
             ymd_prefix(b"24-01-01", 3),
             None,

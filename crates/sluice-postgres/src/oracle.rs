@@ -4,7 +4,9 @@
 //! DateStyle-dependent two-digit years). When a converter meets one it is *unsupported*, not
 //! invalid: [`Oracle`] sends it to the server as `SELECT $1::text::type` on a connection with the
 //! same settings as the load, takes the binary result, and so loads exactly what psql would.
-//! The connection opens on first use: a clean file never pays for it.
+//! The connection opens on first use: a clean file never pays for it. Each answer is kept (up
+//! to [`REMEMBERED`] of them): a file that spells its dates `Jan 1 2000` repeats each date on
+//! many rows, and asks the server once per distinct value, not once per row.
 
 use crate::conninfo::ConnInfo;
 use crate::types::column::Column;
@@ -26,12 +28,17 @@ impl<'a> FromSql<'a> for Raw {
     }
 }
 
+/// Answers kept before the memory starts over (a few MB at most).
+const REMEMBERED: usize = 1 << 16;
+
 /// Converts values through the server; used from converter threads (not runtime threads).
 pub struct Oracle {
     runtime: Handle,
     info: ConnInfo,
     client: Option<Client>,
     statements: HashMap<String, Statement>,
+    /// The server's answers, by type and spelling.
+    answers: HashMap<(String, String), Vec<u8>>,
     /// How many values went to the server, for the summary.
     pub conversions: u64,
 }
@@ -43,6 +50,7 @@ impl Oracle {
             info,
             client: None,
             statements: HashMap::new(),
+            answers: HashMap::new(),
             conversions: 0,
         }
     }
@@ -50,12 +58,30 @@ impl Oracle {
 
 impl ServerConvert for Oracle {
     fn convert(&mut self, column: &Column, value: &str) -> Result<Vec<u8>, String> {
+        let key = (column.type_name.clone(), value.to_string());
+        if let Some(raw) = self.answers.get(&key) {
+            self.conversions += 1;
+            return Ok(raw.clone());
+        }
+        let raw = self.ask(column, value)?;
+        if self.answers.len() >= REMEMBERED {
+            self.answers.clear();
+        }
+        self.answers.insert(key, raw.clone());
+        Ok(raw)
+    }
+}
+
+impl Oracle {
+    /// One value, converted by the server.
+    fn ask(&mut self, column: &Column, value: &str) -> Result<Vec<u8>, String> {
         let Oracle {
             runtime,
             info,
             client,
             statements,
             conversions,
+            ..
         } = self;
         runtime.block_on(async {
             if client.is_none() {

@@ -241,7 +241,13 @@ fn dates() {
             Some("-infinity"),
             Some("epoch"),
             Some("1999-1-8"),
-            // Spellings sluice leaves to the server.
+            // Year first with slashes: year-month-day whatever the DateStyle.
+            Some("2012/01/01"),
+            Some("2012/1/9"),
+            Some("201/01/02"),
+            Some("2010/01/02 BC"),
+            // Spellings sluice leaves to the server (the same one twice: its answer is kept).
+            Some("January 8, 1999"),
             Some("January 8, 1999"),
             Some("1/8/1999"),
             Some("19990108"),
@@ -295,6 +301,8 @@ fn timestamps() {
             Some("2024-01-01 00:00:00.0000005"),
             Some("2024-01-01 00:00:00.0000015"),
             Some("2024-01-01"),
+            Some("2010/01/01 00:00"),
+            Some("2010/1/2 3:04:05.5"),
             Some("Jan 8 1999 04:05:06"),
             None,
         ],

@@ -93,7 +93,7 @@ fn trim(s: &[u8]) -> &[u8] {
 
 fn unsupported(what: &str) -> ConvertError {
     ConvertError::Unsupported(format!(
-        "not an ISO 8601 {what} (YYYY-MM-DD...); sluice leaves other spellings to the server"
+        "not an ISO 8601 {what} (YYYY-MM-DD or YYYY/MM/DD...); sluice leaves other spellings to the server"
     ))
 }
 
