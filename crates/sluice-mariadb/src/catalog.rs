@@ -1,0 +1,253 @@
+//! Tables and columns as MariaDB's `information_schema` describes them, and the identity of a
+//! table across runs (the ledger keys loaded files on it).
+//!
+//! A table's id is its schema, name and InnoDB table id: InnoDB gives a table a new id when it
+//! is created again or truncated, so a rerun never takes the rows of a file for being in a
+//! table that replaced the one they were loaded into.
+
+use crate::types::column::{Column, ColumnType};
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
+/// A table as the load uses it.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub schema: String,
+    pub name: String,
+    /// See the module doc.
+    pub id: String,
+    pub engine: String,
+    pub columns: Vec<Column>,
+    /// The ids of the tables its foreign keys reference.
+    pub references: Vec<String>,
+}
+
+impl Table {
+    /// `` `schema`.`name` ``.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+/// Why a table cannot be described.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Db(#[from] mysql_async::Error),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// `` `name` ``, with backticks doubled.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// A string literal for SQL, whatever the session's `sql_mode` (no backslash is taken as an
+/// escape because none is written: backslashes are written as `CHAR(92)` would be awkward, so
+/// the session sluice opens clears `NO_BACKSLASH_ESCAPES` and escapes them).
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// Splits `db.t`, `` `My DB`.`My T` `` or `t` into schema (if given) and name.
+pub fn split_name(name: &str) -> Result<(Option<String>, String), String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut chars = name.trim().chars().peekable();
+    let mut quoted = false;
+    let mut was_quoted = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '`' if quoted && chars.peek() == Some(&'`') => {
+                chars.next();
+                cur.push('`');
+            }
+            '`' => {
+                quoted = !quoted;
+                was_quoted = true;
+            }
+            '.' if !quoted => {
+                parts.push(std::mem::take(&mut cur));
+                was_quoted = false;
+            }
+            c => cur.push(c),
+        }
+    }
+    if quoted {
+        return Err(format!("{name:?} has an unclosed backtick"));
+    }
+    let _ = was_quoted;
+    parts.push(cur);
+    if parts.iter().any(String::is_empty) {
+        return Err(format!("{name:?} is not a table name"));
+    }
+    match parts.len() {
+        1 => Ok((None, parts.remove(0))),
+        2 => {
+            let n = parts.remove(1);
+            Ok((Some(parts.remove(0)), n))
+        }
+        _ => Err(format!("{name:?} has more than two parts (database.table)")),
+    }
+}
+
+/// The table `name` names, with its insertable columns in table order.
+pub async fn describe_table(conn: &mut Conn, name: &str) -> Result<Table, CatalogError> {
+    let (schema, table) = split_name(name).map_err(CatalogError::Usage)?;
+    let schema = match schema {
+        Some(s) => s,
+        None => conn
+            .query_first::<Option<String>, _>("SELECT DATABASE()")
+            .await?
+            .flatten()
+            .ok_or_else(|| {
+                CatalogError::Usage(format!(
+                    "{name} names no database, and the target has none: put it in the target \
+                     (mariadb://host/DATABASE) or name the table as database.table"
+                ))
+            })?,
+    };
+    let found: Option<(String, Option<String>)> = conn
+        .exec_first(
+            "SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&schema, &table),
+        )
+        .await?;
+    let Some((kind, engine)) = found else {
+        return Err(CatalogError::Usage(format!(
+            "there is no table {}.{} in this server",
+            quote_ident(&schema),
+            quote_ident(&table)
+        )));
+    };
+    if kind != "BASE TABLE" {
+        return Err(CatalogError::Usage(format!(
+            "{}.{} is a {}, not a table sluice can load",
+            quote_ident(&schema),
+            quote_ident(&table),
+            kind.to_lowercase()
+        )));
+    }
+    let engine = engine.unwrap_or_default();
+    let columns = columns(conn, &schema, &table).await?;
+    let id = table_id(conn, &schema, &table).await?;
+    let refs: Vec<(String, String)> = conn
+        .exec(
+            "SELECT DISTINCT REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME \
+             FROM information_schema.REFERENTIAL_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (&schema, &table),
+        )
+        .await
+        .unwrap_or_default();
+    let mut references = Vec::new();
+    for (s, t) in refs {
+        references.push(table_id(conn, &s, &t).await?);
+    }
+    Ok(Table {
+        schema,
+        name: table,
+        id,
+        engine,
+        columns,
+        references,
+    })
+}
+
+type ColumnRow = (
+    String,
+    String,
+    String,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<String>,
+    String,
+    String,
+);
+
+async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Column>, CatalogError> {
+    let rows: Vec<ColumnRow> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, \
+                NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME, IS_NULLABLE, EXTRA \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| {
+            let extra = r.8.to_ascii_uppercase();
+            !(extra.contains("GENERATED")
+                || extra.contains("VIRTUAL")
+                || extra.contains("PERSISTENT")
+                || extra.contains("STORED"))
+        })
+        .map(
+            |(name, data_type, column_type, chars, precision, scale, charset, nullable, _)| {
+                Column {
+                    ty: ColumnType::from_catalog(
+                        &data_type,
+                        &column_type,
+                        chars,
+                        precision,
+                        scale,
+                        charset.as_deref(),
+                    ),
+                    name,
+                    type_name: column_type,
+                    not_null: nullable == "NO",
+                }
+            },
+        )
+        .collect())
+}
+
+/// The table's identity: `schema.name#innodb-table-id` (see the module doc); the creation
+/// time stands in where InnoDB's own table list is not readable.
+pub async fn table_id(conn: &mut Conn, schema: &str, table: &str) -> Result<String, CatalogError> {
+    let innodb: Option<u64> = conn
+        .exec_first(
+            "SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES WHERE NAME = ?",
+            (format!("{schema}/{table}"),),
+        )
+        .await
+        .ok()
+        .flatten();
+    let generation = match innodb {
+        Some(id) => id.to_string(),
+        None => conn
+            .exec_first::<Option<String>, _, _>(
+                "SELECT CAST(CREATE_TIME AS CHAR) FROM information_schema.TABLES \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (schema, table),
+            )
+            .await?
+            .flatten()
+            .unwrap_or_default(),
+    };
+    Ok(format!("{schema}.{table}#{generation}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_on_dots_outside_backticks() {
+        assert_eq!(split_name("t"), Ok((None, "t".into())));
+        assert_eq!(split_name("d.t"), Ok((Some("d".into()), "t".into())));
+        assert_eq!(
+            split_name("`my.db`.`a``b`"),
+            Ok((Some("my.db".into()), "a`b".into()))
+        );
+        assert!(split_name("a.b.c").is_err());
+        assert!(split_name("`a").is_err());
+        assert_eq!(quote_ident("a`b"), "`a``b`");
+        assert_eq!(quote_literal("it's a \\"), "'it''s a \\\\'");
+    }
+}
