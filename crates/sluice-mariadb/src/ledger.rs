@@ -285,13 +285,16 @@ pub async fn relation_state(
     }))
 }
 
+/// A file's placement as recorded: file, relation, its id, generation and rows then.
+type PlaceRow = (i64, String, String, Option<String>, Option<bool>);
+
 /// Where finished job `job` put the rows of its files `files`, then and now.
 pub async fn placements(
     conn: &mut Conn,
     job: i64,
     files: &[u32],
 ) -> Result<Vec<PlacementCheck>, mysql_async::Error> {
-    let rows: Vec<(i64, String, String, Option<String>, Option<bool>)> = conn
+    let rows: Vec<PlaceRow> = conn
         .exec(
             "SELECT f.n, COALESCE(p.relation, f.tbl), COALESCE(p.rel_id, f.tbl_id), \
                 p.generation, p.has_rows \

@@ -66,7 +66,7 @@ impl ColumnType {
             "int" | "integer" => int(32),
             "bigint" => int(64),
             "decimal" | "numeric" => match (precision, scale) {
-                (Some(p), Some(s)) if p >= 1 && p <= 65 && s <= 38 && s <= p => {
+                (Some(p), Some(s)) if (1..=65).contains(&p) && s <= 38 && s <= p => {
                     ColumnType::Decimal {
                         precision: p as u32,
                         scale: s as u32,
