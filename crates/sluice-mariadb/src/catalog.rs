@@ -1,9 +1,9 @@
 //! Tables and columns as MariaDB's `information_schema` describes them, and the identity of a
 //! table across runs (the ledger keys loaded files on it).
 //!
-//! A table's id is its schema, name and InnoDB table id: InnoDB gives a table a new id when it
-//! is created again or truncated, so a rerun never takes the rows of a file for being in a
-//! table that replaced the one they were loaded into.
+//! A table's id is its schema, name and creation time, and its generation InnoDB's table id
+//! (see [`table_identity`]), so that a rerun tells a table created again (another table) from
+//! one truncated (the same table, its storage replaced), as PostgreSQL's oid and file node do.
 
 use crate::types::column::{Column, ColumnType};
 use mysql_async::prelude::*;
@@ -207,10 +207,23 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
         .collect())
 }
 
-/// The table's identity: `schema.name#innodb-table-id` (see the module doc); the creation
-/// time stands in where InnoDB's own table list is not readable.
-pub async fn table_id(conn: &mut Conn, schema: &str, table: &str) -> Result<String, CatalogError> {
-    let innodb: Option<u64> = conn
+/// The table's identity, `schema.name@creation time`, and its storage's generation, InnoDB's
+/// table id: a table created again has another creation time (and another table id), a
+/// truncated one keeps its creation time and gets a new table id. The generation is `None`
+/// where InnoDB's own table list is not readable (it needs the PROCESS privilege).
+pub async fn table_identity(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+) -> Result<(String, Option<String>), CatalogError> {
+    let created: Option<Option<String>> = conn
+        .exec_first(
+            "SELECT CAST(CREATE_TIME AS CHAR) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (schema, table),
+        )
+        .await?;
+    let generation: Option<u64> = conn
         .exec_first(
             "SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES WHERE NAME = ?",
             (format!("{schema}/{table}"),),
@@ -218,19 +231,16 @@ pub async fn table_id(conn: &mut Conn, schema: &str, table: &str) -> Result<Stri
         .await
         .ok()
         .flatten();
-    let generation = match innodb {
-        Some(id) => id.to_string(),
-        None => conn
-            .exec_first::<Option<String>, _, _>(
-                "SELECT CAST(CREATE_TIME AS CHAR) FROM information_schema.TABLES \
-                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-                (schema, table),
-            )
-            .await?
-            .flatten()
-            .unwrap_or_default(),
-    };
-    Ok(format!("{schema}.{table}#{generation}"))
+    let created = created.flatten().unwrap_or_default();
+    Ok((
+        format!("{schema}.{table}@{created}"),
+        generation.map(|g| g.to_string()),
+    ))
+}
+
+/// The table's identity alone (see [`table_identity`]).
+pub async fn table_id(conn: &mut Conn, schema: &str, table: &str) -> Result<String, CatalogError> {
+    Ok(table_identity(conn, schema, table).await?.0)
 }
 
 #[cfg(test)]

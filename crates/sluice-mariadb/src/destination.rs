@@ -9,8 +9,8 @@
 //! What it answers about itself ([`Capabilities`]) is what it does today: no staging (every
 //! input loads directly), no prepared transactions (the streams commit back to back; the
 //! ledger, committed with each stream's rows, tells a rerun which streams' rows are in), and
-//! no watch of the streams' sessions yet (a lock wait between two streams ends at the
-//! server's `innodb_lock_wait_timeout`, as a transient error).
+//! no sampling of the server's activity for the verdict yet. The watch (`watchdog.rs`) ends a
+//! stream's wait on a sibling's key and names the key.
 
 use crate::catalog::{describe_table, quote_ident, CatalogError, Table};
 use crate::condition;
@@ -19,11 +19,13 @@ use crate::conninfo::ConnInfo;
 use crate::stream::{Load, ServerError, Stream, StreamOpenError};
 use crate::types::column::Column;
 use crate::types::convert::Converter;
+use crate::watchdog::{Watch, Watched};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice_core::destination::{
-    Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKind,
-    ErrorReport, IdentifierRules, Ledger, LoadTable, RecordEncoder, ServerWaits, TableInfo,
+    Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
+    ErrorKind, ErrorReport, IdentifierRules, Ledger, LoadTable, RecordEncoder, ServerWaits,
+    TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{
@@ -64,6 +66,9 @@ pub struct MariaDbDestination {
     tables: Vec<LoadTarget>,
     #[allow(dead_code)]
     warn: Arc<dyn Fn(String) + Send + Sync>,
+    /// The streams' server connections and the conflicts the watch found.
+    watched: Arc<Watched>,
+    watch: Mutex<Option<Watch>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -109,6 +114,8 @@ impl MariaDbDestination {
             described: Vec::new(),
             tables: Vec::new(),
             warn,
+            watched: Arc::new(Watched::default()),
+            watch: Mutex::new(None),
         })
     }
 
@@ -166,6 +173,39 @@ impl MariaDbDestination {
             duplicate: e.code == 1062,
             cause: (kind == ErrorKind::Rejected).then(|| condition::rejection_cause(e.code)),
         })
+    }
+
+    /// A server error on stream `n`: a statement the watch ended is the conflict it found.
+    fn stream_error(&self, n: usize, e: ServerError) -> DestinationError {
+        let conflict = match e.code {
+            1317 => self.watched.take_conflict(n),
+            _ => None,
+        };
+        let Some(c) = conflict else {
+            return self.error(e);
+        };
+        let mut err = self.error(e);
+        err.kind = ErrorKind::Conflict { blocker: c.blocker };
+        err.message = format!(
+            "stream {} waited for a key of index {} (values {}) that stream {} of this load \
+             holds: {}",
+            n + 1,
+            c.index,
+            c.key.join(", "),
+            c.blocker + 1,
+            err.message
+        );
+        err.duplicate = true;
+        err.cause = Some("unique_violation");
+        err.key = self
+            .key_columns(&c.index)
+            .filter(|cols| cols.len() == c.key.len())
+            .map(|columns| ErrorKey {
+                columns,
+                values: c.key.iter().cloned().map(Some).collect(),
+            });
+        err.index = Some(c.index);
+        err
     }
 
     fn db_error(&self, e: mysql_async::Error) -> DestinationError {
@@ -337,6 +377,7 @@ impl Destination for MariaDbDestination {
             .rt
             .block_on(Stream::open(&self.info))
             .map_err(|e| self.open_error(e))?;
+        self.watched.register(n, stream.id);
         Ok(MariaDbStream {
             dest: self,
             n,
@@ -354,13 +395,21 @@ impl Destination for MariaDbDestination {
         }
     }
 
-    /// No watch of the streams' sessions on MariaDB yet: a stream waiting on a sibling's lock
-    /// waits out `innodb_lock_wait_timeout` and fails as a transient error.
+    /// Watches the streams' lock waits for a sibling conflict (`watchdog.rs`). The server's
+    /// activity is not sampled on MariaDB yet: the verdict gets no classes from it.
     fn watch(&self, _streams: usize) -> Result<(), DestinationError> {
+        let w = self
+            .rt
+            .block_on(Watch::start(&self.info, self.watched.clone()))
+            .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
+        *lock(&self.watch) = Some(w);
         Ok(())
     }
 
     fn stop_watching(&self) -> ServerWaits {
+        if let Some(w) = lock(&self.watch).take() {
+            self.rt.block_on(w.stop());
+        }
         ServerWaits::default()
     }
 
@@ -504,13 +553,19 @@ impl RecordEncoder for MariaDbEncoder {
 /// One connection of a load, inside its transaction.
 pub struct MariaDbStream<'a> {
     dest: &'a MariaDbDestination,
-    #[allow(dead_code)]
     n: usize,
     stream: Stream,
     load: Option<Load>,
     /// Chunk records not yet inserted: they go in with the commit (the same transaction), so
     /// that many small chunks pay one round trip.
     ledger: Vec<(i64, ChunkRecord)>,
+}
+
+/// A stream's connection ends here: the watch no longer counts it as the load's.
+impl Drop for MariaDbStream<'_> {
+    fn drop(&mut self) {
+        self.dest.watched.unregister(self.stream.id);
+    }
 }
 
 /// Chunk records a stream holds before it inserts them anyway.
@@ -521,7 +576,7 @@ impl MariaDbStream<'_> {
         self.dest
             .rt
             .block_on(self.stream.execute(sql))
-            .map_err(|e| self.dest.error(e))
+            .map_err(|e| self.dest.stream_error(self.n, e))
     }
 
     fn flush_ledger(&mut self) -> Result<(), DestinationError> {
@@ -573,7 +628,7 @@ impl DestinationStream for MariaDbStream<'_> {
                 Err(e) => e,
                 Ok(_) => ServerError::client("the server ended the LOAD before its data did"),
             };
-            return Err(self.dest.error(e));
+            return Err(self.dest.stream_error(self.n, e));
         }
         Ok(())
     }
@@ -588,7 +643,7 @@ impl DestinationStream for MariaDbStream<'_> {
         self.dest
             .rt
             .block_on(self.stream.finish(load))
-            .map_err(|e| self.dest.error(e))
+            .map_err(|e| self.dest.stream_error(self.n, e))
     }
 
     /// MariaDB checks foreign keys row by row; nothing waits for the commit but the ledger's

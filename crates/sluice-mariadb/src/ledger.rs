@@ -1,14 +1,16 @@
-//! The resume ledger's tables in the target server (database `sluice_ledger`): jobs, their
-//! files, the chunks each committed, and where each file's rows went. A chunk's row is
+//! The resume ledger's tables in the target's database (`sluice_ledger_jobs`, `_job_files`,
+//! `_job_chunks`, `_job_places`), beside the data as PostgreSQL's `sluice_ledger` schema is:
+//! jobs, their files, the chunks each committed, and where each file's rows went. A user
+//! who may create tables in the database keeps a ledger, with no server-wide privilege. A chunk's row is
 //! inserted by the stream that loads it, in the same InnoDB transaction (`record`), so the
 //! ledger can never disagree with the data.
 //!
-//! A running job is marked by a named lock (`GET_LOCK('sluice_job_N')`) that the load's own
+//! A running job is marked by a named lock (`GET_LOCK('sluice:DB:N')`) that the load's own
 //! connection holds until it ends: a job whose row says `running` but whose lock is free was
 //! interrupted. Unlike PostgreSQL, MariaDB's DDL commits on its own, so the ledger's tables are
 //! created one statement at a time, each `IF NOT EXISTS`.
 
-use crate::catalog::{quote_ident, split_name, table_id};
+use crate::catalog::{quote_ident, split_name, table_identity};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Value};
 use sluice_core::ledger::{
@@ -17,9 +19,7 @@ use sluice_core::ledger::{
 };
 
 const CREATE: &[&str] = &[
-    "CREATE DATABASE IF NOT EXISTS sluice_ledger CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-     COMMENT 'sluice''s resume ledger: which chunks of which files each load committed (sluice jobs)'",
-    "CREATE TABLE IF NOT EXISTS sluice_ledger.jobs (
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_jobs (
         id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         job_key VARCHAR(128) NOT NULL,
         state VARCHAR(16) NOT NULL,
@@ -32,8 +32,9 @@ const CREATE: &[&str] = &[
         started DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
         updated DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
         finished DATETIME(6),
-        KEY jobs_key (job_key)) ENGINE=InnoDB",
-    "CREATE TABLE IF NOT EXISTS sluice_ledger.job_files (
+        KEY jobs_key (job_key)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+        COMMENT 'sluice''s resume ledger: the loads (sluice jobs)'",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_files (
         job BIGINT NOT NULL,
         n INT NOT NULL,
         path TEXT NOT NULL,
@@ -44,23 +45,23 @@ const CREATE: &[&str] = &[
         settings TEXT NOT NULL,
         fingerprint VARCHAR(128) NOT NULL,
         PRIMARY KEY (job, n),
-        KEY job_files_path (path(255))) ENGINE=InnoDB",
-    "CREATE TABLE IF NOT EXISTS sluice_ledger.job_chunks (
+        KEY job_files_path (path(255))) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_chunks (
         job BIGINT NOT NULL,
         file INT NOT NULL,
         start_byte BIGINT NOT NULL,
         end_byte BIGINT,
         `rows` BIGINT NOT NULL,
         committed DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-        PRIMARY KEY (job, file, start_byte)) ENGINE=InnoDB",
-    "CREATE TABLE IF NOT EXISTS sluice_ledger.job_places (
+        PRIMARY KEY (job, file, start_byte)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_places (
         job BIGINT NOT NULL,
         file INT NOT NULL,
         relation VARCHAR(512) NOT NULL,
         rel_id TEXT NOT NULL,
         generation TEXT,
         has_rows BOOLEAN,
-        PRIMARY KEY (job, file, relation)) ENGINE=InnoDB",
+        PRIMARY KEY (job, file, relation)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
 ];
 
 /// Why the ledger cannot be used.
@@ -72,20 +73,27 @@ pub enum LedgerError {
     Refused(String),
 }
 
-fn lock_name(job: i64) -> String {
-    format!("sluice_job_{job}")
-}
+/// The named lock of job `job` of the ledger in the connection's database.
+const LOCK_NAME: &str = "CONCAT('sluice:', DATABASE(), ':', ?)";
 
-/// Creates the ledger's database and tables unless they are there.
+/// Creates the ledger's tables in the target's database unless they are there.
 pub async fn open(conn: &mut Conn) -> Result<(), LedgerError> {
+    let db: Option<Option<String>> = conn.query_first("SELECT DATABASE()").await?;
+    if db.flatten().is_none() {
+        return Err(LedgerError::Refused(
+            "this load keeps no resume ledger: the target names no database, and the ledger \
+             lives in the target's database (mariadb://host/DATABASE)"
+                .into(),
+        ));
+    }
     for sql in CREATE {
         if let Err(e) = conn.query_drop(*sql).await {
             if let mysql_async::Error::Server(s) = &e {
                 if matches!(s.code, 1044 | 1142 | 1227) {
                     return Err(LedgerError::Refused(format!(
-                        "this load keeps no resume ledger: the user may not create the database \
-                         sluice_ledger ({}); GRANT ALL ON sluice_ledger.* to the user, or run \
-                         `sluice jobs` once as one who may",
+                        "this load keeps no resume ledger: the user may not create its tables \
+                         (sluice_ledger_jobs, ...) in the target's database ({}); GRANT CREATE \
+                         on it to the user, or run `sluice jobs` once as one who may",
                         s.message
                     )));
                 }
@@ -114,14 +122,14 @@ type JobRow = (
 const JOB_COLUMNS: &str = "j.id, j.job_key, j.state, j.message, j.tables, j.chunk_size, \
      j.settings, j.chunks_total, j.bytes_total, \
      DATE_FORMAT(j.started, '%Y-%m-%d %H:%i:%s'), DATE_FORMAT(j.finished, '%Y-%m-%d %H:%i:%s'), \
-     IS_USED_LOCK(CONCAT('sluice_job_', j.id)) IS NOT NULL";
+     IS_USED_LOCK(CONCAT('sluice:', DATABASE(), ':', j.id)) IS NOT NULL";
 
 /// Jobs, newest first: with this key, or all, with the chunks and rows each committed.
 pub async fn jobs(conn: &mut Conn, key: Option<&str>) -> Result<Vec<Job>, mysql_async::Error> {
     let rows: Vec<JobRow> = conn
         .exec(
             format!(
-                "SELECT {JOB_COLUMNS} FROM sluice_ledger.jobs j \
+                "SELECT {JOB_COLUMNS} FROM sluice_ledger_jobs j \
                  WHERE ? IS NULL OR j.job_key = ? ORDER BY j.id DESC"
             ),
             (key, key),
@@ -132,7 +140,7 @@ pub async fn jobs(conn: &mut Conn, key: Option<&str>) -> Result<Vec<Job>, mysql_
         let (chunks, done): (i64, i64) = conn
             .exec_first(
                 "SELECT COUNT(*), CAST(COALESCE(SUM(`rows`), 0) AS SIGNED) \
-                 FROM sluice_ledger.job_chunks WHERE job = ?",
+                 FROM sluice_ledger_job_chunks WHERE job = ?",
                 (r.0,),
             )
             .await?
@@ -172,7 +180,7 @@ pub async fn job_files(conn: &mut Conn, job: i64) -> Result<Vec<FileRecord>, mys
     let rows: Vec<(String, String, String, i64, i64, String, String)> = conn
         .exec(
             "SELECT path, tbl, tbl_id, size, modified_ns, fingerprint, settings \
-             FROM sluice_ledger.job_files WHERE job = ? ORDER BY n",
+             FROM sluice_ledger_job_files WHERE job = ? ORDER BY n",
             (job,),
         )
         .await?;
@@ -193,7 +201,7 @@ pub async fn job_files(conn: &mut Conn, job: i64) -> Result<Vec<FileRecord>, mys
 pub async fn job_chunks(conn: &mut Conn, job: i64) -> Result<Vec<ChunkRecord>, mysql_async::Error> {
     let rows: Vec<(i64, i64, Option<i64>, i64)> = conn
         .exec(
-            "SELECT file, start_byte, end_byte, `rows` FROM sluice_ledger.job_chunks \
+            "SELECT file, start_byte, end_byte, `rows` FROM sluice_ledger_job_chunks \
              WHERE job = ? ORDER BY file, start_byte",
             (job,),
         )
@@ -219,7 +227,7 @@ pub async fn loaded_by(
         let found: Option<(i64, String, i64)> = conn
             .exec_first(
                 "SELECT j.id, DATE_FORMAT(j.finished, '%Y-%m-%d %H:%i:%s'), f.n \
-                 FROM sluice_ledger.job_files f JOIN sluice_ledger.jobs j \
+                 FROM sluice_ledger_job_files f JOIN sluice_ledger_jobs j \
                    ON j.id = f.job AND j.state = 'finished' \
                  WHERE f.path = ? AND f.tbl = ? AND f.size = ? AND f.modified_ns = ? \
                    AND f.fingerprint = ? AND f.settings = ? \
@@ -243,8 +251,8 @@ pub async fn loaded_by(
     Ok(out)
 }
 
-/// A relation's state now (`None`: gone): its id (see `catalog::table_id`), which is also
-/// its generation (a truncate gives InnoDB a new table id), and whether it has a row.
+/// A relation's state now (`None`: gone): its id and generation (see
+/// `catalog::table_identity`), and whether it has a row.
 pub async fn relation_state(
     conn: &mut Conn,
     relation: &str,
@@ -262,8 +270,8 @@ pub async fn relation_state(
     if exists.is_none() {
         return Ok(None);
     }
-    let id = match table_id(conn, &schema, &name).await {
-        Ok(id) => id,
+    let (id, generation) = match table_identity(conn, &schema, &name).await {
+        Ok(identity) => identity,
         Err(crate::catalog::CatalogError::Db(e)) => return Err(e),
         Err(_) => return Ok(None),
     };
@@ -279,7 +287,7 @@ pub async fn relation_state(
         .map(|n| n != 0);
     Ok(Some(RelationState {
         name: relation.to_string(),
-        generation: Some(id.clone()),
+        generation,
         id,
         has_rows,
     }))
@@ -298,7 +306,7 @@ pub async fn placements(
         .exec(
             "SELECT f.n, COALESCE(p.relation, f.tbl), COALESCE(p.rel_id, f.tbl_id), \
                 p.generation, p.has_rows \
-             FROM sluice_ledger.job_files f LEFT JOIN sluice_ledger.job_places p \
+             FROM sluice_ledger_job_files f LEFT JOIN sluice_ledger_job_places p \
                ON p.job = f.job AND p.file = f.n \
              WHERE f.job = ? ORDER BY f.n",
             (job,),
@@ -332,13 +340,13 @@ pub async fn placements(
 /// Takes job `job`'s lock for this connection, or says who holds it.
 async fn take_lock(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
     let got: Option<Option<i64>> = conn
-        .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(job),))
+        .exec_first(format!("SELECT GET_LOCK({LOCK_NAME}, 0)"), (job,))
         .await?;
     if got.flatten() == Some(1) {
         return Ok(());
     }
     let holder: Option<Option<u64>> = conn
-        .exec_first("SELECT IS_USED_LOCK(?)", (lock_name(job),))
+        .exec_first(format!("SELECT IS_USED_LOCK({LOCK_NAME})"), (job,))
         .await?;
     let who = match holder.flatten() {
         Some(id) => format!(
@@ -353,7 +361,7 @@ async fn take_lock(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
 }
 
 async fn unlock(conn: &mut Conn, job: i64) -> Result<(), mysql_async::Error> {
-    conn.exec_drop("DO RELEASE_LOCK(?)", (lock_name(job),))
+    conn.exec_drop(format!("DO RELEASE_LOCK({LOCK_NAME})"), (job,))
         .await
 }
 
@@ -362,7 +370,7 @@ pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result
     conn.query_drop("START TRANSACTION").await?;
     let done = async {
         conn.exec_drop(
-            "INSERT INTO sluice_ledger.jobs (job_key, state, tables, chunk_size, settings, \
+            "INSERT INTO sluice_ledger_jobs (job_key, state, tables, chunk_size, settings, \
                 chunks_total, bytes_total) VALUES (?, 'running', ?, ?, ?, ?, ?)",
             (
                 &spec.key,
@@ -395,7 +403,7 @@ pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result
             }
             conn.exec_drop(
                 format!(
-                    "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, \
+                    "INSERT INTO sluice_ledger_job_files (job, n, path, tbl, tbl_id, size, \
                         modified_ns, fingerprint, settings) VALUES {}",
                     values.join(", ")
                 ),
@@ -422,7 +430,7 @@ pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result
 pub async fn resume(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
     take_lock(conn, job).await?;
     conn.exec_drop(
-        "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, \
+        "UPDATE sluice_ledger_jobs SET state = 'running', message = NULL, \
             updated = CURRENT_TIMESTAMP(6) WHERE id = ?",
         (job,),
     )
@@ -438,7 +446,7 @@ pub async fn end(
     message: Option<&str>,
 ) -> Result<(), mysql_async::Error> {
     conn.exec_drop(
-        "UPDATE sluice_ledger.jobs SET state = ?, message = ?, updated = CURRENT_TIMESTAMP(6), \
+        "UPDATE sluice_ledger_jobs SET state = ?, message = ?, updated = CURRENT_TIMESTAMP(6), \
             finished = IF(? = 'finished', CURRENT_TIMESTAMP(6), NULL) WHERE id = ?",
         (state.as_str(), message, state.as_str(), job),
     )
@@ -462,14 +470,14 @@ pub async fn finish(
     }
     conn.query_drop("START TRANSACTION").await?;
     let done = async {
-        conn.exec_drop("DELETE FROM sluice_ledger.job_places WHERE job = ?", (job,))
+        conn.exec_drop("DELETE FROM sluice_ledger_job_places WHERE job = ?", (job,))
             .await?;
         for p in placements {
             let Some(Some(state)) = states.get(&p.relation) else {
                 continue;
             };
             conn.exec_drop(
-                "INSERT IGNORE INTO sluice_ledger.job_places \
+                "INSERT IGNORE INTO sluice_ledger_job_places \
                     (job, file, relation, rel_id, generation, has_rows) VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     job,
@@ -483,7 +491,7 @@ pub async fn finish(
             .await?;
         }
         conn.exec_drop(
-            "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
+            "UPDATE sluice_ledger_jobs SET state = 'finished', message = NULL, \
                 updated = CURRENT_TIMESTAMP(6), finished = CURRENT_TIMESTAMP(6) WHERE id = ?",
             (job,),
         )
@@ -501,7 +509,7 @@ pub async fn finish(
 /// Removes a job that no process runs, with its records.
 pub async fn forget(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
     let exists: Option<i64> = conn
-        .exec_first("SELECT id FROM sluice_ledger.jobs WHERE id = ?", (job,))
+        .exec_first("SELECT id FROM sluice_ledger_jobs WHERE id = ?", (job,))
         .await?;
     if exists.is_none() {
         return Err(LedgerError::Refused(format!(
@@ -513,12 +521,12 @@ pub async fn forget(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
         conn.query_drop("START TRANSACTION").await?;
         for t in ["job_chunks", "job_places", "job_files"] {
             conn.exec_drop(
-                format!("DELETE FROM sluice_ledger.{t} WHERE job = ?"),
+                format!("DELETE FROM sluice_ledger_{t} WHERE job = ?"),
                 (job,),
             )
             .await?;
         }
-        conn.exec_drop("DELETE FROM sluice_ledger.jobs WHERE id = ?", (job,))
+        conn.exec_drop("DELETE FROM sluice_ledger_jobs WHERE id = ?", (job,))
             .await?;
         conn.query_drop("COMMIT").await
     }
@@ -552,7 +560,7 @@ pub async fn record(
         }
         conn.exec_drop(
             format!(
-                "INSERT INTO sluice_ledger.job_chunks (job, file, start_byte, end_byte, `rows`) \
+                "INSERT INTO sluice_ledger_job_chunks (job, file, start_byte, end_byte, `rows`) \
                  VALUES {}",
                 values.join(", ")
             ),

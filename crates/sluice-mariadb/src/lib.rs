@@ -12,10 +12,11 @@
 //! - [`types`]: MariaDB's type rules on the client, and the canonical stream's encoding;
 //! - [`condition`]: error codes to the engine's error kinds;
 //! - [`ledger`]: the resume ledger's tables in the server (`sluice jobs`);
+//! - [`watchdog`]: spotting two streams of one load waiting on each other;
 //! - [`cluster`]: a private MariaDB server in a directory, for tests.
 //!
 //! Not here yet (the README's "not on MariaDB yet"): staging and `EXCHANGE PARTITION`, XA
-//! prepare, the watch of the streams' sessions, `probe`, TLS.
+//! prepare, the server's activity classes for the verdict, `probe`, TLS.
 
 pub mod catalog;
 pub mod cluster;
@@ -26,3 +27,4 @@ pub mod destination;
 pub mod ledger;
 pub mod stream;
 pub mod types;
+pub mod watchdog;
