@@ -2,8 +2,8 @@
 //! idea as the PostgreSQL destination's private cluster. `mariadb-install-db` makes the data
 //! directory, `mariadbd` serves it on a free port of 127.0.0.1 (as the `mysql` user when run
 //! as root, which the server requires), with the bulk-load settings of [`bulk_load_settings`]
-//! written in one list. A user with a password is made for the tests, so that the password
-//! conventions are exercised for real.
+//! (the one list, `bulk-load.cnf`). A user with a password is made for the tests, so that the
+//! password conventions are exercised for real.
 //!
 //! Every wait is bounded: the server must answer within [`START_WAIT`], and stopping it ends
 //! with SIGKILL if a clean shutdown takes longer than [`STOP_WAIT`].
@@ -43,28 +43,25 @@ fn io(what: &str, source: std::io::Error) -> ClusterError {
     }
 }
 
-/// The server settings for bulk loading, in one list (`mariadbd --name=value`): a buffer pool
-/// and redo log large enough that a load is not checkpoint-bound, the log flushed once a
-/// second rather than at every commit (a crash may lose the last second, which the ledger's
-/// rerun loads again), no binary log, `LOAD DATA LOCAL` allowed, utf8mb4 throughout, and
-/// packets large enough for any row. MariaDB has no switch to turn the redo log off.
+/// The server settings for bulk loading (`mariadbd --name=value`), from the one list in
+/// `bulk-load.cnf` (which says why each is there; `bench/mariadb-local` reads the same file).
 pub fn bulk_load_settings() -> Vec<(String, String)> {
-    [
-        ("innodb_buffer_pool_size", "512M"),
-        ("innodb_log_file_size", "512M"),
-        ("innodb_flush_log_at_trx_commit", "2"),
-        ("innodb_doublewrite", "0"),
-        ("skip_log_bin", ""),
-        ("local_infile", "1"),
-        ("max_allowed_packet", "256M"),
-        ("character_set_server", "utf8mb4"),
-        ("collation_server", "utf8mb4_general_ci"),
-        ("max_connections", "200"),
-        ("skip_name_resolve", ""),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    parse_settings(BULK_LOAD_CNF)
+}
+
+/// The one list of bulk-load settings, as an option file.
+pub const BULK_LOAD_CNF: &str = include_str!("bulk-load.cnf");
+
+/// `name = value` and bare `name` lines of an option file (sections and comments skipped).
+fn parse_settings(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('['))
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) => (k.trim().to_string(), v.trim().to_string()),
+            None => (l.to_string(), String::new()),
+        })
+        .collect()
 }
 
 /// The user and password the private server's loads connect with.
@@ -324,4 +321,17 @@ pub fn free_port() -> Result<u16, ClusterError> {
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| io("finding a free port", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_one_list_of_bulk_settings_parses() {
+        let s = bulk_load_settings();
+        assert!(s.contains(&("innodb_flush_log_at_trx_commit".into(), "2".into())));
+        assert!(s.contains(&("skip_log_bin".into(), String::new())));
+        assert!(s.contains(&("local_infile".into(), "1".into())));
+    }
 }
