@@ -43,41 +43,26 @@ pub fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
-/// A string literal for SQL, whatever the session's `sql_mode` (no backslash is taken as an
-/// escape because none is written: backslashes are written as `CHAR(92)` would be awkward, so
-/// the session sluice opens clears `NO_BACKSLASH_ESCAPES` and escapes them).
-pub fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
-}
-
 /// Splits `db.t`, `` `My DB`.`My T` `` or `t` into schema (if given) and name.
 pub fn split_name(name: &str) -> Result<(Option<String>, String), String> {
     let mut parts = Vec::new();
     let mut cur = String::new();
     let mut chars = name.trim().chars().peekable();
     let mut quoted = false;
-    let mut was_quoted = false;
     while let Some(c) = chars.next() {
         match c {
             '`' if quoted && chars.peek() == Some(&'`') => {
                 chars.next();
                 cur.push('`');
             }
-            '`' => {
-                quoted = !quoted;
-                was_quoted = true;
-            }
-            '.' if !quoted => {
-                parts.push(std::mem::take(&mut cur));
-                was_quoted = false;
-            }
+            '`' => quoted = !quoted,
+            '.' if !quoted => parts.push(std::mem::take(&mut cur)),
             c => cur.push(c),
         }
     }
     if quoted {
         return Err(format!("{name:?} has an unclosed backtick"));
     }
-    let _ = was_quoted;
     parts.push(cur);
     if parts.iter().any(String::is_empty) {
         return Err(format!("{name:?} is not a table name"));
@@ -258,6 +243,5 @@ mod tests {
         assert!(split_name("a.b.c").is_err());
         assert!(split_name("`a").is_err());
         assert_eq!(quote_ident("a`b"), "`a``b`");
-        assert_eq!(quote_literal("it's a \\"), "'it''s a \\\\'");
     }
 }

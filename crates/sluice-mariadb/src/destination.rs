@@ -1,6 +1,6 @@
 //! MariaDB as a [`Destination`]: the engine's one interface, implemented with `LOAD DATA LOCAL
 //! INFILE` streams of sluice's canonical text, each in one InnoDB transaction, with the
-//! warning trap closed (`stream.rs`) and the ledger in the server (`ledger.rs`).
+//! warning trap closed (`stream.rs`) and the ledger in the target's database (`ledger.rs`).
 //!
 //! [`MariaDbDestination`] owns the tokio runtime its connections run on, so the engine stays
 //! free of async code and of `mysql_async`. It keeps one connection of its own for the catalog
@@ -64,8 +64,6 @@ pub struct MariaDbDestination {
     free_slots: Option<u64>,
     described: Vec<Table>,
     tables: Vec<LoadTarget>,
-    #[allow(dead_code)]
-    warn: Arc<dyn Fn(String) + Send + Sync>,
     /// The streams' server connections and the conflicts the watch found.
     watched: Arc<Watched>,
     watch: Mutex<Option<Watch>>,
@@ -77,10 +75,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MariaDbDestination {
     /// Connects, and reads the server's version and free connection slots.
-    pub fn open(
-        info: &ConnInfo,
-        warn: Arc<dyn Fn(String) + Send + Sync>,
-    ) -> Result<MariaDbDestination, OpenError> {
+    pub fn open(info: &ConnInfo) -> Result<MariaDbDestination, OpenError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -113,7 +108,6 @@ impl MariaDbDestination {
             free_slots: free,
             described: Vec::new(),
             tables: Vec::new(),
-            warn,
             watched: Arc::new(Watched::default()),
             watch: Mutex::new(None),
         })

@@ -67,6 +67,38 @@ fn tpch_sf01_matches_the_servers_own_strict_load_data_infile() {
 }
 
 #[test]
+fn edge_values_match_the_servers_own_strict_load_data_infile() {
+    let d = mdb("edges");
+    d.sql(
+        "CREATE TABLE e (ti tinyint, tu tinyint unsigned, si smallint, mi mediumint, \
+         i int, iu int unsigned, bi bigint, bu bigint unsigned, p decimal(5,2), \
+         q decimal(38,10), dt date, ts datetime(6), v varchar(4) CHARACTER SET utf8mb4, \
+         c char(3) CHARACTER SET utf8mb4, t text); CREATE TABLE e_ref LIKE e",
+    );
+    let lines = [
+        "-128\t0\t-32768\t-8388608\t-2147483648\t0\t-9223372036854775808\t0\t-999.99\t\
+         -9999999999999999999999999999.9999999999\t1000-01-01\t1000-01-01 00:00:00\t\t\t",
+        "127\t255\t32767\t8388607\t2147483647\t4294967295\t9223372036854775807\t\
+         18446744073709551615\t999.99\t0.0000000001\t9999-12-31\t9999-12-31 23:59:59.999999\t\
+         äöüß\tab \tline\\nbreak\\ttab\\\\slash",
+        "+7\t007\t-0\t0\t1\t1\t1\t1\t1.005\t-0.00000000005\t2024-02-29\t\
+         2024-02-29T12:34:56.5\tabc   \té\t\\N",
+        "\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t-1.005\t\\N\t\\N\t\\N\t\\N\t\\N\t🦀",
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let f = d.file("edges.txt", text.as_bytes());
+    d.server_load("e_ref", &f, "\\t")
+        .unwrap_or_else(|e| panic!("the server's strict LOAD DATA INFILE: {e}"));
+    assert_ok(&d.load(
+        &["--table", "e", "--format", "text", f.to_str().unwrap()],
+        &[],
+        60,
+    ));
+    d.assert_same_rows("e", "e_ref");
+    assert_eq!(d.count("e"), 4);
+}
+
+#[test]
 fn a_value_only_the_server_refuses_fails_the_load_and_commits_nothing() {
     let d = mdb("trap");
     // sluice does not check ENUM values itself: the server does, and under LOAD DATA LOCAL
