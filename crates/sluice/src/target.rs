@@ -59,6 +59,14 @@ pub fn resolve(
     let explicit = target
         .map(str::to_string)
         .or_else(|| std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()));
+    if explicit.as_deref().is_some_and(is_mariadb_target) {
+        return Err(BadTarget(
+            "this command is not on MariaDB yet (`sluice load` and `sluice jobs` are): it \
+             takes a PostgreSQL target"
+                .into(),
+        )
+        .into());
+    }
     if explicit.is_some() || environment_names_server() {
         let info =
             ConnInfo::resolve(explicit.as_deref().unwrap_or(""), &ProcessEnv).map_err(BadTarget)?;

@@ -347,3 +347,33 @@ fn my_cnf_client_section_gives_user_password_and_port() {
         printed(&o)
     );
 }
+
+#[test]
+fn commands_not_on_mariadb_yet_say_so() {
+    let d = mdb("notyet");
+    let o = sluice_cmd()
+        .args(["ddl", "tpch", "--create", "--target", &d.url])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
+    assert!(stderr(&o).contains("not on MariaDB yet"), "{}", printed(&o));
+    assert!(!printed(&o).contains(d.password()), "{}", printed(&o));
+    d.sql("CREATE TABLE t (i int NOT NULL)");
+    let f = d.file("t.txt", b"1\n");
+    let o = d.load(
+        &[
+            "--table",
+            "t",
+            "--format",
+            "text",
+            "--strategy",
+            "stage",
+            f.to_str().unwrap(),
+        ],
+        &[],
+        60,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
+    assert!(stderr(&o).contains("cannot stage"), "{}", printed(&o));
+    assert_eq!(d.count("t"), 0);
+}
