@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the tests need and is missing (PostgreSQL's server
-# package, Chromium, rustfmt and clippy), then formatting, lints, and every test binary against
-# a real PostgreSQL (the tests start their own private clusters; nothing needs to be running).
+# package, MariaDB's server and client, Chromium, rustfmt and clippy), then formatting, lints,
+# and every test binary against real PostgreSQL and MariaDB servers (the tests start their own
+# private ones; nothing needs to be running).
 # Every test binary runs even when one fails (--no-fail-fast), and the last line is the totals
 # over all of them, printed whatever the outcome; the exit code is cargo's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-postgres.sh
+scripts/ensure-mariadb.sh
 scripts/ensure-chromium.sh
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
   echo "rustfmt or clippy is missing: adding them with rustup" >&2

@@ -58,7 +58,8 @@ struct Cli {
 // Parsed once; boxing the biggest variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 enum Command {
-    /// Load files into PostgreSQL tables over parallel binary COPY.
+    /// Load files into PostgreSQL tables over parallel binary COPY (or MariaDB's, over LOAD DATA
+    /// LOCAL: --target mariadb://...).
     Load(commands::load::LoadArgs),
     /// Generate benchmark data.
     #[command(subcommand)]

@@ -1,6 +1,7 @@
 //! Which server a command talks to: the one named by `--target` or the environment, or else
 //! sluice's own private cluster, started on demand.
 
+use sluice_mariadb::conninfo::is_mariadb_target;
 use sluice_postgres::cluster::{bulk_load_settings, Cluster};
 use sluice_postgres::conninfo::{ConnInfo, ProcessEnv};
 use std::path::PathBuf;
@@ -58,6 +59,14 @@ pub fn resolve(
     let explicit = target
         .map(str::to_string)
         .or_else(|| std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()));
+    if explicit.as_deref().is_some_and(is_mariadb_target) {
+        return Err(BadTarget(
+            "this command is not on MariaDB yet (`sluice load` and `sluice jobs` are): it \
+             takes a PostgreSQL target"
+                .into(),
+        )
+        .into());
+    }
     if explicit.is_some() || environment_names_server() {
         let info =
             ConnInfo::resolve(explicit.as_deref().unwrap_or(""), &ProcessEnv).map_err(BadTarget)?;
@@ -81,4 +90,25 @@ pub fn resolve(
         .ok_or_else(|| anyhow::anyhow!("the private cluster has no port"))?;
     let info = ConnInfo::resolve(&url, &ProcessEnv).map_err(|e| anyhow::anyhow!(e))?;
     Ok(Target { info })
+}
+
+/// The MariaDB target a command names, if it names one: `--target`, else `DATABASE_URL`, when
+/// it starts with `mariadb://` or `mysql://`.
+pub fn mariadb_target(target: Option<&str>) -> Option<String> {
+    let explicit = target
+        .map(str::to_string)
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()))?;
+    is_mariadb_target(&explicit).then_some(explicit)
+}
+
+/// Resolves a MariaDB target with the client's conventions (`~/.my.cnf`, `MYSQL_*`), printing
+/// what the user should know about how (never the password).
+pub fn resolve_mariadb(target: &str) -> anyhow::Result<sluice_mariadb::conninfo::ConnInfo> {
+    let info =
+        sluice_mariadb::conninfo::ConnInfo::resolve(target, &sluice_mariadb::conninfo::ProcessEnv)
+            .map_err(BadTarget)?;
+    for w in &info.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(info)
 }

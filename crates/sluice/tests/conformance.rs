@@ -1,6 +1,5 @@
 //! The destination contract's behaviours, written once and run against every destination's
-//! real server through the command line, as a user runs it: PostgreSQL now; MariaDB's fixture
-//! joins when its destination lands. Each behaviour takes a [`Server`] fixture that starts
+//! real server through the command line, as a user runs it: PostgreSQL and MariaDB. Each behaviour takes a [`Server`] fixture that starts
 //! nothing fake: a fresh database on a real server, and the few things only its SQL can do
 //! (a partitioned table, ending one of the load's sessions).
 //!
@@ -299,5 +298,64 @@ impl Target for common::Db {
             self.name
         ));
         ended.trim() == "1"
+    }
+}
+
+conformance!(
+    mariadb,
+    super::MariaDb,
+    [
+        all_or_nothing_across_streams,
+        a_duplicate_across_streams,
+        rejects_and_isolation,
+        the_ledger_resumes_after_a_kill_at_the_commit,
+        a_rerun_after_truncate_loads_again,
+        the_stage_strategy_or_its_fallback,
+        a_lost_connection_is_retried,
+    ]
+);
+
+/// MariaDB: the test server (`common::mariadb::maria`), a database per test.
+struct MariaDb;
+
+impl Server for MariaDb {
+    fn fresh(&self, test: &str) -> Box<dyn Target> {
+        Box::new(common::mariadb::mdb(test))
+    }
+}
+
+impl Target for common::mariadb::MDb {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn sql(&self, sql: &str) -> String {
+        common::mariadb::MDb::sql(self, sql)
+    }
+
+    fn count(&self, table: &str) -> u64 {
+        common::mariadb::MDb::count(self, table)
+    }
+
+    /// MariaDB cannot stage yet.
+    fn partitioned(&self, _name: &str, _bounds: &[(u32, u32)]) -> Option<()> {
+        None
+    }
+
+    fn end_a_loading_session(&self) -> bool {
+        let id = self.sql(&format!(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{}' \
+             AND INFO LIKE 'LOAD DATA%' LIMIT 1",
+            self.name
+        ));
+        let id = id.trim();
+        if id.is_empty() {
+            return false;
+        }
+        self.try_sql(&format!("KILL {id}")).is_ok()
     }
 }

@@ -332,12 +332,24 @@ impl<D: Destination> RunContext<'_, D> {
             .and_then(|i| self.dest.key_columns(i))
             .zip(e.record)
             .and_then(|(cols, n)| search.key_at(chunk, n, &cols));
-        let Some((key, at)) = located else {
-            return self.unnamed_conflict(stream, blocker, index);
+        let waiter = match located {
+            Some((key, at)) => Some((
+                key,
+                conflict::Row {
+                    chunk: chunk.id,
+                    at,
+                },
+            )),
+            // A destination that knows the key the waiter asked for, but not its record (it
+            // saw the wait, not the row): the row is found by its key in the chunk.
+            None => e
+                .key
+                .clone()
+                .and_then(|k| self.named_key(k, &[chunk]))
+                .and_then(|key| search.find(&key, &[chunk]).map(|row| (key, row))),
         };
-        let waiter = conflict::Row {
-            chunk: chunk.id,
-            at,
+        let Some((key, waiter)) = waiter else {
+            return self.unnamed_conflict(stream, blocker, index);
         };
         let other = search.find(&key, &self.chunks_of(blocker));
         sibling_conflict(

@@ -6,7 +6,7 @@
 use crate::destination::{self, WithDestination};
 use crate::failure::Failure;
 use clap::{Args, Subcommand};
-use sluice_core::destination::{Ledger, Staging};
+use sluice_core::destination::Ledger;
 use sluice_core::ledger::{Job, JobState};
 use sluice_engine::ledger::ledger_failure;
 use std::path::PathBuf;
@@ -64,7 +64,7 @@ pub fn run(args: JobsArgs) -> Result<(), Failure> {
 struct Jobs(JobsArgs);
 
 impl WithDestination<Result<(), Failure>> for Jobs {
-    fn call<D: Ledger + Staging>(self, dest: &mut D) -> Result<(), Failure> {
+    fn call<D: Ledger>(self, dest: &mut D) -> Result<(), Failure> {
         jobs(self.0, dest)
     }
 }

@@ -51,6 +51,9 @@ pub struct LoadArgs {
 
     /// Connection: a URI (postgresql://user@host:5432/db) or key=value string; libpq's PG*
     /// variables and ~/.pgpass fill the gaps. Without it, sluice's private cluster is used.
+    /// mariadb://user@host:3306/db (or mysql://) loads into MariaDB, with ~/.my.cnf's [client]
+    /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps; not on MariaDB yet: the
+    /// stage strategy, --prepare (commits back to back), the watch, TLS.
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
 

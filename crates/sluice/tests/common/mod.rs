@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod mariadb;
+
 use sluice_postgres::cluster::Cluster;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -237,6 +239,10 @@ pub fn sluice_cmd() -> Command {
         "PGDATABASE",
         "PGPASSWORD",
         "DATABASE_URL",
+        "MYSQL_HOST",
+        "MYSQL_TCP_PORT",
+        "MYSQL_PWD",
+        "MYSQL_UNIX_PORT",
     ] {
         c.env_remove(k);
     }

@@ -1,0 +1,247 @@
+//! Tables and columns as MariaDB's `information_schema` describes them, and the identity of a
+//! table across runs (the ledger keys loaded files on it).
+//!
+//! A table's id is its schema, name and creation time, and its generation InnoDB's table id
+//! (see [`table_identity`]), so that a rerun tells a table created again (another table) from
+//! one truncated (the same table, its storage replaced), as PostgreSQL's oid and file node do.
+
+use crate::types::column::{Column, ColumnType};
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
+/// A table as the load uses it.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub schema: String,
+    pub name: String,
+    /// See the module doc.
+    pub id: String,
+    pub engine: String,
+    pub columns: Vec<Column>,
+    /// The ids of the tables its foreign keys reference.
+    pub references: Vec<String>,
+}
+
+impl Table {
+    /// `` `schema`.`name` ``.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+/// Why a table cannot be described.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Db(#[from] mysql_async::Error),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// `` `name` ``, with backticks doubled.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// Splits `db.t`, `` `My DB`.`My T` `` or `t` into schema (if given) and name.
+pub fn split_name(name: &str) -> Result<(Option<String>, String), String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut chars = name.trim().chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '`' if quoted && chars.peek() == Some(&'`') => {
+                chars.next();
+                cur.push('`');
+            }
+            '`' => quoted = !quoted,
+            '.' if !quoted => parts.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    if quoted {
+        return Err(format!("{name:?} has an unclosed backtick"));
+    }
+    parts.push(cur);
+    if parts.iter().any(String::is_empty) {
+        return Err(format!("{name:?} is not a table name"));
+    }
+    match parts.len() {
+        1 => Ok((None, parts.remove(0))),
+        2 => {
+            let n = parts.remove(1);
+            Ok((Some(parts.remove(0)), n))
+        }
+        _ => Err(format!("{name:?} has more than two parts (database.table)")),
+    }
+}
+
+/// The table `name` names, with its insertable columns in table order.
+pub async fn describe_table(conn: &mut Conn, name: &str) -> Result<Table, CatalogError> {
+    let (schema, table) = split_name(name).map_err(CatalogError::Usage)?;
+    let schema = match schema {
+        Some(s) => s,
+        None => conn
+            .query_first::<Option<String>, _>("SELECT DATABASE()")
+            .await?
+            .flatten()
+            .ok_or_else(|| {
+                CatalogError::Usage(format!(
+                    "{name} names no database, and the target has none: put it in the target \
+                     (mariadb://host/DATABASE) or name the table as database.table"
+                ))
+            })?,
+    };
+    let found: Option<(String, Option<String>)> = conn
+        .exec_first(
+            "SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&schema, &table),
+        )
+        .await?;
+    let Some((kind, engine)) = found else {
+        return Err(CatalogError::Usage(format!(
+            "there is no table {}.{} in this server",
+            quote_ident(&schema),
+            quote_ident(&table)
+        )));
+    };
+    if kind != "BASE TABLE" {
+        return Err(CatalogError::Usage(format!(
+            "{}.{} is a {}, not a table sluice can load",
+            quote_ident(&schema),
+            quote_ident(&table),
+            kind.to_lowercase()
+        )));
+    }
+    let engine = engine.unwrap_or_default();
+    let columns = columns(conn, &schema, &table).await?;
+    let id = table_id(conn, &schema, &table).await?;
+    let refs: Vec<(String, String)> = conn
+        .exec(
+            "SELECT DISTINCT REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME \
+             FROM information_schema.REFERENTIAL_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (&schema, &table),
+        )
+        .await
+        .unwrap_or_default();
+    let mut references = Vec::new();
+    for (s, t) in refs {
+        references.push(table_id(conn, &s, &t).await?);
+    }
+    Ok(Table {
+        schema,
+        name: table,
+        id,
+        engine,
+        columns,
+        references,
+    })
+}
+
+type ColumnRow = (
+    String,
+    String,
+    String,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<String>,
+    String,
+    String,
+);
+
+async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Column>, CatalogError> {
+    let rows: Vec<ColumnRow> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, \
+                NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME, IS_NULLABLE, EXTRA \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| {
+            let extra = r.8.to_ascii_uppercase();
+            !(extra.contains("GENERATED")
+                || extra.contains("VIRTUAL")
+                || extra.contains("PERSISTENT")
+                || extra.contains("STORED"))
+        })
+        .map(
+            |(name, data_type, column_type, chars, precision, scale, charset, nullable, _)| {
+                Column {
+                    ty: ColumnType::from_catalog(
+                        &data_type,
+                        &column_type,
+                        chars,
+                        precision,
+                        scale,
+                        charset.as_deref(),
+                    ),
+                    name,
+                    type_name: column_type,
+                    not_null: nullable == "NO",
+                }
+            },
+        )
+        .collect())
+}
+
+/// The table's identity, `schema.name@creation time`, and its storage's generation, InnoDB's
+/// table id: a table created again has another creation time (and another table id), a
+/// truncated one keeps its creation time and gets a new table id. The generation is `None`
+/// where InnoDB's own table list is not readable (it needs the PROCESS privilege).
+pub async fn table_identity(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+) -> Result<(String, Option<String>), CatalogError> {
+    let created: Option<Option<String>> = conn
+        .exec_first(
+            "SELECT CAST(CREATE_TIME AS CHAR) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (schema, table),
+        )
+        .await?;
+    let generation: Option<u64> = conn
+        .exec_first(
+            "SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES WHERE NAME = ?",
+            (format!("{schema}/{table}"),),
+        )
+        .await
+        .ok()
+        .flatten();
+    let created = created.flatten().unwrap_or_default();
+    Ok((
+        format!("{schema}.{table}@{created}"),
+        generation.map(|g| g.to_string()),
+    ))
+}
+
+/// The table's identity alone (see [`table_identity`]).
+pub async fn table_id(conn: &mut Conn, schema: &str, table: &str) -> Result<String, CatalogError> {
+    Ok(table_identity(conn, schema, table).await?.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_on_dots_outside_backticks() {
+        assert_eq!(split_name("t"), Ok((None, "t".into())));
+        assert_eq!(split_name("d.t"), Ok((Some("d".into()), "t".into())));
+        assert_eq!(
+            split_name("`my.db`.`a``b`"),
+            Ok((Some("my.db".into()), "a`b".into()))
+        );
+        assert!(split_name("a.b.c").is_err());
+        assert!(split_name("`a").is_err());
+        assert_eq!(quote_ident("a`b"), "`a``b`");
+    }
+}

@@ -1,0 +1,687 @@
+//! MariaDB as a [`Destination`]: the engine's one interface, implemented with `LOAD DATA LOCAL
+//! INFILE` streams of sluice's canonical text, each in one InnoDB transaction, with the
+//! warning trap closed (`stream.rs`) and the ledger in the target's database (`ledger.rs`).
+//!
+//! [`MariaDbDestination`] owns the tokio runtime its connections run on, so the engine stays
+//! free of async code and of `mysql_async`. It keeps one connection of its own for the catalog
+//! and the ledger (it holds the running job's named lock), and each stream opens its own.
+//!
+//! What it answers about itself ([`Capabilities`]) is what it does today: no staging (every
+//! input loads directly), no prepared transactions (the streams commit back to back; the
+//! ledger, committed with each stream's rows, tells a rerun which streams' rows are in), and
+//! no sampling of the server's activity for the verdict yet. The watch (`watchdog.rs`) ends a
+//! stream's wait on a sibling's key and names the key.
+
+use crate::catalog::{describe_table, quote_ident, CatalogError, Table};
+use crate::condition;
+use crate::connect::{connect, scrub};
+use crate::conninfo::ConnInfo;
+use crate::stream::{Load, ServerError, Stream, StreamOpenError};
+use crate::types::column::Column;
+use crate::types::convert::Converter;
+use crate::watchdog::{Watch, Watched};
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use sluice_core::destination::{
+    Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
+    ErrorKind, ErrorReport, IdentifierRules, Ledger, LoadTable, RecordEncoder, ServerWaits,
+    TableInfo,
+};
+use sluice_core::error::RecordError;
+use sluice_core::ledger::{
+    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+};
+use sluice_core::records::Fields;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::runtime::Runtime;
+
+/// Why the destination could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Connect(#[from] crate::connect::ConnectError),
+    #[error("cannot start the connection runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("{0}")]
+    Server(String),
+}
+
+/// One table as the load fills it: the plan's columns, in field order.
+#[derive(Clone, Debug)]
+struct LoadTarget {
+    table: Table,
+    columns: Vec<Column>,
+}
+
+/// A MariaDB (or MySQL) server, for one load.
+pub struct MariaDbDestination {
+    rt: Runtime,
+    pub info: ConnInfo,
+    /// The load's own connection: catalog and ledger (it holds the running job's lock).
+    conn: Mutex<Option<Conn>>,
+    /// `VERSION()`, for reports.
+    pub version: String,
+    free_slots: Option<u64>,
+    described: Vec<Table>,
+    tables: Vec<LoadTarget>,
+    /// The streams' server connections and the conflicts the watch found.
+    watched: Arc<Watched>,
+    watch: Mutex<Option<Watch>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MariaDbDestination {
+    /// Connects, and reads the server's version and free connection slots.
+    pub fn open(info: &ConnInfo) -> Result<MariaDbDestination, OpenError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("sluice-net")
+            .build()
+            .map_err(OpenError::Runtime)?;
+        let (conn, version, free) = rt.block_on(async {
+            let mut conn = connect(info).await?;
+            let server = |e: mysql_async::Error| OpenError::Server(scrub(&e.to_string(), info));
+            let version: String = conn
+                .query_first("SELECT VERSION()")
+                .await
+                .map_err(server)?
+                .unwrap_or_default();
+            let free: Option<(u64, u64)> = conn
+                .query_first(
+                    "SELECT @@max_connections, \
+                     (SELECT COUNT(*) FROM information_schema.PROCESSLIST)",
+                )
+                .await
+                .ok()
+                .flatten();
+            Ok::<_, OpenError>((conn, version, free.map(|(m, used)| m.saturating_sub(used))))
+        })?;
+        Ok(MariaDbDestination {
+            rt,
+            info: info.clone(),
+            conn: Mutex::new(Some(conn)),
+            version,
+            free_slots: free,
+            described: Vec::new(),
+            tables: Vec::new(),
+            watched: Arc::new(Watched::default()),
+            watch: Mutex::new(None),
+        })
+    }
+
+    /// The load's own connection, connected anew if it was lost.
+    fn own(&self) -> Result<MutexGuard<'_, Option<Conn>>, DestinationError> {
+        let mut g = lock(&self.conn);
+        if g.is_none() {
+            let c = self
+                .rt
+                .block_on(connect(&self.info))
+                .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
+            *g = Some(c);
+        }
+        Ok(g)
+    }
+
+    /// Runs `f` on the load's own connection.
+    fn on_own<T>(
+        &self,
+        f: impl FnOnce(&Runtime, &mut Conn) -> Result<T, DestinationError>,
+    ) -> Result<T, DestinationError> {
+        let mut g = self.own()?;
+        let conn = g.as_mut().expect("connected above");
+        let r = f(&self.rt, conn);
+        if let Err(e) = &r {
+            if e.kind == ErrorKind::Connection {
+                *g = None;
+            }
+        }
+        r
+    }
+
+    /// A server error on stream `n` (or the own connection) in the engine's terms.
+    fn error(&self, e: ServerError) -> DestinationError {
+        let kind = if e.lost {
+            ErrorKind::Connection
+        } else if e.warning {
+            ErrorKind::Rejected
+        } else if e.code == 0 {
+            ErrorKind::Other
+        } else {
+            condition::classify(e.code)
+        };
+        let message = scrub(&e.message, &self.info);
+        DestinationError::from(ErrorReport {
+            kind,
+            summary: message.clone(),
+            message,
+            detail: None,
+            record: e.record,
+            column: e.column.clone(),
+            key: None,
+            index: None,
+            referenced_table: None,
+            duplicate: e.code == 1062,
+            cause: (kind == ErrorKind::Rejected).then(|| condition::rejection_cause(e.code)),
+        })
+    }
+
+    /// A server error on stream `n`: a statement the watch ended is the conflict it found.
+    fn stream_error(&self, n: usize, e: ServerError) -> DestinationError {
+        let conflict = match e.code {
+            1317 => self.watched.take_conflict(n),
+            _ => None,
+        };
+        let Some(c) = conflict else {
+            return self.error(e);
+        };
+        let mut err = self.error(e);
+        err.kind = ErrorKind::Conflict { blocker: c.blocker };
+        err.message = format!(
+            "stream {} waited for a key of index {} (values {}) that stream {} of this load \
+             holds: {}",
+            n + 1,
+            c.index,
+            c.key.join(", "),
+            c.blocker + 1,
+            err.message
+        );
+        err.duplicate = true;
+        err.cause = Some("unique_violation");
+        err.key = self
+            .key_columns(&c.index)
+            .filter(|cols| cols.len() == c.key.len())
+            .map(|columns| ErrorKey {
+                columns,
+                values: c.key.iter().cloned().map(Some).collect(),
+            });
+        err.index = Some(c.index);
+        err
+    }
+
+    fn db_error(&self, e: mysql_async::Error) -> DestinationError {
+        self.error(ServerError::from_driver(&e))
+    }
+
+    fn ledger_error(&self, e: crate::ledger::LedgerError) -> DestinationError {
+        match e {
+            crate::ledger::LedgerError::Db(e) => self.db_error(e),
+            crate::ledger::LedgerError::Refused(m) => DestinationError::new(ErrorKind::Usage, m),
+        }
+    }
+
+    fn open_error(&self, e: StreamOpenError) -> DestinationError {
+        match e {
+            StreamOpenError::Server(e) => self.error(e),
+            StreamOpenError::Connect(e) => {
+                DestinationError::new(ErrorKind::Connection, e.to_string())
+            }
+        }
+    }
+}
+
+/// A catalog table in the engine's terms.
+fn table_info(t: &Table) -> TableInfo {
+    TableInfo {
+        id: t.id.clone(),
+        schema: t.schema.clone(),
+        name: t.name.clone(),
+        qualified: t.qualified(),
+        references: t.references.clone(),
+        columns: t
+            .columns
+            .iter()
+            .map(|c| ColumnInfo {
+                name: c.name.clone(),
+                type_name: c.type_name.clone(),
+                not_null: c.not_null,
+                client_converted: c.ty.client_converted(),
+            })
+            .collect(),
+    }
+}
+
+/// Engines whose tables roll back: a load into any other could not be undone.
+fn transactional(engine: &str) -> bool {
+    engine.eq_ignore_ascii_case("InnoDB")
+}
+
+impl Destination for MariaDbDestination {
+    fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError> {
+        let table = self.on_own(|rt, c| {
+            rt.block_on(describe_table(c, name)).map_err(|e| match e {
+                CatalogError::Db(e) => self.db_error(e),
+                CatalogError::Usage(m) => DestinationError::new(ErrorKind::Usage, m),
+            })
+        })?;
+        if !transactional(&table.engine) {
+            return Err(DestinationError::new(
+                ErrorKind::Usage,
+                format!(
+                    "{} uses the {} engine, which cannot roll back a load that fails halfway; \
+                     sluice loads MariaDB tables of transactional engines (InnoDB) only",
+                    table.qualified(),
+                    table.engine
+                ),
+            ));
+        }
+        let info = table_info(&table);
+        self.described.push(table);
+        Ok(info)
+    }
+
+    fn free_slots(&self) -> Option<u64> {
+        self.free_slots
+    }
+
+    fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
+        let mut targets = Vec::with_capacity(tables.len());
+        for lt in tables {
+            let table = self
+                .described
+                .iter()
+                .find(|t| t.id == lt.table.id)
+                .cloned()
+                .ok_or_else(|| {
+                    DestinationError::new(
+                        ErrorKind::Other,
+                        format!("{} was not described", lt.table.qualified),
+                    )
+                })?;
+            let mut columns = Vec::with_capacity(lt.columns.len());
+            for name in &lt.columns {
+                let c = table
+                    .columns
+                    .iter()
+                    .find(|c| c.name.eq_ignore_ascii_case(name))
+                    .cloned()
+                    .ok_or_else(|| {
+                        DestinationError::new(
+                            ErrorKind::Usage,
+                            format!("{} has no column {name}", table.qualified()),
+                        )
+                    })?;
+                columns.push(c);
+            }
+            targets.push(LoadTarget { table, columns });
+        }
+        self.tables = targets;
+        Ok(())
+    }
+
+    fn load_format(&self, _table: usize) -> &'static str {
+        "load data local"
+    }
+
+    fn target(&self) -> String {
+        self.info.to_string()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            identifiers: IdentifierRules {
+                quote: '`',
+                fold_lower: false,
+                case_insensitive_columns: true,
+                max_bytes: 64,
+            },
+            publish: None,
+            savepoints_in_staged_unit: false,
+            prepare: Err(
+                "sluice does not prepare MariaDB transactions (XA) yet: the streams \
+                          commit back to back, and the ledger tells a rerun which are in"
+                    .into(),
+            ),
+        }
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        const NAMES: &[&str] = &[
+            "version",
+            "max_connections",
+            "innodb_buffer_pool_size",
+            "innodb_log_file_size",
+            "innodb_flush_log_at_trx_commit",
+            "innodb_doublewrite",
+            "log_bin",
+            "sql_mode",
+            "local_infile",
+            "max_allowed_packet",
+        ];
+        self.on_own(|rt, c| {
+            let mut out = Vec::new();
+            for n in NAMES {
+                let v: Option<Option<Option<String>>> = rt
+                    .block_on(c.query_first(format!("SELECT CAST(@@{n} AS CHAR)")))
+                    .ok();
+                out.push((n.to_string(), v.flatten().flatten().unwrap_or_default()));
+            }
+            Ok(out)
+        })
+        .unwrap_or_default()
+    }
+
+    type Stream<'a> = MariaDbStream<'a>;
+
+    fn open_stream(&self, n: usize) -> Result<MariaDbStream<'_>, DestinationError> {
+        let stream = self
+            .rt
+            .block_on(Stream::open(&self.info))
+            .map_err(|e| self.open_error(e))?;
+        self.watched.register(n, stream.id);
+        Ok(MariaDbStream {
+            dest: self,
+            n,
+            stream,
+            load: None,
+            ledger: Vec::new(),
+        })
+    }
+
+    type Encoder<'a> = MariaDbEncoder;
+
+    fn encoder(&self, table: usize) -> MariaDbEncoder {
+        MariaDbEncoder {
+            converter: Converter::new(self.tables[table].columns.clone()),
+        }
+    }
+
+    /// Watches the streams' lock waits for a sibling conflict (`watchdog.rs`). The server's
+    /// activity is not sampled on MariaDB yet: the verdict gets no classes from it.
+    fn watch(&self, _streams: usize) -> Result<(), DestinationError> {
+        let w = self
+            .rt
+            .block_on(Watch::start(&self.info, self.watched.clone()))
+            .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
+        *lock(&self.watch) = Some(w);
+        Ok(())
+    }
+
+    fn stop_watching(&self) -> ServerWaits {
+        if let Some(w) = lock(&self.watch).take() {
+            self.rt.block_on(w.stop());
+        }
+        ServerWaits::default()
+    }
+
+    fn key_columns(&self, index: &str) -> Option<Vec<String>> {
+        let tables: Vec<(String, String)> = self
+            .tables
+            .iter()
+            .map(|t| (t.table.schema.clone(), t.table.name.clone()))
+            .collect();
+        self.on_own(|rt, c| {
+            for (schema, table) in &tables {
+                let cols: Vec<String> = rt
+                    .block_on(c.exec(
+                        "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
+                         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = ? \
+                         ORDER BY SEQ_IN_INDEX",
+                        (schema, table, index),
+                    ))
+                    .map_err(|e| self.db_error(e))?;
+                if !cols.is_empty() {
+                    return Ok(Some(cols));
+                }
+            }
+            Ok(None)
+        })
+        .ok()
+        .flatten()
+    }
+
+    fn framing(&self, _table: usize) -> (&[u8], &[u8]) {
+        (&[], &[])
+    }
+}
+
+impl Ledger for MariaDbDestination {
+    fn open_ledger(&self) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::open(c))
+                .map_err(|e| self.ledger_error(e))
+        })
+    }
+
+    fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::jobs(c, key))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn job_files(&self, job: i64) -> Result<Vec<FileRecord>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::job_files(c, job))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn job_chunks(&self, job: i64) -> Result<Vec<ChunkRecord>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::job_chunks(c, job))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn loaded_by(&self, files: &[FileRecord]) -> Result<Vec<Option<LoadedBy>>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::loaded_by(c, files))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn placements(&self, job: i64, files: &[u32]) -> Result<Vec<PlacementCheck>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::placements(c, job, files))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn finish_job(&self, job: i64, placements: &[Placement]) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::finish(c, job, placements))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
+        let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::begin(c, spec, &tables))
+                .map_err(|e| self.ledger_error(e))
+        })
+    }
+
+    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::resume(c, job))
+                .map_err(|e| self.ledger_error(e))
+        })
+    }
+
+    fn end_job(
+        &self,
+        job: i64,
+        state: JobState,
+        message: Option<&str>,
+    ) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::end(c, job, state, message))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::forget(c, job))
+                .map_err(|e| self.ledger_error(e))
+        })?;
+        Ok(Vec::new())
+    }
+}
+
+/// One table's records to lines of the canonical `LOAD DATA` stream, with MariaDB's rules.
+pub struct MariaDbEncoder {
+    converter: Converter,
+}
+
+impl RecordEncoder for MariaDbEncoder {
+    fn encode(
+        &mut self,
+        fields: &Fields,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.converter.encode_record(fields, input, out)
+    }
+
+    fn encode_field(&mut self, column: usize, raw: &[u8]) -> Option<Vec<u8>> {
+        self.converter.encode_field(column, raw)
+    }
+}
+
+/// One connection of a load, inside its transaction.
+pub struct MariaDbStream<'a> {
+    dest: &'a MariaDbDestination,
+    n: usize,
+    stream: Stream,
+    load: Option<Load>,
+    /// Chunk records not yet inserted: they go in with the commit (the same transaction), so
+    /// that many small chunks pay one round trip.
+    ledger: Vec<(i64, ChunkRecord)>,
+}
+
+/// A stream's connection ends here: the watch no longer counts it as the load's.
+impl Drop for MariaDbStream<'_> {
+    fn drop(&mut self) {
+        self.dest.watched.unregister(self.stream.id);
+    }
+}
+
+/// Chunk records a stream holds before it inserts them anyway.
+const LEDGER_BATCH: usize = 512;
+
+impl MariaDbStream<'_> {
+    fn execute(&mut self, sql: &str) -> Result<(), DestinationError> {
+        self.dest
+            .rt
+            .block_on(self.stream.execute(sql))
+            .map_err(|e| self.dest.stream_error(self.n, e))
+    }
+
+    fn flush_ledger(&mut self) -> Result<(), DestinationError> {
+        let mut held = std::mem::take(&mut self.ledger);
+        while let Some(&(job, _)) = held.first() {
+            let (mine, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|(j, _)| *j == job);
+            let chunks: Vec<ChunkRecord> = mine.into_iter().map(|(_, c)| c).collect();
+            let conn = self.stream.connection().map_err(|e| self.dest.error(e))?;
+            self.dest
+                .rt
+                .block_on(crate::ledger::record(conn, job, &chunks))
+                .map_err(|e| self.dest.db_error(e))?;
+            held = rest;
+        }
+        Ok(())
+    }
+}
+
+impl DestinationStream for MariaDbStream<'_> {
+    fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError> {
+        let t = &self.dest.tables[table];
+        let columns: Vec<String> = t.columns.iter().map(|c| c.name.clone()).collect();
+        let relation = format!(
+            "{}.{}",
+            quote_ident(&t.table.schema),
+            quote_ident(&t.table.name)
+        );
+        // The LOAD's task runs on the runtime: spawn it from inside.
+        let _guard = self.dest.rt.enter();
+        let load = self
+            .stream
+            .load(&relation, &columns)
+            .map_err(|e| self.dest.error(e))?;
+        self.load = Some(load);
+        Ok(())
+    }
+
+    fn send(&mut self, data: Vec<u8>) -> Result<(), DestinationError> {
+        let Some(load) = self.load.as_mut() else {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                "no LOAD in progress",
+            ));
+        };
+        if self.dest.rt.block_on(load.send(data)).is_err() {
+            // The statement ended early: its own error says why.
+            let load = self.load.take().expect("checked above");
+            let e = match self.dest.rt.block_on(self.stream.finish(load)) {
+                Err(e) => e,
+                Ok(_) => ServerError::client("the server ended the LOAD before its data did"),
+            };
+            return Err(self.dest.stream_error(self.n, e));
+        }
+        Ok(())
+    }
+
+    fn finish_copy(&mut self) -> Result<u64, DestinationError> {
+        let Some(load) = self.load.take() else {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                "no LOAD in progress",
+            ));
+        };
+        self.dest
+            .rt
+            .block_on(self.stream.finish(load))
+            .map_err(|e| self.dest.stream_error(self.n, e))
+    }
+
+    /// MariaDB checks foreign keys row by row; nothing waits for the commit but the ledger's
+    /// rows.
+    fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
+        self.flush_ledger()
+    }
+
+    fn savepoint(&mut self) -> Result<(), DestinationError> {
+        self.execute("SAVEPOINT sluice_rows")
+    }
+
+    fn release_savepoint(&mut self) -> Result<(), DestinationError> {
+        self.execute("RELEASE SAVEPOINT sluice_rows")
+    }
+
+    fn rollback_to_savepoint(&mut self) -> Result<(), DestinationError> {
+        self.execute("ROLLBACK TO SAVEPOINT sluice_rows")
+    }
+
+    /// Nothing is deferred on MariaDB: every check already runs in the statement.
+    fn check_each_copy(&mut self) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
+    fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
+        self.ledger.extend(chunks.iter().map(|c| (job, c.clone())));
+        match self.ledger.len() >= LEDGER_BATCH {
+            true => self.flush_ledger(),
+            false => Ok(()),
+        }
+    }
+
+    fn commit(mut self) -> Result<(), DestinationError> {
+        if self.load.is_some() {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                "a LOAD is still in progress: the stream is not committed",
+            ));
+        }
+        self.flush_ledger()?;
+        self.dest
+            .rt
+            .block_on(self.stream.commit())
+            .map_err(|e| self.dest.error(e))
+    }
+}

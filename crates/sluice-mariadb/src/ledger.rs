@@ -1,0 +1,572 @@
+//! The resume ledger's tables in the target's database (`sluice_ledger_jobs`, `_job_files`,
+//! `_job_chunks`, `_job_places`), beside the data as PostgreSQL's `sluice_ledger` schema is:
+//! jobs, their files, the chunks each committed, and where each file's rows went. A user
+//! who may create tables in the database keeps a ledger, with no server-wide privilege. A chunk's row is
+//! inserted by the stream that loads it, in the same InnoDB transaction (`record`), so the
+//! ledger can never disagree with the data.
+//!
+//! A running job is marked by a named lock (`GET_LOCK('sluice:DB:N')`) that the load's own
+//! connection holds until it ends: a job whose row says `running` but whose lock is free was
+//! interrupted. Unlike PostgreSQL, MariaDB's DDL commits on its own, so the ledger's tables are
+//! created one statement at a time, each `IF NOT EXISTS`.
+
+use crate::catalog::{quote_ident, split_name, table_identity};
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Params, Value};
+use sluice_core::ledger::{
+    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+    RelationState,
+};
+
+const CREATE: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_jobs (
+        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        job_key VARCHAR(128) NOT NULL,
+        state VARCHAR(16) NOT NULL,
+        message TEXT,
+        tables TEXT NOT NULL,
+        chunk_size BIGINT NOT NULL,
+        settings TEXT NOT NULL,
+        chunks_total BIGINT NOT NULL,
+        bytes_total BIGINT NOT NULL,
+        started DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        updated DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        finished DATETIME(6),
+        KEY jobs_key (job_key)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+        COMMENT 'sluice''s resume ledger: the loads (sluice jobs)'",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_files (
+        job BIGINT NOT NULL,
+        n INT NOT NULL,
+        path TEXT NOT NULL,
+        tbl TEXT NOT NULL,
+        tbl_id TEXT NOT NULL,
+        size BIGINT NOT NULL,
+        modified_ns BIGINT NOT NULL,
+        settings TEXT NOT NULL,
+        fingerprint VARCHAR(128) NOT NULL,
+        PRIMARY KEY (job, n),
+        KEY job_files_path (path(255))) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_chunks (
+        job BIGINT NOT NULL,
+        file INT NOT NULL,
+        start_byte BIGINT NOT NULL,
+        end_byte BIGINT,
+        `rows` BIGINT NOT NULL,
+        committed DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        PRIMARY KEY (job, file, start_byte)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_places (
+        job BIGINT NOT NULL,
+        file INT NOT NULL,
+        relation VARCHAR(512) NOT NULL,
+        rel_id TEXT NOT NULL,
+        generation TEXT,
+        has_rows BOOLEAN,
+        PRIMARY KEY (job, file, relation)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+];
+
+/// Why the ledger cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Db(#[from] mysql_async::Error),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The named lock of job `job` of the ledger in the connection's database.
+const LOCK_NAME: &str = "CONCAT('sluice:', DATABASE(), ':', ?)";
+
+/// Creates the ledger's tables in the target's database unless they are there.
+pub async fn open(conn: &mut Conn) -> Result<(), LedgerError> {
+    let db: Option<Option<String>> = conn.query_first("SELECT DATABASE()").await?;
+    if db.flatten().is_none() {
+        return Err(LedgerError::Refused(
+            "this load keeps no resume ledger: the target names no database, and the ledger \
+             lives in the target's database (mariadb://host/DATABASE)"
+                .into(),
+        ));
+    }
+    for sql in CREATE {
+        if let Err(e) = conn.query_drop(*sql).await {
+            if let mysql_async::Error::Server(s) = &e {
+                if matches!(s.code, 1044 | 1142 | 1227) {
+                    return Err(LedgerError::Refused(format!(
+                        "this load keeps no resume ledger: the user may not create its tables \
+                         (sluice_ledger_jobs, ...) in the target's database ({}); GRANT CREATE \
+                         on it to the user, or run `sluice jobs` once as one who may",
+                        s.message
+                    )));
+                }
+            }
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+type JobRow = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    String,
+    i64,
+    String,
+    i64,
+    i64,
+    String,
+    Option<String>,
+    i64,
+);
+
+const JOB_COLUMNS: &str = "j.id, j.job_key, j.state, j.message, j.tables, j.chunk_size, \
+     j.settings, j.chunks_total, j.bytes_total, \
+     DATE_FORMAT(j.started, '%Y-%m-%d %H:%i:%s'), DATE_FORMAT(j.finished, '%Y-%m-%d %H:%i:%s'), \
+     IS_USED_LOCK(CONCAT('sluice:', DATABASE(), ':', j.id)) IS NOT NULL";
+
+/// Jobs, newest first: with this key, or all, with the chunks and rows each committed.
+pub async fn jobs(conn: &mut Conn, key: Option<&str>) -> Result<Vec<Job>, mysql_async::Error> {
+    let rows: Vec<JobRow> = conn
+        .exec(
+            format!(
+                "SELECT {JOB_COLUMNS} FROM sluice_ledger_jobs j \
+                 WHERE ? IS NULL OR j.job_key = ? ORDER BY j.id DESC"
+            ),
+            (key, key),
+        )
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let (chunks, done): (i64, i64) = conn
+            .exec_first(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(`rows`), 0) AS SIGNED) \
+                 FROM sluice_ledger_job_chunks WHERE job = ?",
+                (r.0,),
+            )
+            .await?
+            .unwrap_or((0, 0));
+        let state = match JobState::parse(&r.2) {
+            Some(JobState::Running) if r.11 == 0 => JobState::Interrupted,
+            Some(s) => s,
+            None => JobState::Failed,
+        };
+        out.push(Job {
+            id: r.0,
+            key: r.1,
+            state,
+            message: r.3,
+            tables: r
+                .4
+                .split('\n')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            chunk_size: r.5 as u64,
+            settings: r.6,
+            chunks_total: r.7 as u64,
+            bytes_total: r.8 as u64,
+            started: r.9,
+            finished: r.10,
+            chunks_done: chunks as u64,
+            rows_done: done as u64,
+            staged_chunks: 0,
+            staged_rows: 0,
+        });
+    }
+    Ok(out)
+}
+
+pub async fn job_files(conn: &mut Conn, job: i64) -> Result<Vec<FileRecord>, mysql_async::Error> {
+    let rows: Vec<(String, String, String, i64, i64, String, String)> = conn
+        .exec(
+            "SELECT path, tbl, tbl_id, size, modified_ns, fingerprint, settings \
+             FROM sluice_ledger_job_files WHERE job = ? ORDER BY n",
+            (job,),
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| FileRecord {
+            path: r.0,
+            table: r.1,
+            table_id: r.2,
+            size: r.3 as u64,
+            modified_ns: r.4,
+            fingerprint: r.5,
+            settings: r.6,
+        })
+        .collect())
+}
+
+pub async fn job_chunks(conn: &mut Conn, job: i64) -> Result<Vec<ChunkRecord>, mysql_async::Error> {
+    let rows: Vec<(i64, i64, Option<i64>, i64)> = conn
+        .exec(
+            "SELECT file, start_byte, end_byte, `rows` FROM sluice_ledger_job_chunks \
+             WHERE job = ? ORDER BY file, start_byte",
+            (job,),
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ChunkRecord {
+            file: r.0 as u32,
+            start: r.1 as u64,
+            end: r.2.map(|e| e as u64),
+            rows: r.3 as u64,
+        })
+        .collect())
+}
+
+/// For each file, the finished job that most recently loaded that very file.
+pub async fn loaded_by(
+    conn: &mut Conn,
+    files: &[FileRecord],
+) -> Result<Vec<Option<LoadedBy>>, mysql_async::Error> {
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let found: Option<(i64, String, i64)> = conn
+            .exec_first(
+                "SELECT j.id, DATE_FORMAT(j.finished, '%Y-%m-%d %H:%i:%s'), f.n \
+                 FROM sluice_ledger_job_files f JOIN sluice_ledger_jobs j \
+                   ON j.id = f.job AND j.state = 'finished' \
+                 WHERE f.path = ? AND f.tbl = ? AND f.size = ? AND f.modified_ns = ? \
+                   AND f.fingerprint = ? AND f.settings = ? \
+                 ORDER BY j.finished DESC, j.id DESC LIMIT 1",
+                (
+                    &f.path,
+                    &f.table,
+                    f.size as i64,
+                    f.modified_ns,
+                    &f.fingerprint,
+                    &f.settings,
+                ),
+            )
+            .await?;
+        out.push(found.map(|(job, finished, n)| LoadedBy {
+            job,
+            finished,
+            file: n as u32,
+        }));
+    }
+    Ok(out)
+}
+
+/// A relation's state now (`None`: gone): its id and generation (see
+/// `catalog::table_identity`), and whether it has a row.
+pub async fn relation_state(
+    conn: &mut Conn,
+    relation: &str,
+) -> Result<Option<RelationState>, mysql_async::Error> {
+    let Ok((Some(schema), name)) = split_name(relation) else {
+        return Ok(None);
+    };
+    let exists: Option<String> = conn
+        .exec_first(
+            "SELECT TABLE_NAME FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&schema, &name),
+        )
+        .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let (id, generation) = match table_identity(conn, &schema, &name).await {
+        Ok(identity) => identity,
+        Err(crate::catalog::CatalogError::Db(e)) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let has_rows = conn
+        .query_first::<i64, _>(format!(
+            "SELECT EXISTS (SELECT 1 FROM {}.{})",
+            quote_ident(&schema),
+            quote_ident(&name)
+        ))
+        .await
+        .ok()
+        .flatten()
+        .map(|n| n != 0);
+    Ok(Some(RelationState {
+        name: relation.to_string(),
+        generation,
+        id,
+        has_rows,
+    }))
+}
+
+/// A file's placement as recorded: file, relation, its id, generation and rows then.
+type PlaceRow = (i64, String, String, Option<String>, Option<bool>);
+
+/// Where finished job `job` put the rows of its files `files`, then and now.
+pub async fn placements(
+    conn: &mut Conn,
+    job: i64,
+    files: &[u32],
+) -> Result<Vec<PlacementCheck>, mysql_async::Error> {
+    let rows: Vec<PlaceRow> = conn
+        .exec(
+            "SELECT f.n, COALESCE(p.relation, f.tbl), COALESCE(p.rel_id, f.tbl_id), \
+                p.generation, p.has_rows \
+             FROM sluice_ledger_job_files f LEFT JOIN sluice_ledger_job_places p \
+               ON p.job = f.job AND p.file = f.n \
+             WHERE f.job = ? ORDER BY f.n",
+            (job,),
+        )
+        .await?;
+    let mut states = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (n, relation, id, generation, has_rows) in rows {
+        if !files.contains(&(n as u32)) {
+            continue;
+        }
+        if !states.contains_key(&relation) {
+            let s = relation_state(conn, &relation).await?;
+            states.insert(relation.clone(), s);
+        }
+        out.push(PlacementCheck {
+            file: n as u32,
+            relation: relation.clone(),
+            then: RelationState {
+                name: relation.clone(),
+                id,
+                generation,
+                has_rows,
+            },
+            now: states.get(&relation).cloned().flatten(),
+        });
+    }
+    Ok(out)
+}
+
+/// Takes job `job`'s lock for this connection, or says who holds it.
+async fn take_lock(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
+    let got: Option<Option<i64>> = conn
+        .exec_first(format!("SELECT GET_LOCK({LOCK_NAME}, 0)"), (job,))
+        .await?;
+    if got.flatten() == Some(1) {
+        return Ok(());
+    }
+    let holder: Option<Option<u64>> = conn
+        .exec_first(format!("SELECT IS_USED_LOCK({LOCK_NAME})"), (job,))
+        .await?;
+    let who = match holder.flatten() {
+        Some(id) => format!(
+            "server connection {id}. If that sluice is gone and the server has not noticed, \
+             end its session (KILL {id}) and run this command again"
+        ),
+        None => "a server connection that has just ended".to_string(),
+    };
+    Err(LedgerError::Refused(format!(
+        "job {job} is being run by another sluice now ({who}); wait for it, or stop it"
+    )))
+}
+
+async fn unlock(conn: &mut Conn, job: i64) -> Result<(), mysql_async::Error> {
+    conn.exec_drop(format!("DO RELEASE_LOCK({LOCK_NAME})"), (job,))
+        .await
+}
+
+/// Records a new job and its files, and takes its lock.
+pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result<i64, LedgerError> {
+    conn.query_drop("START TRANSACTION").await?;
+    let done = async {
+        conn.exec_drop(
+            "INSERT INTO sluice_ledger_jobs (job_key, state, tables, chunk_size, settings, \
+                chunks_total, bytes_total) VALUES (?, 'running', ?, ?, ?, ?, ?)",
+            (
+                &spec.key,
+                tables.join("\n"),
+                spec.chunk_size as i64,
+                &spec.settings,
+                spec.chunks_total as i64,
+                spec.bytes_total as i64,
+            ),
+        )
+        .await?;
+        let id = conn.last_insert_id().unwrap_or(0) as i64;
+        for batch in spec.files.chunks(500).enumerate() {
+            let (b, files) = batch;
+            let mut values = Vec::new();
+            let mut params: Vec<Value> = Vec::new();
+            for (k, f) in files.iter().enumerate() {
+                values.push("(?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                params.extend([
+                    Value::from(id),
+                    Value::from((b * 500 + k) as i64),
+                    Value::from(f.path.as_str()),
+                    Value::from(f.table.as_str()),
+                    Value::from(f.table_id.as_str()),
+                    Value::from(f.size as i64),
+                    Value::from(f.modified_ns),
+                    Value::from(f.fingerprint.as_str()),
+                    Value::from(f.settings.as_str()),
+                ]);
+            }
+            conn.exec_drop(
+                format!(
+                    "INSERT INTO sluice_ledger_job_files (job, n, path, tbl, tbl_id, size, \
+                        modified_ns, fingerprint, settings) VALUES {}",
+                    values.join(", ")
+                ),
+                Params::Positional(params),
+            )
+            .await?;
+        }
+        Ok::<_, mysql_async::Error>(id)
+    }
+    .await;
+    let id = match done {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = conn.query_drop("ROLLBACK").await;
+            return Err(e.into());
+        }
+    };
+    conn.query_drop("COMMIT").await?;
+    take_lock(conn, id).await?;
+    Ok(id)
+}
+
+/// Takes an unfinished job's lock and marks it running again.
+pub async fn resume(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
+    take_lock(conn, job).await?;
+    conn.exec_drop(
+        "UPDATE sluice_ledger_jobs SET state = 'running', message = NULL, \
+            updated = CURRENT_TIMESTAMP(6) WHERE id = ?",
+        (job,),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Ends a job in `state`, and releases its lock.
+pub async fn end(
+    conn: &mut Conn,
+    job: i64,
+    state: JobState,
+    message: Option<&str>,
+) -> Result<(), mysql_async::Error> {
+    conn.exec_drop(
+        "UPDATE sluice_ledger_jobs SET state = ?, message = ?, updated = CURRENT_TIMESTAMP(6), \
+            finished = IF(? = 'finished', CURRENT_TIMESTAMP(6), NULL) WHERE id = ?",
+        (state.as_str(), message, state.as_str(), job),
+    )
+    .await?;
+    unlock(conn, job).await
+}
+
+/// Marks a job finished, with where its files' rows went and each relation's state now, in
+/// one transaction.
+pub async fn finish(
+    conn: &mut Conn,
+    job: i64,
+    placements: &[Placement],
+) -> Result<(), mysql_async::Error> {
+    let mut states = std::collections::HashMap::new();
+    for p in placements {
+        if !states.contains_key(&p.relation) {
+            let s = relation_state(conn, &p.relation).await?;
+            states.insert(p.relation.clone(), s);
+        }
+    }
+    conn.query_drop("START TRANSACTION").await?;
+    let done = async {
+        conn.exec_drop("DELETE FROM sluice_ledger_job_places WHERE job = ?", (job,))
+            .await?;
+        for p in placements {
+            let Some(Some(state)) = states.get(&p.relation) else {
+                continue;
+            };
+            conn.exec_drop(
+                "INSERT IGNORE INTO sluice_ledger_job_places \
+                    (job, file, relation, rel_id, generation, has_rows) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    job,
+                    p.file as i64,
+                    &p.relation,
+                    &state.id,
+                    &state.generation,
+                    state.has_rows,
+                ),
+            )
+            .await?;
+        }
+        conn.exec_drop(
+            "UPDATE sluice_ledger_jobs SET state = 'finished', message = NULL, \
+                updated = CURRENT_TIMESTAMP(6), finished = CURRENT_TIMESTAMP(6) WHERE id = ?",
+            (job,),
+        )
+        .await
+    }
+    .await;
+    if let Err(e) = done {
+        let _ = conn.query_drop("ROLLBACK").await;
+        return Err(e);
+    }
+    conn.query_drop("COMMIT").await?;
+    unlock(conn, job).await
+}
+
+/// Removes a job that no process runs, with its records.
+pub async fn forget(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
+    let exists: Option<i64> = conn
+        .exec_first("SELECT id FROM sluice_ledger_jobs WHERE id = ?", (job,))
+        .await?;
+    if exists.is_none() {
+        return Err(LedgerError::Refused(format!(
+            "there is no job {job} in this database (`sluice jobs` lists them)"
+        )));
+    }
+    take_lock(conn, job).await?;
+    let removed = async {
+        conn.query_drop("START TRANSACTION").await?;
+        for t in ["job_chunks", "job_places", "job_files"] {
+            conn.exec_drop(
+                format!("DELETE FROM sluice_ledger_{t} WHERE job = ?"),
+                (job,),
+            )
+            .await?;
+        }
+        conn.exec_drop("DELETE FROM sluice_ledger_jobs WHERE id = ?", (job,))
+            .await?;
+        conn.query_drop("COMMIT").await
+    }
+    .await;
+    if let Err(e) = removed {
+        let _ = conn.query_drop("ROLLBACK").await;
+        let _ = unlock(conn, job).await;
+        return Err(e.into());
+    }
+    Ok(unlock(conn, job).await?)
+}
+
+/// Inserts chunk records in `conn`'s open transaction.
+pub async fn record(
+    conn: &mut Conn,
+    job: i64,
+    chunks: &[ChunkRecord],
+) -> Result<(), mysql_async::Error> {
+    for batch in chunks.chunks(500) {
+        let mut values = Vec::new();
+        let mut params: Vec<Value> = Vec::new();
+        for c in batch {
+            values.push("(?, ?, ?, ?, ?)");
+            params.extend([
+                Value::from(job),
+                Value::from(c.file as i64),
+                Value::from(c.start as i64),
+                c.end.map_or(Value::NULL, |e| Value::from(e as i64)),
+                Value::from(c.rows as i64),
+            ]);
+        }
+        conn.exec_drop(
+            format!(
+                "INSERT INTO sluice_ledger_job_chunks (job, file, start_byte, end_byte, `rows`) \
+                 VALUES {}",
+                values.join(", ")
+            ),
+            Params::Positional(params),
+        )
+        .await?;
+    }
+    Ok(())
+}

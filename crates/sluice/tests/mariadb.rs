@@ -1,0 +1,379 @@
+//! MariaDB as a destination, against a real private server the tests start
+//! (`common/mariadb.rs`): what sluice loads equals what the server's own strict
+//! `LOAD DATA INFILE` loads from the same input; a value the server alone refuses fails the
+//! load (the warning trap of `LOAD DATA LOCAL` is closed); a stream that fails in the middle of
+//! a LOAD leaves nothing committed; a rerun skips what the ledger says is in; the password is
+//! never printed.
+
+mod common;
+
+use common::mariadb::{mdb, MDb};
+use common::{gen_tpch, sluice_cmd, stderr, strip_trailing_bars, tpch_ddl, tpch_table};
+use std::os::unix::fs::PermissionsExt;
+
+/// Everything a command printed.
+fn printed(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn assert_ok(o: &std::process::Output) {
+    assert!(
+        o.status.success(),
+        "sluice failed ({:?}):\n{}",
+        o.status.code(),
+        printed(o)
+    );
+}
+
+/// The TPC-H DDL `sluice ddl tpch` prints (standard SQL that MariaDB takes as it is) in
+/// database `db`.
+fn create_tpch(d: &MDb, db: &str) {
+    d.sql(&format!(
+        "CREATE DATABASE IF NOT EXISTS {db}; USE {db}; {}",
+        tpch_ddl(&[])
+    ));
+}
+
+#[test]
+fn tpch_sf01_matches_the_servers_own_strict_load_data_infile() {
+    let d = mdb("tpch");
+    let files = gen_tpch(&d.dir.join("sf01"), "0.1", "2");
+    create_tpch(&d, &d.name);
+    let reference = format!("{}_ref", d.name);
+    create_tpch(&d, &reference);
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.to_str().unwrap().to_string())
+        .collect();
+    let mut args = vec!["--jobs", "2", "--chunk-size", "4M"];
+    args.extend(names.iter().map(String::as_str));
+    assert_ok(&d.load(&args, &[], 600));
+    let stripped = d.dir.join("stripped.tbl");
+    for f in &files {
+        strip_trailing_bars(f, &stripped);
+        d.server_load(&format!("{reference}.{}", tpch_table(f)), &stripped, "|")
+            .unwrap_or_else(|e| panic!("the server's LOAD DATA INFILE of {}: {e}", f.display()));
+    }
+    for t in [
+        "nation", "region", "part", "supplier", "partsupp", "customer", "orders", "lineitem",
+    ] {
+        d.assert_same_rows(t, &format!("{reference}.{t}"));
+    }
+    assert_eq!(d.count("lineitem"), 600_572);
+}
+
+#[test]
+fn edge_values_match_the_servers_own_strict_load_data_infile() {
+    let d = mdb("edges");
+    d.sql(
+        "CREATE TABLE e (ti tinyint, tu tinyint unsigned, si smallint, mi mediumint, \
+         i int, iu int unsigned, bi bigint, bu bigint unsigned, p decimal(5,2), \
+         q decimal(38,10), dt date, ts datetime(6), v varchar(4) CHARACTER SET utf8mb4, \
+         c char(3) CHARACTER SET utf8mb4, t text); CREATE TABLE e_ref LIKE e",
+    );
+    let lines = [
+        "-128\t0\t-32768\t-8388608\t-2147483648\t0\t-9223372036854775808\t0\t-999.99\t\
+         -9999999999999999999999999999.9999999999\t1000-01-01\t1000-01-01 00:00:00\t\t\t",
+        "127\t255\t32767\t8388607\t2147483647\t4294967295\t9223372036854775807\t\
+         18446744073709551615\t999.99\t0.0000000001\t9999-12-31\t9999-12-31 23:59:59.999999\t\
+         äöüß\tab \tline\\nbreak\\ttab\\\\slash",
+        "+7\t007\t-0\t0\t1\t1\t1\t1\t1.005\t-0.00000000005\t2024-02-29\t\
+         2024-02-29T12:34:56.5\tabc   \té\t\\N",
+        "\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t-1.005\t\\N\t\\N\t\\N\t\\N\t\\N\t🦀",
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let f = d.file("edges.txt", text.as_bytes());
+    d.server_load("e_ref", &f, "\\t")
+        .unwrap_or_else(|e| panic!("the server's strict LOAD DATA INFILE: {e}"));
+    assert_ok(&d.load(
+        &["--table", "e", "--format", "text", f.to_str().unwrap()],
+        &[],
+        60,
+    ));
+    d.assert_same_rows("e", "e_ref");
+    assert_eq!(d.count("e"), 4);
+}
+
+#[test]
+fn a_value_only_the_server_refuses_fails_the_load_and_commits_nothing() {
+    let d = mdb("trap");
+    // sluice does not check ENUM values itself: the server does, and under LOAD DATA LOCAL
+    // (which implies IGNORE) it stores '' with a warning instead of refusing the row.
+    d.sql("CREATE TABLE e (i int NOT NULL, k enum('a','b')); CREATE TABLE e_ref LIKE e");
+    let f = d.file("enum.txt", b"1\ta\n2\tc\n3\tb\n");
+    let refused = d.server_load("e_ref", &f, "\\t").unwrap_err();
+    assert!(
+        refused.contains("Data truncated for column 'k' at row 2"),
+        "{refused}"
+    );
+    let o = d.load(
+        &["--table", "e", "--format", "text", f.to_str().unwrap()],
+        &[],
+        60,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", printed(&o));
+    let err = stderr(&o);
+    for part in [
+        "enum.txt, line 2",
+        "column k",
+        "value \"c\"",
+        "Data truncated for column 'k' at row 2",
+        "nothing was committed",
+    ] {
+        assert!(err.contains(part), "expected {part:?} in:\n{err}");
+    }
+    assert_eq!(d.count("e"), 0);
+}
+
+#[test]
+fn client_checks_give_postgresqls_messages() {
+    let d = mdb("checks");
+    d.sql(
+        "CREATE TABLE t (i tinyint unsigned, p decimal(5,2), d date, v varchar(3) \
+         CHARACTER SET utf8mb4)",
+    );
+    for (row, reason) in [
+        (
+            "256\t1\t2024-01-01\tabc\n",
+            "out of range for tinyint unsigned (0 to 255)",
+        ),
+        (
+            "1\t999.995\t2024-01-01\tabc\n",
+            "numeric field overflow: decimal(5,2)",
+        ),
+        (
+            "1\t1\t2023-02-29\tabc\n",
+            "February 2023 has 28 days, not 29",
+        ),
+        (
+            "1\t1\t2024-01-01\tabcd\n",
+            "value too long for type varchar(3): 4 characters",
+        ),
+    ] {
+        let f = d.file("bad.txt", format!("0\t0\t2024-01-01\tok\n{row}").as_bytes());
+        let o = d.load(
+            &["--table", "t", "--format", "text", f.to_str().unwrap()],
+            &[],
+            60,
+        );
+        assert_eq!(o.status.code(), Some(3), "{}", printed(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("bad.txt, line 2") && err.contains(reason),
+            "{reason}:\n{err}"
+        );
+        assert_eq!(d.count("t"), 0);
+    }
+    // Rounded on the client as the server rounds: the server has nothing left to note.
+    let f = d.file("ok.txt", "255\t-1.005\t2024-02-29\täöü  \n".as_bytes());
+    assert_ok(&d.load(
+        &["--table", "t", "--format", "text", f.to_str().unwrap()],
+        &[],
+        60,
+    ));
+    assert_eq!(
+        d.sql("SELECT i, p, d, v FROM t").trim(),
+        "255\t-1.01\t2024-02-29\täöü"
+    );
+}
+
+#[test]
+fn a_stream_that_fails_mid_load_leaves_nothing_committed() {
+    let d = mdb("midload");
+    d.sql("CREATE TABLE t (i int NOT NULL, s varchar(20))");
+    // Many good rows, sent in small messages and several chunks, then one bad row late in
+    // the file: the LOAD of its chunk is cut off after much of its data went to the server.
+    let mut data = String::new();
+    for i in 0..200_000 {
+        data.push_str(&format!("{i}\trow {i}\n"));
+    }
+    data.push_str("x\tbad\n");
+    let f = d.file("big.txt", data.as_bytes());
+    let o = d.load(
+        &[
+            "--table",
+            "t",
+            "--format",
+            "text",
+            "--jobs",
+            "1",
+            "--chunk-size",
+            "1M",
+            "--copy-buffer",
+            "16k",
+            f.to_str().unwrap(),
+        ],
+        &[],
+        120,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", printed(&o));
+    assert!(stderr(&o).contains("line 200001"), "{}", stderr(&o));
+    assert_eq!(d.count("t"), 0);
+}
+
+#[test]
+fn a_rerun_skips_what_the_ledger_says_is_loaded() {
+    let d = mdb("rerun");
+    d.sql("CREATE TABLE t (i int NOT NULL, s varchar(20))");
+    let f = d.file("t.txt", b"1\ta\n2\tb\n3\t\\N\n");
+    let args = ["--table", "t", "--format", "text", f.to_str().unwrap()];
+    assert_ok(&d.load(&args, &[], 60));
+    let again = d.load(&args, &[], 60);
+    assert_ok(&again);
+    assert!(
+        stderr(&again).contains("skipping 1 file(s) job 1 loaded"),
+        "{}",
+        printed(&again)
+    );
+    assert_eq!(d.count("t"), 3);
+    assert_eq!(d.count("t WHERE s IS NULL"), 1);
+    let jobs = sluice_cmd()
+        .args(["jobs", "--target", &d.url])
+        .output()
+        .unwrap();
+    assert_ok(&jobs);
+    let listed = String::from_utf8_lossy(&jobs.stdout);
+    assert!(listed.contains("finished"), "{listed}");
+}
+
+#[test]
+fn the_password_is_never_printed() {
+    let d = mdb("secret");
+    d.sql("CREATE TABLE t (i int NOT NULL)");
+    let good = d.file("good.txt", b"1\n");
+    let bad = d.file("bad.txt", b"1\nx\n");
+    let pw = d.password();
+    let mut outputs = vec![
+        d.load(
+            &["--table", "t", "--format", "text", good.to_str().unwrap()],
+            &[],
+            60,
+        ),
+        d.load(
+            &["--table", "t", "--format", "text", bad.to_str().unwrap()],
+            &[],
+            60,
+        ),
+        d.load(
+            &[
+                "--table",
+                "nope",
+                "--format",
+                "text",
+                good.to_str().unwrap(),
+            ],
+            &[],
+            60,
+        ),
+    ];
+    // A wrong password: the message says the login failed, and shows neither password.
+    let wrong = d.url.replace(pw, "wrong-pw-4711");
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &wrong, "--table", "t", "--format", "text",
+    ])
+    .arg(&good);
+    let o = common::run_bounded(c, 60);
+    assert_eq!(o.status.code(), Some(4), "{}", printed(&o));
+    assert!(!printed(&o).contains("wrong-pw-4711"), "{}", printed(&o));
+    outputs.push(o);
+    // MYSQL_PWD: used, with the client's warning, and not printed.
+    let bare = d.url.replace(&format!(":{pw}@"), "@");
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "--target", &bare, "--table", "t", "--format", "text",
+    ])
+    .arg(&good)
+    .env("MYSQL_PWD", pw);
+    let o = common::run_bounded(c, 60);
+    assert_ok(&o);
+    assert!(
+        stderr(&o).contains("MYSQL_PWD is insecure"),
+        "{}",
+        printed(&o)
+    );
+    outputs.push(o);
+    for o in &outputs {
+        assert!(
+            !printed(o).contains(pw),
+            "the password was printed:\n{}",
+            printed(o)
+        );
+    }
+}
+
+#[test]
+fn my_cnf_client_section_gives_user_password_and_port() {
+    let d = mdb("mycnf");
+    d.sql("CREATE TABLE t (i int NOT NULL)");
+    let home = d.dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let cnf = home.join(".my.cnf");
+    let port = common::mariadb::maria().port;
+    std::fs::write(
+        &cnf,
+        format!(
+            "[client]\nuser=sluice\npassword=\"{}\"\nport={port}\n",
+            d.password()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cnf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = d.file("t.txt", b"7\n");
+    let target = format!("mariadb://127.0.0.1/{}", d.name);
+    let run = |cnf_mode: u32| {
+        std::fs::set_permissions(&cnf, std::fs::Permissions::from_mode(cnf_mode)).unwrap();
+        let mut c = sluice_cmd();
+        c.args([
+            "load", "-q", "--target", &target, "--table", "t", "--format", "text",
+        ])
+        .arg(&f)
+        .env("HOME", &home);
+        common::run_bounded(c, 60)
+    };
+    let o = run(0o600);
+    assert_ok(&o);
+    assert_eq!(d.count("t"), 1);
+    // Anyone may write it: ignored, as the client ignores it (no password, no port: refused).
+    let o = run(0o666);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("is ignored: anyone may write it"),
+        "{}",
+        printed(&o)
+    );
+}
+
+#[test]
+fn commands_not_on_mariadb_yet_say_so() {
+    let d = mdb("notyet");
+    let o = sluice_cmd()
+        .args(["ddl", "tpch", "--create", "--target", &d.url])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
+    assert!(stderr(&o).contains("not on MariaDB yet"), "{}", printed(&o));
+    assert!(!printed(&o).contains(d.password()), "{}", printed(&o));
+    d.sql("CREATE TABLE t (i int NOT NULL)");
+    let f = d.file("t.txt", b"1\n");
+    let o = d.load(
+        &[
+            "--table",
+            "t",
+            "--format",
+            "text",
+            "--strategy",
+            "stage",
+            f.to_str().unwrap(),
+        ],
+        &[],
+        60,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
+    assert!(stderr(&o).contains("cannot stage"), "{}", printed(&o));
+    assert_eq!(d.count("t"), 0);
+}
