@@ -38,6 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+rm -f "$work/line" "$work/line.err"
 "$dl" up --rtt-ms "$rtt" "${rate_flag[@]}" > "$work/line" 2> "$work/line.err" &
 dlpid=$!
 for _ in $(seq 1 50); do [ -s "$work/line" ] && break; sleep 0.1; done

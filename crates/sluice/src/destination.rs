@@ -11,6 +11,7 @@ use sluice_engine::events::Host;
 use sluice_engine::report::Report;
 use sluice_engine::LoadSpec;
 use sluice_postgres::destination::{OpenError, PgDestination};
+use sluice_postgres::network::{Sizing, SocketBuffer};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -37,6 +38,13 @@ impl Opened {
             }
         }
         self.with(Load(spec, host))
+    }
+
+    /// Sets the socket buffers of the load's streams (`--socket-buffer`).
+    pub fn size_sockets(&mut self, choice: SocketBuffer) -> Result<Sizing, Failure> {
+        match self {
+            Opened::Postgres(d) => d.size_sockets(choice).map_err(Failure::server),
+        }
     }
 
     /// Runs `f` on the destination.
