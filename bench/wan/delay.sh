@@ -25,7 +25,8 @@ work=/tmp/sluice-delay
 port=5478
 mkdir -p "$work"
 rate_flag=()
-[ "$rate" = 0 ] || rate_flag=(--rate-mbit "$rate" --backlog-ms "${BACKLOG_MS:-50}")
+# With a rate, the bottleneck's queue holds one round trip of it (at least 50 ms).
+[ "$rate" = 0 ] || rate_flag=(--rate-mbit "$rate" --backlog-ms "${BACKLOG_MS:-$(( rtt > 50 ? rtt : 50 ))}")
 if [ "$mode" = check ]; then
   exec "$dl" tcp --rtt-ms "$rtt" "${rate_flag[@]}" --seconds "${SECONDS_CHECK:-6}"
 fi
