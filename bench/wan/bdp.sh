@@ -11,7 +11,8 @@
 #   jobs1     sluice load --wire text --jobs 1 --socket-buffer off, across the delay
 #   off       the probe's --jobs with --socket-buffer off (autotuning), across the delay
 # The line's bottleneck queue holds one round trip of the rate (BACKLOG_MS to change it); the
-# clients' congestion control is the machine's unless CC names another (CC=cubic).
+# clients' congestion control is the machine's unless CC names another (CC=cubic: a namespace
+# may use only what net.ipv4.tcp_allowed_congestion_control lists, set in the machine's own).
 # Each after TRUNCATE and CHECKPOINT, timed to the end of the load. Everything is torn down on
 # exit, Ctrl-C included. Needs root, ip, /dev/net/tun.
 #
