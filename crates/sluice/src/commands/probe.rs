@@ -28,8 +28,9 @@ storing rows in text and in binary (into tables created inside transactions
 that are rolled back: nothing stays). From the best upload and the round
 trip it computes the bandwidth-delay product and, with this kernel's socket
 buffer limits, the --socket-buffer and the streams that cover it. Across a
-long round trip each measurement lasts at least 30 round trips. With files, it also dry-runs the first 32 MB of each
-plain one to measure this machine's parsing per CPU-second.
+long round trip each measurement lasts at least 30 round trips. With files,
+it also dry-runs the first 32 MB of each plain one to measure this machine's
+parsing per CPU-second.
 
 Exit codes: 0 measured, 2 usage, 4 cannot connect, 5 server failure.")]
 pub struct ProbeArgs {
