@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 scripts/ensure-postgres.sh
 scripts/ensure-mariadb.sh
 scripts/ensure-chromium.sh
+scripts/ensure-ping.sh
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
   echo "rustfmt or clippy is missing: adding them with rustup" >&2
   rustup component add rustfmt clippy

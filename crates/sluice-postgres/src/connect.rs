@@ -266,6 +266,9 @@ async fn open(
     tls: &mut Option<tokio_postgres_rustls::MakeRustlsConnect>,
 ) -> Result<Client, String> {
     let config = info.to_config(h);
+    if let (Some(size), false) = (info.socket_buffer, h.is_unix_socket()) {
+        return open_sized(info, h, &config, size, tls).await;
+    }
     if info.sslmode == SslMode::Disable || h.is_unix_socket() {
         let (client, conn) = config
             .connect(NoTls)
@@ -281,6 +284,42 @@ async fn open(
     let tls = tls.clone().expect("set above");
     let (client, conn) = config
         .connect(tls)
+        .await
+        .map_err(|e| startup_error(e, info, h))?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// Opens one host's connection on a socket of our own whose buffers are `size` (see
+/// [`crate::network`]); the protocol then runs on it as on tokio-postgres's own socket.
+async fn open_sized(
+    info: &ConnInfo,
+    h: &HostSpec,
+    config: &tokio_postgres::Config,
+    size: usize,
+    tls: &mut Option<tokio_postgres_rustls::MakeRustlsConnect>,
+) -> Result<Client, String> {
+    let stream = crate::network::connect_sized(h, size, &info.liveness).await?;
+    if info.sslmode == SslMode::Disable {
+        let (client, conn) = config
+            .connect_raw(stream, NoTls)
+            .await
+            .map_err(|e| startup_error(e, info, h))?;
+        tokio::spawn(conn);
+        return Ok(client);
+    }
+    if tls.is_none() {
+        let config = tls_config(info).map_err(|reason| format!("TLS setup: {reason}"))?;
+        *tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(config));
+    }
+    let mut make = tls.clone().expect("set above");
+    let connector =
+        <_ as tokio_postgres::tls::MakeTlsConnect<tokio::net::TcpStream>>::make_tls_connect(
+            &mut make, &h.host,
+        )
+        .map_err(|e| format!("TLS setup: {e}"))?;
+    let (client, conn) = config
+        .connect_raw(stream, connector)
         .await
         .map_err(|e| startup_error(e, info, h))?;
     tokio::spawn(conn);

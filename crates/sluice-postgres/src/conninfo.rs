@@ -218,6 +218,10 @@ pub struct ConnInfo {
     /// TCP keepalives and the unacknowledged-data timeout: how long a vanished server or
     /// network can keep a stream waiting (see [`Liveness`]).
     pub liveness: Liveness,
+    /// The kernel socket buffer each connection asks for (`SO_SNDBUF` and `SO_RCVBUF`), in
+    /// bytes as the kernel counts them; `None` leaves the kernel's autotuning (see
+    /// [`crate::network`]). Not part of libpq's conventions: `sluice load --socket-buffer`.
+    pub socket_buffer: Option<usize>,
     /// Warnings met while resolving (an unsafe `.pgpass`), for the caller to print.
     pub warnings: Vec<String>,
 }
@@ -388,6 +392,7 @@ impl ConnInfo {
             options: (!options.is_empty()).then_some(options),
             target_session_attrs,
             liveness: Liveness::from_params(&params)?,
+            socket_buffer: None,
             warnings: Vec::new(),
         };
         if info.password.is_none() {

@@ -158,6 +158,49 @@ impl PgDestination {
         })
     }
 
+    /// Sets the socket buffers of every connection this load opens from here on (its
+    /// streams); `Auto` first measures the round trip on the load's own connection (the
+    /// median of 5 `SELECT 1`). Returns the buffer chosen and why, for the summary.
+    pub fn size_sockets(
+        &mut self,
+        choice: crate::network::SocketBuffer,
+    ) -> Result<crate::network::Sizing, String> {
+        use crate::network::{auto_buffer, KernelLimits, Sizing, SocketBuffer};
+        let sizing = match choice {
+            SocketBuffer::Off => Sizing {
+                streams: 1,
+                buffer: None,
+                why: "--socket-buffer off: the kernel's autotuning".into(),
+            },
+            SocketBuffer::Size(n) => Sizing {
+                streams: 1,
+                buffer: Some(n as u64),
+                why: "--socket-buffer".into(),
+            },
+            SocketBuffer::Auto => auto_buffer(self.round_trip(5)?, &KernelLimits::read()),
+        };
+        self.info.socket_buffer = sizing.buffer.map(|b| b as usize);
+        Ok(sizing)
+    }
+
+    /// The median time of `n` round trips (`SELECT 1`) on the load's own connection.
+    pub fn round_trip(&self, n: usize) -> Result<std::time::Duration, String> {
+        let client = lock(&self.client).clone();
+        self.rt.block_on(async {
+            let mut times = Vec::with_capacity(n.max(1));
+            for _ in 0..n.max(1) {
+                let t = std::time::Instant::now();
+                client
+                    .simple_query("SELECT 1")
+                    .await
+                    .map_err(|e| crate::connect::chain(&e))?;
+                times.push(t.elapsed());
+            }
+            times.sort();
+            Ok(times[times.len() / 2])
+        })
+    }
+
     /// How long each attempt of the publish waits for its locks (the server's `lock_timeout`)
     /// before it gives way to the table's other users and tries again, and how long the
     /// statistics step waits before it gives up.

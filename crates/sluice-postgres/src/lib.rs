@@ -6,6 +6,8 @@
 //! - [`admin`]: a blocking connection for the SQL commands run outside a load;
 //! - [`conninfo`]: libpq connection conventions (URI, key=value, `PG*` variables, `.pgpass`);
 //! - [`connect`]: opening connections with `sslmode` semantics;
+//! - [`network`]: the path's round trip, the kernel's socket buffer limits, and sizing a
+//!   stream's buffer (or the number of streams) to the bandwidth-delay product;
 //! - [`catalog`]: the target table's columns and the session settings conversion depends on;
 //! - [`destination`]: PostgreSQL behind the engine's one interface (streams, watch, framing);
 //! - [`ledger`]: the resume ledger's tables in the target database (`sluice jobs`);
@@ -24,6 +26,7 @@ pub mod connect;
 pub mod conninfo;
 pub mod destination;
 pub mod ledger;
+pub mod network;
 pub mod oracle;
 pub mod probe;
 pub mod stage;

@@ -13,6 +13,7 @@ use sluice_engine::report::Report;
 use sluice_engine::LoadSpec;
 use sluice_mariadb::destination::MariaDbDestination;
 use sluice_postgres::destination::{OpenError, PgDestination};
+use sluice_postgres::network::{Sizing, SocketBuffer};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -35,6 +36,23 @@ impl Opened {
             // No staging on MariaDB yet: every input loads directly (the engine refuses
             // `--strategy stage` saying so).
             Opened::MariaDb(d) => sluice_engine::load::load(spec, &mut **d, host),
+        }
+    }
+
+    /// Sets the socket buffers of the load's streams (`--socket-buffer`).
+    pub fn size_sockets(&mut self, choice: SocketBuffer) -> Result<Sizing, Failure> {
+        match self {
+            Opened::Postgres(d) => d.size_sockets(choice).map_err(Failure::server),
+            Opened::MariaDb(_) => match choice {
+                SocketBuffer::Size(_) => Err(Failure::Usage(
+                    "--socket-buffer SIZE is not on MariaDB yet: leave it at auto or off".into(),
+                )),
+                _ => Ok(Sizing {
+                    streams: 1,
+                    buffer: None,
+                    why: "sized only on PostgreSQL so far".into(),
+                }),
+            },
         }
     }
 

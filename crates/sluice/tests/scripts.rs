@@ -61,7 +61,11 @@ fn ci_runs_the_readme_test_command_and_installs_nothing_itself() {
     assert!(ci.contains("exec scripts/test.sh"), "{ci}");
     assert!(!ci.contains("apt-get"), "{ci}");
     let test = std::fs::read_to_string(root.join("scripts/test.sh")).unwrap();
-    for step in ["scripts/ensure-postgres.sh", "scripts/ensure-chromium.sh"] {
+    for step in [
+        "scripts/ensure-postgres.sh",
+        "scripts/ensure-chromium.sh",
+        "scripts/ensure-ping.sh",
+    ] {
         assert!(test.contains(step), "test.sh does not run {step}");
     }
 }

@@ -86,7 +86,7 @@ fn sslmodes_encrypt_and_verify_as_libpq_does() {
     d.psql("CREATE TABLE t (a int); ALTER TABLE t OWNER TO tlsuser");
     let f = d.file("t.csv", b"1\n");
     let port = pg().port;
-    let load = |host: &str, mode: &str, root: Option<&PathBuf>| {
+    let load_with = |host: &str, mode: &str, root: Option<&PathBuf>, extra: &[&str]| {
         let mut url = format!(
             "postgresql://tlsuser@{host}:{port}/{}?sslmode={mode}",
             d.name
@@ -96,9 +96,11 @@ fn sslmodes_encrypt_and_verify_as_libpq_does() {
         }
         sluice_cmd()
             .args(["load", "-q", f.to_str().unwrap(), "--target", &url])
+            .args(extra)
             .output()
             .unwrap()
     };
+    let load = |host: &str, mode: &str, root: Option<&PathBuf>| load_with(host, mode, root, &[]);
     // Without TLS the role is rejected: the rule really demands encryption.
     let out = load("127.0.0.1", "disable", None);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -122,6 +124,17 @@ fn sslmodes_encrypt_and_verify_as_libpq_does() {
     // ...which verify-ca accepts, since it checks the chain only.
     let out = load("127.0.0.1", "verify-ca", Some(&certs.ca));
     assert!(out.status.success(), "{}", stderr(&out));
+    // With a socket buffer set, the streams open their own sockets: TLS and its checks
+    // are the same on them (`--socket-buffer`).
+    let sized = ["--socket-buffer", "1M"];
+    let out = load_with("127.0.0.1", "disable", None, &sized);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let out = load_with("127.0.0.1", "require", None, &sized);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = load_with("localhost", "verify-full", Some(&certs.ca), &sized);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = load_with("127.0.0.1", "verify-full", Some(&certs.ca), &sized);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     // Another CA fails both.
     let out = load("localhost", "verify-ca", Some(&certs.other_ca));
     assert_eq!(out.status.code(), Some(4));
@@ -135,7 +148,8 @@ fn sslmodes_encrypt_and_verify_as_libpq_does() {
     assert!(stderr(&out).contains("sslrootcert"), "{}", stderr(&out));
     assert_eq!(
         d.count("t"),
-        4,
-        "require, prefer, verify-full and verify-ca loaded"
+        6,
+        "require, prefer, verify-full and verify-ca loaded, and require and verify-full with \
+         a socket buffer"
     );
 }

@@ -10,6 +10,7 @@ use sluice_engine::failure::ServerKind;
 use sluice_engine::rejects::{self, Threshold};
 use sluice_engine::report::Report;
 use sluice_engine::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice, Wire};
+use sluice_postgres::network::SocketBuffer;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -119,6 +120,14 @@ pub struct LoadArgs {
     /// cores, at most 16); the summary shows the curve and the choice.
     #[arg(long, short = 'j', value_name = "N|auto", value_parser = parse_jobs)]
     pub jobs: Option<Jobs>,
+
+    /// Each stream's kernel socket buffer (SO_SNDBUF and SO_RCVBUF), k/M suffixes. Setting
+    /// it turns off the kernel's autotuning for the socket, so `auto` sets one only where the
+    /// round trip (measured at the start) makes autotuning's ceiling the limit and the kernel
+    /// grants more to SO_SNDBUF; `off` always leaves autotuning. `sluice probe` measures the
+    /// path and says which to give.
+    #[arg(long, default_value = "auto", value_parser = parse_socket_buffer, value_name = "auto|off|SIZE")]
+    pub socket_buffer: SocketBuffer,
 
     /// Size of each COPY message (k/M suffixes).
     #[arg(long, default_value = "256k", value_parser = parse_size, value_name = "SIZE")]
@@ -253,6 +262,7 @@ impl LoadArgs {
             strategy: StrategyArg::Auto,
             jobs: None,
             copy_buffer: 256 << 10,
+            socket_buffer: SocketBuffer::Auto,
             chunk_size: None,
             dry_run: false,
             retries: 5,
@@ -321,6 +331,15 @@ pub fn parse_jobs(s: &str) -> Result<Jobs, String> {
         Ok(0) => Err("--jobs must be at least 1 (it is the number of connections)".into()),
         Ok(n) => Ok(Jobs::Fixed(n)),
         Err(_) => Err(format!("`{s}` is not a number of connections")),
+    }
+}
+
+/// Parses `--socket-buffer`: `auto`, `off`, or a size.
+pub fn parse_socket_buffer(s: &str) -> Result<SocketBuffer, String> {
+    match s.trim() {
+        "auto" => Ok(SocketBuffer::Auto),
+        "off" => Ok(SocketBuffer::Off),
+        size => parse_size(size).map(SocketBuffer::Size),
     }
 }
 
@@ -458,6 +477,16 @@ pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
     // Every input must be readable before anything connects (or starts a cluster).
     sluice_engine::load::check_inputs(&spec)?;
     let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
+    let sizing = dest.size_sockets(args.socket_buffer)?;
+    if !args.quiet {
+        eprintln!(
+            "sluice: socket buffer: {} ({})",
+            sizing.buffer.map_or("kernel autotuning".into(), |b| {
+                format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
+            }),
+            sizing.why
+        );
+    }
     dest.load(&spec, &CliHost::new(args.quiet))
 }
 

@@ -11,6 +11,7 @@ use super::load::LoadArgs;
 use crate::failure::Failure;
 use crate::target;
 use clap::Args;
+use sluice_postgres::network::{size_for, KernelLimits, Sizing};
 use sluice_postgres::probe::{Probe, Rate, Sink};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,11 +22,15 @@ use std::time::Duration;
   sluice probe -t \"$URL\" --jobs 1,2,4,8
   sluice probe -t \"$URL\" lineitem.1.tbl   # and this machine's parse rate
 
-It measures, for each stream count: upload (COPY into a sink that stores
-nothing: the network and the server's COPY input), and storing rows in text
-and in binary (into tables created inside transactions that are rolled
-back: nothing stays). With files, it also dry-runs the first 32 MB of each
-plain one to measure this machine's parsing per CPU-second.
+It measures the round trip and, for each stream count: upload (COPY into a
+sink that stores nothing: the network and the server's COPY input), and
+storing rows in text and in binary (into tables created inside transactions
+that are rolled back: nothing stays). From the best upload and the round
+trip it computes the bandwidth-delay product and, with this kernel's socket
+buffer limits, the --socket-buffer and the streams that cover it. Across a
+long round trip each measurement lasts at least 30 round trips. With files,
+it also dry-runs the first 32 MB of each plain one to measure this machine's
+parsing per CPU-second.
 
 Exit codes: 0 measured, 2 usage, 4 cannot connect, 5 server failure.")]
 pub struct ProbeArgs {
@@ -55,6 +60,11 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "TABLE")]
     pub table: Option<String>,
 
+    /// Measure the path only (round trip and upload), not the server's storing: quicker
+    /// across a long round trip, when the question is the network.
+    #[arg(long)]
+    pub upload_only: bool,
+
     /// Print the measurements as JSON.
     #[arg(long)]
     pub json: bool,
@@ -69,9 +79,10 @@ pub struct ProbeArgs {
 struct Row {
     streams: usize,
     upload_mb_per_s: f64,
-    store_text_mb_per_s: f64,
-    store_binary_mb_per_s: f64,
-    store_binary_rows_per_s: f64,
+    /// None with --upload-only.
+    store_text_mb_per_s: Option<f64>,
+    store_binary_mb_per_s: Option<f64>,
+    store_binary_rows_per_s: Option<f64>,
 }
 
 /// The share of the probe's expected rate that the load right after it reached, measured
@@ -122,21 +133,31 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         }
     };
     let rtt = probe.round_trip(21).map_err(server)?;
+    let seconds = measurement_seconds(args.seconds, rtt);
+    if seconds > args.seconds {
+        say(format!(
+            "the round trip is {:.0} ms: each measurement runs {seconds:.1} s ({ROUND_TRIPS} \
+             round trips; its first third, TCP's slow start, is left out of the rate)",
+            rtt.as_secs_f64() * 1e3
+        ));
+    }
     let mut rows = Vec::new();
     for &n in &args.jobs {
         say(format!(
-            "measuring {n} stream(s), {} s per measurement",
-            args.seconds
+            "measuring {n} stream(s), {seconds:.1} s per measurement"
         ));
-        let m = |sink| probe.measure(sink, n, args.seconds).map_err(server);
-        let (up, text, bin): (Rate, Rate, Rate) =
-            (m(Sink::Nothing)?, m(Sink::Text)?, m(Sink::Binary)?);
+        let m = |sink| probe.measure(sink, n, seconds).map_err(server);
+        let up: Rate = m(Sink::Nothing)?;
+        let (text, bin) = match args.upload_only {
+            true => (None, None),
+            false => (Some(m(Sink::Text)?), Some(m(Sink::Binary)?)),
+        };
         rows.push(Row {
             streams: n,
             upload_mb_per_s: up.mb_per_s(),
-            store_text_mb_per_s: text.mb_per_s(),
-            store_binary_mb_per_s: bin.mb_per_s(),
-            store_binary_rows_per_s: bin.rows as f64 / bin.seconds.max(1e-9),
+            store_text_mb_per_s: text.map(|r| r.mb_per_s()),
+            store_binary_mb_per_s: bin.map(|r| r.mb_per_s()),
+            store_binary_rows_per_s: bin.map(|r| r.rows as f64 / r.seconds.max(1e-9)),
         });
     }
     let parse = match args.files.is_empty() {
@@ -144,7 +165,10 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         false => Some(parse_rate(&args, &resolved)?),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let store = knee(&rows, |r| r.store_binary_mb_per_s).cloned();
+    let store = match args.upload_only {
+        true => None,
+        false => knee(&rows, |r| r.store_binary_mb_per_s.unwrap_or(0.0)).cloned(),
+    };
     let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
     let per_stream_upload = rows.first().map_or(0.0, |r| r.upload_mb_per_s);
     let (bdp, buffer) = copy_buffer(per_stream_upload, rtt);
@@ -152,7 +176,7 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     if let Some(s) = &store {
         limits.push((
             "the server's storing",
-            s.store_binary_mb_per_s,
+            s.store_binary_mb_per_s.unwrap_or(0.0),
             format!("binary rows at {} stream(s)", s.streams),
         ));
     }
@@ -170,12 +194,16 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .cloned()
         .unwrap_or(("nothing measured", 0.0, String::new()));
-    let jobs = store.as_ref().map_or(1, |s| s.streams);
+    let limits = KernelLimits::read();
+    let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
+    let sizing = size_for(path_bdp, &limits);
+    let store_jobs = store.as_ref().map_or(1, |s| s.streams);
+    let jobs = store_jobs.max(sizing.streams);
     let (low, median, high) = MEASURED_LOAD_SHARE;
     if args.json {
         let json = serde_json::json!({
             "target": resolved.info.to_string(),
-            "seconds_per_measurement": args.seconds,
+            "seconds_per_measurement": seconds,
             "round_trip_ms": rtt.as_secs_f64() * 1e3,
             "streams": rows,
             "parse_mb_per_cpu_second": parse.as_ref().map(|p| p.0),
@@ -191,6 +219,17 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
             "recommended_jobs": jobs,
             "recommended_copy_buffer": buffer,
             "bandwidth_delay_product_bytes": bdp,
+            "bottleneck_mb_per_s": upload_best,
+            "path_bdp_bytes": path_bdp,
+            "kernel_limits": {
+                "wmem_max": limits.wmem_max,
+                "rmem_max": limits.rmem_max,
+                "tcp_wmem": limits.tcp_wmem,
+                "tcp_rmem": limits.tcp_rmem,
+            },
+            "streams_for_bdp": sizing.streams,
+            "recommended_socket_buffer": sizing.buffer,
+            "socket_buffer_reason": sizing.why,
         });
         println!(
             "{}",
@@ -206,12 +245,13 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     println!("streams  upload MB/s  store text MB/s  store binary MB/s  binary rows/s");
     for r in &rows {
         println!(
-            "{:>7}  {:>11.1}  {:>15.1}  {:>17.1}  {:>13}",
+            "{:>7}  {:>11.1}  {:>15}  {:>17}  {:>13}",
             r.streams,
             r.upload_mb_per_s,
-            r.store_text_mb_per_s,
-            r.store_binary_mb_per_s,
-            crate::progress::thousands(r.store_binary_rows_per_s as u64)
+            cell(r.store_text_mb_per_s),
+            cell(r.store_binary_mb_per_s),
+            r.store_binary_rows_per_s
+                .map_or("-".into(), |v| crate::progress::thousands(v as u64))
         );
     }
     if let Some((rate, bytes)) = &parse {
@@ -232,21 +272,74 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     let why_jobs = match (&store, rows.len()) {
         (Some(s), n) if n > 1 => format!(
             "the fewest streams storing within 10% of the best measured ({:.0} MB/s)",
-            s.store_binary_mb_per_s
+            s.store_binary_mb_per_s.unwrap_or(0.0)
         ),
+        _ if args.upload_only => "--upload-only: the server's storing was not measured".into(),
         _ => "one stream count measured; give --jobs 1,2,4,8 to find the knee".into(),
     };
-    println!("recommended: --jobs {jobs} ({why_jobs})");
     println!(
-        "recommended: --copy-buffer {} (twice the bandwidth-delay product of {}, at least \
-         sluice's measured 256k)",
-        match buffer {
-            b if b % (1 << 20) == 0 => format!("{}M", b >> 20),
-            b => format!("{}k", b >> 10),
-        },
+        "kernel: net.core.wmem_max {}, net.ipv4.tcp_wmem {:?}, net.core.rmem_max {}, \
+         net.ipv4.tcp_rmem {:?} (the server's own receive buffers cannot be seen from here)",
+        limits.wmem_max, limits.tcp_wmem, limits.rmem_max, limits.tcp_rmem
+    );
+    println!(
+        "path: bottleneck {upload_best:.1} MB/s (the best upload measured) x round trip \
+         {:.1} ms = bandwidth-delay product {}",
+        rtt.as_secs_f64() * 1e3,
+        crate::progress::human_bytes(path_bdp)
+    );
+    println!(
+        "recommended: --jobs {jobs} ({})",
+        why_jobs_for(&why_jobs, store_jobs, &sizing)
+    );
+    println!(
+        "recommended: --socket-buffer {} ({})",
+        sizing.buffer.map_or("off".into(), size_flag),
+        sizing.why
+    );
+    println!(
+        "recommended: --copy-buffer {} (twice one stream's bandwidth-delay product of {}, at \
+         least sluice's measured 256k)",
+        size_flag(buffer as u64),
         crate::progress::human_bytes(bdp as u64)
     );
     Ok(())
+}
+
+/// A measurement's cell in the table: `-` where it was not measured.
+fn cell(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// How many round trips a measurement lasts at least: TCP's slow start takes about ten to
+/// open the window on a long fat path, and the first third is left out of the rate.
+const ROUND_TRIPS: f64 = 30.0;
+
+/// The seconds each measurement runs: as asked, but at least [`ROUND_TRIPS`] round trips.
+fn measurement_seconds(asked: f64, rtt: Duration) -> f64 {
+    asked.max(ROUND_TRIPS * rtt.as_secs_f64())
+}
+
+/// A size as `--copy-buffer` and `--socket-buffer` take it.
+fn size_flag(b: u64) -> String {
+    match b {
+        b if b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b => format!("{}k", b.div_ceil(1 << 10)),
+    }
+}
+
+/// Why the recommended stream count: the server's knee, or the path's window where that
+/// asks for more.
+fn why_jobs_for(store_why: &str, store_jobs: usize, sizing: &Sizing) -> String {
+    if sizing.streams > store_jobs {
+        format!(
+            "one stream's window cannot cover the path: {} streams are needed for their \
+             buffers to hold twice the bandwidth-delay product; the server stored best at {}",
+            sizing.streams, store_jobs
+        )
+    } else {
+        store_why.to_string()
+    }
 }
 
 /// This machine's parse rate, MB per CPU-second, from a dry run of the first 32 MB of each
@@ -333,11 +426,16 @@ mod tests {
         let row = |streams, mb| Row {
             streams,
             upload_mb_per_s: 0.0,
-            store_text_mb_per_s: 0.0,
-            store_binary_mb_per_s: mb,
-            store_binary_rows_per_s: 0.0,
+            store_text_mb_per_s: None,
+            store_binary_mb_per_s: Some(mb),
+            store_binary_rows_per_s: None,
         };
         let rows = [row(1, 100.0), row(2, 190.0), row(4, 200.0), row(8, 170.0)];
-        assert_eq!(knee(&rows, |r| r.store_binary_mb_per_s).unwrap().streams, 2);
+        assert_eq!(
+            knee(&rows, |r| r.store_binary_mb_per_s.unwrap_or(0.0))
+                .unwrap()
+                .streams,
+            2
+        );
     }
 }
