@@ -65,14 +65,8 @@ if [ -n "${CC:-}" ]; then
   for ns in "$far_ns" "$near_ns"; do ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$CC"; done
 fi
 cc=$(ip netns exec "$far_ns" sysctl -n net.ipv4.tcp_congestion_control)
-if [ ! -e "$work/pg/PG_VERSION" ]; then
-  rm -rf "$work/pg"; install -d -o postgres "$work/pg"
-  su postgres -c "$pgbin/initdb -D $work/pg -U sluice --auth=trust -E UTF8 --locale=C" >/dev/null
-  { "$bin" pg settings; echo "port = $port"; echo "unix_socket_directories = ''"; } \
-    >> "$work/pg/postgresql.conf"
-  echo "host all all 10.97.0.0/16 trust" >> "$work/pg/pg_hba.conf"
-fi
-su postgres -c "$pgbin/pg_ctl -D $work/pg -l $work/pg/server.log -o \"-c listen_addresses=$far_server,$near_server\" -w start" >/dev/null
+. "$(dirname "$0")/far-pg.sh"
+far_pg "$work" "$pgbin" "$bin" "$port" "$far_server,$near_server"
 far_url="postgresql://sluice@$far_server:$port/postgres?sslmode=disable"
 near_url="postgresql://sluice@$near_server:$port/postgres?sslmode=disable"
 echo "far: $far_ns -> $far_server (${rtt} ms, ${rate} Mbit/s); near: $near_ns -> $near_server (0 ms, ${rate} Mbit/s); bottleneck queue ${backlog} ms; congestion control $cc"

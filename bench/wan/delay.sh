@@ -45,14 +45,8 @@ dlpid=$!
 for _ in $(seq 1 50); do [ -s "$work/line" ] && break; sleep 0.1; done
 read -r _ ns _ client _ server _ device < "$work/line" || { cat "$work/line.err" >&2; exit 1; }
 # The server, on the far side.
-if [ ! -e "$work/pg/PG_VERSION" ]; then
-  rm -rf "$work/pg"; install -d -o postgres "$work/pg"
-  su postgres -c "$pgbin/initdb -D $work/pg -U sluice --auth=trust -E UTF8 --locale=C" >/dev/null
-  { "$bin" pg settings; echo "port = $port"; echo "unix_socket_directories = ''"; } \
-    >> "$work/pg/postgresql.conf"
-  echo "host all all 10.97.0.0/16 trust" >> "$work/pg/pg_hba.conf"
-fi
-su postgres -c "$pgbin/pg_ctl -D $work/pg -l $work/pg/server.log -o \"-c listen_addresses=$server\" -w start" >/dev/null
+. "$(dirname "$0")/far-pg.sh"
+far_pg "$work" "$pgbin" "$bin" "$port" "$server"
 export URL="postgresql://sluice@$server:$port/postgres?sslmode=disable" NS=$ns
 echo "path: client namespace $ns ($client) -> server $server, rtt ${rtt} ms, rate ${rate} Mbit/s (0: unlimited)"
 echo "URL=$URL"

@@ -176,6 +176,21 @@ pub struct RecordError {
     pub value: Option<Vec<u8>>,
 }
 
+impl RecordError {
+    /// A record of `found` fields where the target takes `expected`: the error every
+    /// destination gives, naming the first missing column when there are too few.
+    pub fn check_field_count(found: usize, expected: usize) -> Result<(), RecordError> {
+        if found == expected {
+            return Ok(());
+        }
+        Err(RecordError {
+            column: (found < expected).then_some(found),
+            kind: RecordErrorKind::FieldCount { expected, found },
+            value: None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

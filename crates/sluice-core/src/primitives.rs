@@ -149,6 +149,22 @@ pub fn is_calendar_date(year: i64, month: i64, day: i64) -> bool {
     month != 2 || day != 29 || is_leap(year)
 }
 
+/// The months' English names, for messages about dates ("February 2023 has 28 days").
+pub const MONTH_NAMES: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
 /// `Y-M-D` or `Y/M/D` (one separator throughout) at the start of `s` with `min_year_digits` to
 /// 9 year digits and 1 or 2 month and day digits, unchecked: `(year, month, day, position
 /// after)`. A year of three or more digits first makes either spelling year-month-day

@@ -277,17 +277,25 @@ async fn open(
         tokio::spawn(conn);
         return Ok(client);
     }
-    if tls.is_none() {
-        let config = tls_config(info).map_err(|reason| format!("TLS setup: {reason}"))?;
-        *tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(config));
-    }
-    let tls = tls.clone().expect("set above");
+    let tls = made_tls(info, tls)?;
     let (client, conn) = config
         .connect(tls)
         .await
         .map_err(|e| startup_error(e, info, h))?;
     tokio::spawn(conn);
     Ok(client)
+}
+
+/// The TLS connector, made on first use and kept for the command's other connections.
+fn made_tls(
+    info: &ConnInfo,
+    tls: &mut Option<tokio_postgres_rustls::MakeRustlsConnect>,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+    if tls.is_none() {
+        let config = tls_config(info).map_err(|reason| format!("TLS setup: {reason}"))?;
+        *tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(config));
+    }
+    Ok(tls.clone().expect("set above"))
 }
 
 /// Opens one host's connection on a socket of our own whose buffers are `size` (see
@@ -308,11 +316,7 @@ async fn open_sized(
         tokio::spawn(conn);
         return Ok(client);
     }
-    if tls.is_none() {
-        let config = tls_config(info).map_err(|reason| format!("TLS setup: {reason}"))?;
-        *tls = Some(tokio_postgres_rustls::MakeRustlsConnect::new(config));
-    }
-    let mut make = tls.clone().expect("set above");
+    let mut make = made_tls(info, tls)?;
     let connector =
         <_ as tokio_postgres::tls::MakeTlsConnect<tokio::net::TcpStream>>::make_tls_connect(
             &mut make, &h.host,

@@ -17,23 +17,8 @@
 
 use super::column::{Column, ColumnType};
 use sluice_core::error::{RecordError, RecordErrorKind};
-use sluice_core::primitives::{days_in_month, parse_decimal};
+use sluice_core::primitives::{days_in_month, parse_decimal, MONTH_NAMES};
 use sluice_core::records::Fields;
-
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
 
 /// Why a value is refused: the server would refuse it too.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,16 +61,7 @@ impl Converter {
         input: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        if fields.len() != self.columns.len() {
-            return Err(RecordError {
-                column: (fields.len() < self.columns.len()).then_some(fields.len()),
-                kind: RecordErrorKind::FieldCount {
-                    expected: self.columns.len(),
-                    found: fields.len(),
-                },
-                value: None,
-            });
-        }
+        RecordError::check_field_count(fields.len(), self.columns.len())?;
         let rollback = out.len();
         for i in 0..self.columns.len() {
             if i > 0 {
@@ -328,7 +304,7 @@ fn check_date(y: i64, m: i64, d: i64) -> Result<(), Invalid> {
     if d > dim {
         return Err(invalid(format!(
             "{} {y} has {dim} days, not {d}",
-            MONTHS[(m - 1) as usize]
+            MONTH_NAMES[(m - 1) as usize]
         )));
     }
     Ok(())

@@ -116,17 +116,7 @@ impl Converter {
     }
 
     fn check_count(&self, fields: &Fields) -> Result<(), RecordError> {
-        if fields.len() != self.columns.len() {
-            return Err(RecordError {
-                column: (fields.len() < self.columns.len()).then_some(fields.len()),
-                kind: RecordErrorKind::FieldCount {
-                    expected: self.columns.len(),
-                    found: fields.len(),
-                },
-                value: None,
-            });
-        }
-        Ok(())
+        RecordError::check_field_count(fields.len(), self.columns.len())
     }
 
     /// Appends one binary COPY tuple for the record to `out`. On error `out` is left as it was.

@@ -19,7 +19,9 @@ use chrono::{NaiveDate, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::Tz;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sluice_core::primitives::{days_in_month, digits, is_leap, iso_date, julian_day, ymd_prefix};
+use sluice_core::primitives::{
+    days_in_month, digits, is_leap, iso_date, julian_day, ymd_prefix, MONTH_NAMES,
+};
 use sluice_core::swar;
 
 const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
@@ -36,21 +38,6 @@ const END_TIMESTAMP: i64 = 9_223_371_331_200_000_000;
 pub fn date2j(year: i64, month: i64, day: i64) -> i64 {
     julian_day(year, month, day)
 }
-
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
 
 /// A parsed point in time before range checks and zone handling.
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +108,7 @@ fn julian(year: i64, month: i64, day: i64, bc: bool) -> Result<i64, ConvertError
         let era = if bc { " BC" } else { "" };
         return Err(ConvertError::invalid(format!(
             "{} {year}{era} has {dim} days, not {day}",
-            MONTHS[(month - 1) as usize]
+            MONTH_NAMES[(month - 1) as usize]
         )));
     }
     Ok(date2j(astronomical, month, day))
