@@ -32,6 +32,8 @@ const MIN_SAMPLES: u64 = 5;
 /// [`TAIL_SECONDS`] later is a long tail.
 const TAIL_RATIO: f64 = 1.5;
 const TAIL_SECONDS: f64 = 1.0;
+/// ...and its longest chunk took at least this share of its lag behind the median.
+const TAIL_CHUNK_SHARE: f64 = 0.5;
 /// The share of server samples that decides between the client's side and the server's.
 const CLIENT_SIDE: f64 = 0.5;
 
@@ -235,6 +237,11 @@ fn long_tail(
         .chunks
         .iter()
         .max_by(|a, b| (a.end - a.start).total_cmp(&(b.end - b.start)))?;
+    // A tail of small chunks is a stream held up (a stall, a starved core), not work cut too
+    // coarsely: the other rules say what held it.
+    if chunk.end - chunk.start < TAIL_CHUNK_SHARE * (last - median) {
+        return None;
+    }
     let c = &plan.chunks[chunk.chunk];
     let input = &plan.inputs[c.input];
     let whole = c.start == 0 && c.end.is_none();
@@ -776,6 +783,25 @@ mod tests {
             judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
             "client-bound"
         );
+    }
+
+    #[test]
+    fn a_late_stream_of_small_chunks_is_not_a_long_tail() {
+        let (plan, mut out) = load(&[1.6, 3.0], SENDING, ServerWaits::default());
+        // The late stream's chunks each took a few milliseconds.
+        out.streams[1].chunks = (0..300)
+            .map(|k| ChunkStat {
+                chunk: 0,
+                start: k as f64 * 0.01,
+                end: k as f64 * 0.01 + 0.005,
+                bytes: 12,
+                ..Default::default()
+            })
+            .collect();
+        out.streams[1].chunks.last_mut().unwrap().end = 3.0;
+        out.streams[1].chunks.last_mut().unwrap().start = 2.99;
+        let v = judge(&plan, &out, 2, 2, &Plain).unwrap();
+        assert_ne!(v.kind, "long-tail", "{v:?}");
     }
 
     #[test]
