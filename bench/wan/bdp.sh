@@ -65,7 +65,7 @@ if [ -n "${CC:-}" ]; then
   for ns in "$far_ns" "$near_ns"; do ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$CC"; done
 fi
 cc=$(ip netns exec "$far_ns" sysctl -n net.ipv4.tcp_congestion_control)
-. "$(dirname "$0")/far-pg.sh"
+. bench/wan/far-pg.sh  # (the working directory is the repository's root)
 far_pg "$work" "$pgbin" "$bin" "$port" "$far_server,$near_server"
 far_url="postgresql://sluice@$far_server:$port/postgres?sslmode=disable"
 near_url="postgresql://sluice@$near_server:$port/postgres?sslmode=disable"

@@ -45,7 +45,7 @@ dlpid=$!
 for _ in $(seq 1 50); do [ -s "$work/line" ] && break; sleep 0.1; done
 read -r _ ns _ client _ server _ device < "$work/line" || { cat "$work/line.err" >&2; exit 1; }
 # The server, on the far side.
-. "$(dirname "$0")/far-pg.sh"
+. bench/wan/far-pg.sh  # (the working directory is the repository's root)
 far_pg "$work" "$pgbin" "$bin" "$port" "$server"
 export URL="postgresql://sluice@$server:$port/postgres?sslmode=disable" NS=$ns
 echo "path: client namespace $ns ($client) -> server $server, rtt ${rtt} ms, rate ${rate} Mbit/s (0: unlimited)"
