@@ -171,9 +171,10 @@ fn a_load_across_the_path_sizes_its_sockets_and_loads_every_row() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("socket buffer: "), "{stderr}");
+    // A buffer set is said, with the round trip it was sized from; autotuning left alone (a
+    // kernel whose SO_SNDBUF ceiling is not above autotuning's) is not.
     assert!(
-        stderr.contains("round trip 20") || stderr.contains("autotuning is left alone"),
+        stderr.contains("socket buffer: ") == stderr.contains("round trip 20"),
         "{stderr}"
     );
     assert_eq!(psql("SELECT count(*) FROM far_auto"), "50000");

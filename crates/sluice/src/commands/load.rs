@@ -478,7 +478,10 @@ pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
     sluice_engine::load::check_inputs(&spec)?;
     let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
     let sizing = dest.size_sockets(args.socket_buffer)?;
-    if !args.quiet {
+    // Said when it changes something, or was asked for: `auto` leaving the kernel alone (every
+    // load on a near server) is not news.
+    let worth_saying = sizing.buffer.is_some() || args.socket_buffer != SocketBuffer::Auto;
+    if !args.quiet && worth_saying {
         eprintln!(
             "sluice: socket buffer: {} ({})",
             sizing.buffer.map_or("kernel autotuning".into(), |b| {
