@@ -728,6 +728,28 @@ enum QuotedEnd {
     Record(usize, bool),
 }
 
+/// Writes a value with backslash escapes for a tab- and newline-separated stream: backslash,
+/// tab, newline and carriage return, and NUL as `\0` when `nul` (MariaDB's `LOAD DATA` reads
+/// it back; PostgreSQL's COPY text has no NUL to carry). The inverse of [`unescape_text`].
+pub fn escape_text(v: &[u8], out: &mut Vec<u8>, nul: bool) {
+    let mut start = 0;
+    for (i, &b) in v.iter().enumerate() {
+        let esc = match b {
+            b'\\' => b'\\',
+            b'\t' => b't',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            0 if nul => b'0',
+            _ => continue,
+        };
+        out.extend_from_slice(&v[start..i]);
+        out.push(b'\\');
+        out.push(esc);
+        start = i + 1;
+    }
+    out.extend_from_slice(&v[start..]);
+}
+
 /// Decodes COPY text-format backslash escapes (PostgreSQL's `CopyReadAttributesText`).
 pub fn unescape_text(raw: &[u8], out: &mut Vec<u8>) {
     let mut i = 0;

@@ -143,24 +143,9 @@ fn message_name(type_name: &str) -> String {
     }
 }
 
-/// Writes `v` escaped for the canonical stream.
+/// Writes `v` escaped for the canonical stream (`ESCAPED BY '\\'`, NUL as `\0`).
 pub fn escape(v: &[u8], out: &mut Vec<u8>) {
-    let mut start = 0;
-    for (i, &b) in v.iter().enumerate() {
-        let esc = match b {
-            b'\\' => b'\\',
-            b'\t' => b't',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            0 => b'0',
-            _ => continue,
-        };
-        out.extend_from_slice(&v[start..i]);
-        out.push(b'\\');
-        out.push(esc);
-        start = i + 1;
-    }
-    out.extend_from_slice(&v[start..]);
+    sluice_core::records::escape_text(v, out, true)
 }
 
 /// Whether `v` holds a byte no number of any spelling has: then the server refuses it too.

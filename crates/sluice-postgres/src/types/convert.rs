@@ -378,21 +378,7 @@ impl Converter {
 
 /// Writes a value in COPY text format, escaping backslash, tab, newline and carriage return.
 pub fn escape_text(v: &[u8], out: &mut Vec<u8>) {
-    let mut start = 0;
-    for (i, &b) in v.iter().enumerate() {
-        let esc = match b {
-            b'\\' => b'\\',
-            b'\t' => b't',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            _ => continue,
-        };
-        out.extend_from_slice(&v[start..i]);
-        out.push(b'\\');
-        out.push(esc);
-        start = i + 1;
-    }
-    out.extend_from_slice(&v[start..]);
+    sluice_core::records::escape_text(v, out, false)
 }
 
 fn utf8_reason(e: std::str::Utf8Error) -> String {
