@@ -212,6 +212,21 @@ pub trait Destination: Sync {
     /// say), around the encoded records.
     fn framing(&self, table: usize) -> (&[u8], &[u8]);
 
+    /// Splits `encoded` (whole records of table `table`, as its encoder wrote them, without
+    /// framing) into records, calling `each` with each record's end and the integer in its
+    /// loaded column `column` (`None` for a NULL or a value that is not an integer): how the
+    /// engine routes converted rows to their partitions on the client. `false` when this
+    /// destination's encoding cannot be split (the default), and then nothing is routed.
+    fn split_encoded(
+        &self,
+        _table: usize,
+        _encoded: &[u8],
+        _column: usize,
+        _each: &mut dyn FnMut(usize, Option<i64>),
+    ) -> bool {
+        false
+    }
+
     /// Commits (or, with `commit` false, rolls back) the prepared transaction `id`. One that
     /// is no longer prepared (already finished) is not an error.
     fn finish_prepared(&self, _id: &str, _commit: bool) -> Result<(), DestinationError> {
@@ -347,33 +362,94 @@ pub enum Partitioning {
     /// Partitioned, or guarded, in a way that keeps sluice from staging it; the reason, for
     /// the summary.
     Unroutable(String),
-    /// By ranges of one integer column.
-    IntegerRange {
+    /// By one integer column: ranges of it, lists of its values, or its hash.
+    IntegerKey {
         /// The key column's name.
         column: String,
-        partitions: Vec<RangePartition>,
-        /// Whether a default partition takes keys outside every range.
+        partitions: Vec<KeyPartition>,
+        /// Whether a default partition takes keys outside every partition.
         default: bool,
     },
 }
 
-/// One range partition.
+/// One partition of a table partitioned by an integer key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RangePartition {
+pub struct KeyPartition {
     /// The partition as the destination's SQL quotes it, for messages.
     pub name: String,
-    /// Inclusive lower bound; `None` is unbounded.
-    pub lower: Option<i64>,
-    /// Exclusive upper bound; `None` is unbounded.
-    pub upper: Option<i64>,
+    pub bound: KeyBound,
     /// Why a staging table cannot replace it (it has rows, say), if so.
     pub obstacle: Option<String>,
 }
 
-impl RangePartition {
+/// Which keys a partition holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyBound {
+    /// From `lower` (inclusive) to `upper` (exclusive); `None` is unbounded.
+    Range {
+        lower: Option<i64>,
+        upper: Option<i64>,
+    },
+    /// These values, and NULL when `null`.
+    List { values: Vec<i64>, null: bool },
+    /// The keys whose hash, by the database's own function, leaves `remainder` when divided
+    /// by `modulus`.
+    Hash {
+        modulus: u64,
+        remainder: u64,
+        function: HashFunction,
+    },
+}
+
+/// A database's hash of an integer partition key, named (two are equal when their names are).
+#[derive(Clone, Copy)]
+pub struct HashFunction {
+    pub name: &'static str,
+    pub hash: fn(i64) -> u64,
+}
+
+impl PartialEq for HashFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for HashFunction {}
+
+impl fmt::Debug for HashFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl KeyPartition {
+    /// A range partition (the common case, and the tests').
+    pub fn range(name: impl Into<String>, lower: Option<i64>, upper: Option<i64>) -> Self {
+        KeyPartition {
+            name: name.into(),
+            bound: KeyBound::Range { lower, upper },
+            obstacle: None,
+        }
+    }
+
     /// Whether `key` falls in the partition.
     pub fn contains(&self, key: i64) -> bool {
-        self.lower.is_none_or(|l| key >= l) && self.upper.is_none_or(|u| key < u)
+        match &self.bound {
+            KeyBound::Range { lower, upper } => {
+                lower.is_none_or(|l| key >= l) && upper.is_none_or(|u| key < u)
+            }
+            KeyBound::List { values, .. } => values.contains(&key),
+            KeyBound::Hash {
+                modulus,
+                remainder,
+                function,
+            } => (function.hash)(key) % modulus == *remainder,
+        }
+    }
+
+    /// Whether a NULL key falls in the partition.
+    pub fn holds_null(&self) -> bool {
+        matches!(self.bound, KeyBound::List { null: true, .. })
     }
 }
 
@@ -420,7 +496,7 @@ pub struct PreparedStaging {
 pub struct Leftover {
     /// The destination's name for it.
     pub id: String,
-    /// The load's table and partition (an index into [`Partitioning::IntegerRange`]'s list)
+    /// The load's table and partition (an index into [`Partitioning::IntegerKey`]'s list)
     /// it stands in for.
     pub table: usize,
     pub partition: usize,
@@ -450,7 +526,7 @@ pub trait Staging: Destination {
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError>;
 
     /// On `stream`, in a transaction of its own, creates the staging table for partition
-    /// `partition` (an index into [`Partitioning::IntegerRange`]'s list) of table `table`;
+    /// `partition` (an index into [`Partitioning::IntegerKey`]'s list) of table `table`;
     /// the stream's COPYs into `table` go to it until [`finish_stage`](Staging::finish_stage).
     /// A row outside the partition fails the COPY ([`outside_partition`](Staging::outside_partition)).
     fn begin_stage(

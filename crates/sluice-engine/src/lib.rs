@@ -20,6 +20,7 @@ pub mod load;
 pub mod plan;
 pub mod rejects;
 pub mod report;
+pub mod route;
 pub mod run;
 pub mod source;
 pub mod spec;

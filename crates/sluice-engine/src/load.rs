@@ -12,7 +12,7 @@ use crate::rejects::{self, Rejects};
 use crate::report::{self, Report};
 use crate::run::{execute, RunOptions, RunOutcome};
 use crate::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
-use crate::stage::{Mode, Stage, StagePlanner, Staged};
+use crate::stage::{Mode, Stage, StageOptions, StagePlanner, Staged};
 use crate::strategy::{self, Direct, Strategy};
 use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
 use sluice_core::ledger::{JobState, Placement};
@@ -394,15 +394,15 @@ impl Load<'_> {
             (StrategyChoice::Stage, false) => Some(Mode::Required),
         };
         let stage: Option<Stage> = match (stager, mode) {
-            (Some(s), Some(mode)) => Some(s.plan(
-                &mut plan,
-                &*dest,
-                mode,
-                jobs,
-                job.as_ref(),
-                rejects.is_some(),
-                self.host,
-            )?),
+            (Some(s), Some(mode)) => {
+                let opts = StageOptions {
+                    mode,
+                    jobs,
+                    isolate_rejects: rejects.is_some(),
+                    temp_dir: spec.temp_dir.clone().unwrap_or_else(std::env::temp_dir),
+                };
+                Some(s.plan(&mut plan, &*dest, opts, job.as_ref(), self.host)?)
+            }
             (None, Some(Mode::Required)) => {
                 return Err(Failure::Usage(format!(
                     "--strategy stage: {} cannot stage (give --strategy direct)",

@@ -187,6 +187,13 @@ pub fn build_judged(
                         e.max(c.end),
                     )
                 });
+            // A routed table's rows load after they are routed, in steps of their own.
+            let end = outcome
+                .streams
+                .iter()
+                .flat_map(|s| &s.steps)
+                .filter(|s| s.table == Some(i))
+                .fold(end, |e, s| e.max(s.end));
             let seconds = (end - start).max(0.0);
             TableReport {
                 table: tp.table.name.clone(),

@@ -82,6 +82,9 @@ pub struct LoadSpec {
     pub prepare: PrepareChoice,
     /// The encoding rows travel in.
     pub wire: Wire,
+    /// Where rows routed to their partitions on the client wait for their partition's load
+    /// (`None`: the system's temporary directory).
+    pub temp_dir: Option<PathBuf>,
 }
 
 impl LoadSpec {
@@ -111,6 +114,7 @@ impl LoadSpec {
             restart: false,
             prepare: PrepareChoice::Auto,
             wire: Wire::Auto,
+            temp_dir: None,
             checked: CheckedInputs::default(),
         }
     }

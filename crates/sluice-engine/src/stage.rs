@@ -28,6 +28,7 @@ use crate::events::{CommitPhase, Event, Host};
 use crate::failure::Failure;
 use crate::ledger::JobRun;
 use crate::plan::{Chunk, Compression, InputSource, Plan};
+use crate::route::{free_space, RoutedTable, Router};
 use crate::run::lock;
 use crate::strategy::{commit_all, direct_units, ChunkRunner, Commit, Strategy, Unit};
 use sluice_core::destination::{
@@ -58,6 +59,20 @@ struct Target {
     /// The partition's name, for messages.
     name: String,
     inputs: Vec<usize>,
+    /// For a table whose rows are routed on the client: the routed table (an index into the
+    /// router's) and partition, whose spill the unit loads.
+    routed: Option<(usize, usize)>,
+}
+
+/// How the user asked for staging, and what routing on the client may use.
+pub struct StageOptions {
+    pub mode: Mode,
+    /// Streams of the load.
+    pub jobs: usize,
+    /// Rows may be rejected (`--max-errors`).
+    pub isolate_rejects: bool,
+    /// Where routed rows spill (`--temp-dir`).
+    pub temp_dir: std::path::PathBuf,
 }
 
 /// An input that went through `direct`, and why.
@@ -89,6 +104,9 @@ pub struct StepTimes {
     /// were, and the rows they held (not loaded again, so not among this run's rows).
     pub reused_staging_tables: usize,
     pub reused_rows: u64,
+    /// Tables whose rows were routed to their partitions on the client.
+    #[serde(default)]
+    pub routed: Vec<crate::route::RoutedSummary>,
 }
 
 /// The stage strategy, with its routing decided.
@@ -106,6 +124,8 @@ pub struct Stage {
     /// Each chunk's input, and each input's file and table, for redoing a spanning file.
     chunk_inputs: Vec<usize>,
     input_names: Vec<(String, String)>,
+    /// The tables' names, for the routing's summary.
+    table_names: Vec<String>,
     /// Streams of the load: the parents' statistics are gathered as many at a time.
     jobs: usize,
     /// Rows may be rejected (`--max-errors`): a staged unit the server refuses a row of is
@@ -120,6 +140,8 @@ pub struct Stage {
     finished: Mutex<Vec<(String, Vec<ChunkRecord>)>>,
     /// The publish committed: the staging tables are the tables' partitions now.
     published: AtomicBool,
+    /// The routing of rows on the client, when a table's files cross its partitions' bounds.
+    router: Option<Router>,
 }
 
 /// The leftovers of an earlier run [`reusable`] takes back, each with the plan chunks it
@@ -143,7 +165,7 @@ fn reusable(
     let mut reuse = Reuse::default();
     for l in leftovers {
         let open = match &partitionings[l.table] {
-            Partitioning::IntegerRange { partitions, .. } => partitions
+            Partitioning::IntegerKey { partitions, .. } => partitions
                 .get(l.partition)
                 .is_some_and(|p| p.obstacle.is_none()),
             _ => false,
@@ -295,15 +317,12 @@ pub trait StagePlanner<D: Destination>: Sync {
     fn may_stage(&self, dest: &D, table: usize) -> bool;
 
     /// Routes every input (see [`Stage::plan`]).
-    #[allow(clippy::too_many_arguments)]
     fn plan(
         &self,
         plan: &mut Plan,
         dest: &D,
-        mode: Mode,
-        jobs: usize,
+        opts: StageOptions,
         job: Option<&JobRun>,
-        isolate_rejects: bool,
         host: &dyn Host,
     ) -> Result<Stage, Failure>;
 
@@ -318,7 +337,7 @@ impl<D: Staging> StagePlanner<D> for Staged {
     fn may_stage(&self, dest: &D, table: usize) -> bool {
         matches!(
             dest.partitioning(table),
-            Ok(Partitioning::IntegerRange { .. })
+            Ok(Partitioning::IntegerKey { .. })
         )
     }
 
@@ -326,15 +345,11 @@ impl<D: Staging> StagePlanner<D> for Staged {
         &self,
         plan: &mut Plan,
         dest: &D,
-        mode: Mode,
-        jobs: usize,
+        opts: StageOptions,
         job: Option<&JobRun>,
-        isolate_rejects: bool,
         host: &dyn Host,
     ) -> Result<Stage, Failure> {
-        let mut stage = Stage::plan(plan, dest, mode, jobs, job, host)?;
-        stage.isolate_rejects = isolate_rejects;
-        Ok(stage)
+        Stage::plan(plan, dest, opts, job, host)
     }
 
     fn strategy<'s>(&self, stage: &'s Stage) -> &'s dyn Strategy<D> {
@@ -352,6 +367,31 @@ struct Routing<'p> {
     direct_inputs: Vec<usize>,
     /// The (table, partition) of each staging table an earlier run left, published as it is.
     reused: Vec<(usize, usize)>,
+    /// Whether rows can be routed on the client, and with what; `Err` says why not.
+    spill: Result<Spill, String>,
+    /// The tables whose rows are routed on the client.
+    routed: Vec<RoutedTable>,
+}
+
+/// What routing rows on the client may use: the spill's directory and the room left in it,
+/// and which tables' encodings the destination can split into records.
+struct Spill {
+    dir: std::path::PathBuf,
+    /// Bytes free for the spill, less what the tables routed so far are expected to take
+    /// (`None` when the file system will not say).
+    room: Option<u64>,
+    splittable: Vec<bool>,
+    /// Bytes a spill takes per input byte, by table (binary tuples are larger than text).
+    growth: Vec<f64>,
+}
+
+/// Whether a table's rows are routed on the client.
+enum RouteRows {
+    /// Its files line up with its partitions: each file's rows go to one staging table.
+    Aligned,
+    Route,
+    /// Its files cross partition bounds, and its rows cannot be routed, for this reason.
+    Cannot(String),
 }
 
 impl Routing<'_> {
@@ -391,7 +431,7 @@ impl Routing<'_> {
                 }
                 return Ok(());
             }
-            Partitioning::IntegerRange {
+            Partitioning::IntegerKey {
                 column,
                 partitions,
                 default,
@@ -419,13 +459,113 @@ impl Routing<'_> {
             partitions: &partitions,
             default,
         };
+        let why_not = match self.route_rows(&inputs, &ranges) {
+            RouteRows::Route => {
+                self.route_on_client(&inputs, &ranges);
+                return Ok(());
+            }
+            RouteRows::Cannot(why) => Some(why),
+            RouteRows::Aligned => None,
+        };
         for &i in &inputs {
-            self.route_input(i, &ranges)?;
+            self.route_input(i, &ranges, why_not.as_deref())?;
         }
         if self.mode == Mode::Auto {
             self.keep_parallel(t, &inputs);
         }
         Ok(())
+    }
+
+    /// Whether the rows of a table with `inputs` go to their partitions through the client:
+    /// when a file's last row is in another partition than its first, and nothing stands in
+    /// the way (a default partition, a partition with rows, standard input, rejects to
+    /// isolate, a spill that would not fit).
+    fn route_rows(&mut self, inputs: &[usize], r: &Ranges<'_>) -> RouteRows {
+        let plan = self.plan;
+        if !inputs.iter().any(|&i| self.crosses(i, r)) {
+            return RouteRows::Aligned;
+        }
+        let spill = match &mut self.spill {
+            Ok(spill) => spill,
+            Err(why) => return RouteRows::Cannot(why.clone()),
+        };
+        let cannot = if r.default {
+            Some("the table has a default partition, which sluice does not route rows to".into())
+        } else if let Some(p) = r.partitions.iter().find(|p| p.obstacle.is_some()) {
+            Some(format!(
+                "{}: {}",
+                p.name,
+                p.obstacle.as_deref().unwrap_or_default()
+            ))
+        } else if inputs.iter().any(|&i| plan.inputs[i].identity.is_none()) {
+            Some("standard input is read once".into())
+        } else if !spill.splittable[r.table] {
+            Some("the destination cannot split this table's encoding into rows".into())
+        } else if self.reused.iter().any(|x| x.0 == r.table) {
+            Some("an earlier run's staging tables of the table wait for their publish".into())
+        } else {
+            None
+        };
+        if let Some(why) = cannot {
+            return RouteRows::Cannot(why);
+        }
+        let bytes: u64 = inputs.iter().map(|&i| spill_estimate(plan, i)).sum();
+        let need = (bytes as f64 * spill.growth[r.table]) as u64;
+        match spill.room {
+            Some(room) if need > room => RouteRows::Cannot(format!(
+                "routing its rows on the client would spill about {} under {}, which has {} \
+                 free (give --temp-dir a directory with room)",
+                crate::units::human_bytes(need),
+                spill.dir.display(),
+                crate::units::human_bytes(room)
+            )),
+            room => {
+                spill.room = room.map(|room| room - need);
+                RouteRows::Route
+            }
+        }
+    }
+
+    /// Routes the rows of the table of `inputs` on the client: a staging target for each of
+    /// its partitions, loaded from the spill.
+    fn route_on_client(&mut self, inputs: &[usize], r: &Ranges<'_>) {
+        let routed = self.routed.len();
+        self.routed.push(RoutedTable::new(
+            r.table,
+            r.key,
+            r.column.to_string(),
+            r.partitions.to_vec(),
+        ));
+        for (p, partition) in r.partitions.iter().enumerate() {
+            self.targets.push(Target {
+                table: r.table,
+                partition: p,
+                name: partition.name.clone(),
+                inputs: inputs.to_vec(),
+                routed: Some((routed, p)),
+            });
+        }
+    }
+
+    /// Whether input `i`'s rows cross a partition bound: its first row is in no partition, or
+    /// its last (when that can be read cheaply) is in another partition than its first.
+    fn crosses(&self, i: usize, r: &Ranges<'_>) -> bool {
+        let plan = self.plan;
+        let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
+            return false;
+        };
+        let Some((_, values)) = locate_record(plan, first, 1, &[r.key]) else {
+            return false;
+        };
+        let Some(value) = values.into_iter().next() else {
+            return false;
+        };
+        match r.partition_of(value.as_deref()) {
+            // Not an integer: loading says what is wrong with it.
+            None => false,
+            Some(None) => !r.default,
+            Some(Some(p)) => self.last_partition(i, r).is_some_and(|q| q != Some(p)),
+        }
     }
 
     /// `auto` is never the slow choice: a table some of whose inputs cannot be staged would
@@ -474,14 +614,18 @@ impl Routing<'_> {
             end: None,
         };
         let (_, values) = locate_record(plan, &tail, 1, &[r.key])?;
-        let raw = values.into_iter().next().flatten()?;
-        let value = parse_i64(trim_c_space(&raw)).ok()?;
-        Some(r.partitions.iter().position(|p| p.contains(value)))
+        r.partition_of(values.into_iter().next()?.as_deref())
     }
 
     /// Routes input `i` by its first row's key: to its partition's staging target, or direct
-    /// with the reason. A first row that belongs to no partition is a bad row.
-    fn route_input(&mut self, i: usize, r: &Ranges<'_>) -> Result<(), Failure> {
+    /// with the reason (and `why_not`, why its table's rows are not routed on the client). A
+    /// first row that belongs to no partition is a bad row.
+    fn route_input(
+        &mut self,
+        i: usize,
+        r: &Ranges<'_>,
+        why_not: Option<&str>,
+    ) -> Result<(), Failure> {
         let plan = self.plan;
         let input = &plan.inputs[i];
         let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
@@ -533,8 +677,11 @@ impl Routing<'_> {
                     i,
                     format!(
                         "its rows cross partition bounds: its first row belongs to {}, its last \
-                         to {to}",
-                        r.partitions[p].name
+                         to {to}{}",
+                        r.partitions[p].name,
+                        why_not.map_or(String::new(), |w| format!(
+                            "; not routed on the client: {w}"
+                        ))
                     ),
                 );
                 return Ok(());
@@ -562,6 +709,7 @@ impl Routing<'_> {
                 partition: p,
                 name: r.partitions[p].name.clone(),
                 inputs: vec![i],
+                routed: None,
             }),
         }
         Ok(())
@@ -573,7 +721,16 @@ impl Routing<'_> {
     fn units(&self) -> (Vec<Unit>, Vec<usize>) {
         let plan = self.plan;
         let mut units: Vec<(u64, Unit)> = Vec::new();
+        let mut spilled: Vec<Unit> = Vec::new();
         for (k, g) in self.targets.iter().enumerate() {
+            if g.routed.is_some() {
+                spilled.push(Unit {
+                    chunks: Vec::new(),
+                    staged: Some(k),
+                    route: false,
+                });
+                continue;
+            }
             let unit = staged_unit(plan, &g.inputs, k);
             units.push((weight(plan, &unit), unit));
         }
@@ -597,7 +754,26 @@ impl Routing<'_> {
         }
         // Biggest first (a stable sort keeps the plan's order among equals).
         units.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
-        (units.into_iter().map(|(_, u)| u).collect(), deferred)
+        // Routed tables: every chunk is routed first (biggest first: the plan's order), the
+        // other work runs while the last are, and the partitions load from the spill at the end.
+        let routed_table = |c: &Chunk| {
+            let t = plan.inputs[c.input].table;
+            self.routed.iter().any(|r| r.table == t)
+        };
+        let route = plan
+            .chunks
+            .iter()
+            .filter(|c| routed_table(c))
+            .map(|c| Unit {
+                chunks: vec![c.id],
+                staged: None,
+                route: true,
+            });
+        let order = route
+            .chain(units.into_iter().map(|(_, u)| u))
+            .chain(spilled)
+            .collect();
+        (order, deferred)
     }
 
     /// `--strategy stage` with nothing to stage is the user's mistake, named with the reasons.
@@ -611,14 +787,61 @@ impl Routing<'_> {
             .map(|f| format!("{}: {}", f.file, f.reason))
             .collect();
         Err(Failure::Usage(format!(
-            "--strategy stage: no input can be staged (it needs a table partitioned by ranges \
-             of an integer column, and empty partitions){}",
+            "--strategy stage: no input can be staged (it needs a table partitioned by one \
+             integer column, by ranges, lists or hash, and empty partitions){}",
             if why.is_empty() {
                 String::new()
             } else {
                 format!(": {}", why.join("; "))
             }
         )))
+    }
+}
+
+/// What routing rows on the client may use for this load, or why it cannot be used.
+fn spill_for<D: Staging>(
+    plan: &Plan,
+    dest: &D,
+    isolate_rejects: bool,
+    dir: std::path::PathBuf,
+) -> Result<Spill, String> {
+    if isolate_rejects {
+        return Err(
+            "rows may be rejected (--max-errors), and the server's errors on routed \
+                    rows cannot name their lines"
+                .into(),
+        );
+    }
+    if dest.capabilities().publish != Some(PublishModel::OneTransaction) {
+        return Err("the destination publishes one partition at a time".into());
+    }
+    let splittable = (0..plan.tables.len())
+        .map(|t| dest.split_encoded(t, &[], 0, &mut |_, _| {}))
+        .collect();
+    // Binary tuples carry a length before every field; text lines are about the input's size.
+    let growth = (0..plan.tables.len())
+        .map(|t| match dest.load_format(t) {
+            "binary" => 2.0,
+            _ => 1.2,
+        })
+        .collect();
+    // A tenth of the free space is left to everything else.
+    let room = free_space(&dir).map(|free| free / 10 * 9);
+    Ok(Spill {
+        dir,
+        room,
+        splittable,
+        growth,
+    })
+}
+
+/// The input bytes an input's rows amount to, for the spill's estimate (a compressed file's
+/// ratio is not known before it is read: four is typical of text).
+fn spill_estimate(plan: &Plan, i: usize) -> u64 {
+    let input = &plan.inputs[i];
+    match input.compression {
+        Compression::None => input.size,
+        _ => input.size.saturating_mul(4),
     }
 }
 
@@ -660,8 +883,20 @@ struct Ranges<'a> {
     column: &'a str,
     /// The key column's position among the loaded columns.
     key: usize,
-    partitions: &'a [sluice_core::destination::RangePartition],
+    partitions: &'a [sluice_core::destination::KeyPartition],
     default: bool,
+}
+
+impl Ranges<'_> {
+    /// The partition of a key as the input spells it (`None` for NULL): `Some(None)` when it
+    /// is in none, `None` when it is not an integer.
+    fn partition_of(&self, raw: Option<&[u8]>) -> Option<Option<usize>> {
+        let Some(raw) = raw else {
+            return Some(self.partitions.iter().position(|p| p.holds_null()));
+        };
+        let value = parse_i64(trim_c_space(raw)).ok()?;
+        Some(self.partitions.iter().position(|p| p.contains(value)))
+    }
 }
 
 /// Each table's partitioning, as the destination reads it.
@@ -685,14 +920,19 @@ impl Stage {
     pub fn plan<D: Staging>(
         plan: &mut Plan,
         dest: &D,
-        mode: Mode,
-        jobs: usize,
+        opts: StageOptions,
         job: Option<&JobRun>,
         host: &dyn Host,
     ) -> Result<Stage, Failure> {
+        let StageOptions {
+            mode,
+            jobs,
+            isolate_rejects,
+            temp_dir,
+        } = opts;
         let partitionings = partitionings(plan, dest)?;
         // The staging area is readied when a table could use it.
-        let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerRange { .. });
+        let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerKey { .. });
         let back = match partitionings.iter().any(routable) {
             true => take_back(plan, dest, &partitionings, job, host)?,
             false => TakenBack::none(plan),
@@ -705,6 +945,8 @@ impl Stage {
             targets: Vec::new(),
             direct_inputs: Vec::new(),
             reused: back.partitions,
+            spill: spill_for(plan, dest, isolate_rejects, temp_dir),
+            routed: Vec::new(),
         };
         for (t, p) in partitionings.into_iter().enumerate() {
             routing.route_table(t, p, &back.ready, &back.inputs)?;
@@ -714,6 +956,18 @@ impl Stage {
         }
         let (units, deferred) = routing.units();
         let n = routing.targets.len();
+        let router = match routing.routed.is_empty() {
+            true => None,
+            false => {
+                let dir = routing
+                    .spill
+                    .as_ref()
+                    .map(|s| s.dir.clone())
+                    .unwrap_or_default();
+                let route_units = units.iter().filter(|u| u.route).count();
+                Some(Router::new(routing.routed, &dir, route_units).map_err(Failure::Usage)?)
+            }
+        };
         Ok(Stage {
             units,
             targets: Mutex::new(routing.targets),
@@ -728,10 +982,12 @@ impl Stage {
             deferred: Mutex::new(deferred),
             chunk_inputs: plan.chunks.iter().map(|c| c.input).collect(),
             jobs,
-            isolate_rejects: false,
+            isolate_rejects,
             job: job.map(|j| j.job),
             finished: Mutex::new(back.tables),
             published: AtomicBool::new(false),
+            router,
+            table_names: plan.tables.iter().map(|t| t.table.name.clone()).collect(),
             input_names: plan
                 .inputs
                 .iter()
@@ -745,9 +1001,13 @@ impl Stage {
         lock(&self.fallbacks).clone()
     }
 
-    /// Where the time went.
+    /// Where the time went, and what routing did.
     pub fn times(&self) -> StepTimes {
-        lock(&self.times).clone()
+        let mut times = lock(&self.times).clone();
+        if let Some(router) = &self.router {
+            times.routed = router.summary(|t| self.table_names[t].clone());
+        }
+        times
     }
 
     /// The partition input `i`'s rows went to through a staging table, if they did.
@@ -758,7 +1018,7 @@ impl Stage {
         let targets = lock(&self.targets);
         targets
             .iter()
-            .find(|t| t.inputs.contains(&i))
+            .find(|t| t.inputs.contains(&i) && t.routed.is_none())
             .map(|t| t.name.clone())
     }
 
@@ -777,6 +1037,7 @@ fn staged_unit(plan: &Plan, inputs: &[usize], target: usize) -> Unit {
     Unit {
         chunks,
         staged: Some(target),
+        route: false,
     }
 }
 
@@ -806,6 +1067,14 @@ impl<D: Staging> Strategy<D> for Stage {
 
     fn route(&self, _plan: &Plan) -> Vec<Unit> {
         self.units.clone()
+    }
+
+    fn router(&self) -> Option<&Router> {
+        self.router.as_ref()
+    }
+
+    fn spilled(&self, unit: &Unit) -> Option<(usize, usize)> {
+        lock(&self.targets)[unit.staged?].routed
     }
 
     fn begin_unit(
@@ -907,6 +1176,7 @@ impl<D: Staging> Strategy<D> for Stage {
             units.push(Unit {
                 chunks: stay,
                 staged: Some(targets.len()),
+                route: false,
             });
             targets.push(Target {
                 inputs: target
@@ -1023,10 +1293,12 @@ impl Stage {
         };
         let mut publisher = self.publisher(dest)?;
         let switched = dest.switch_in(&mut publisher).map_err(invisible)?;
-        let records = lock(&self.finished)
+        let mut records: Vec<ChunkRecord> = lock(&self.finished)
             .iter()
             .flat_map(|(_, r)| r.clone())
             .collect();
+        // Routed chunks count once their rows are all switched in: here.
+        records.extend(self.router.iter().flat_map(Router::records));
         run(&mut publisher, deferred, records)?;
         host.event(Event::Point("publish"));
         publisher

@@ -31,6 +31,9 @@ pub struct Unit {
     pub chunks: Vec<usize>,
     /// The strategy's own number for a staged unit; `None` for direct work.
     pub staged: Option<usize>,
+    /// A route unit: its chunks are converted and routed to their partitions' spills
+    /// ([`crate::route`]), on no connection.
+    pub route: bool,
 }
 
 /// A way of loading; see the module doc for when each step runs.
@@ -80,6 +83,17 @@ pub trait Strategy<D: Destination>: Sync {
         _chunk: &Chunk,
         _e: &DestinationError,
     ) -> Option<Vec<Unit>> {
+        None
+    }
+
+    /// The routing of rows to partitions on the client, when the strategy routes some.
+    fn router(&self) -> Option<&crate::route::Router> {
+        None
+    }
+
+    /// For a staged unit that loads a partition's routed rows from the spill: the routed
+    /// table (an index into the router's) and partition.
+    fn spilled(&self, _unit: &Unit) -> Option<(usize, usize)> {
         None
     }
 
@@ -166,6 +180,7 @@ pub fn direct_units(plan: &Plan, chunks: impl IntoIterator<Item = usize>) -> Vec
                 units.push(Unit {
                     chunks: vec![c],
                     staged: None,
+                    route: false,
                 });
                 bytes = w;
             }
@@ -367,6 +382,7 @@ pub fn keep_references_together(plan: &Plan, units: Vec<Unit>) -> Vec<Unit> {
             tied.push(Unit {
                 chunks,
                 staged: None,
+                route: false,
             });
         }
     }

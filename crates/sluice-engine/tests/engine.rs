@@ -493,6 +493,65 @@ fn a_publish_per_partition_stopped_between_steps_is_finished_by_the_rerun() {
     assert_eq!(store.staging_tables(), 0);
 }
 
+/// Files cut elsewhere than the partitions' bounds: their rows are routed to their partitions
+/// on the client and staged, every key once; a connection lost while a partition loads from
+/// the spill loads it again from the spill; a stop at each point of a routed load, then the
+/// same load, is exactly once, and no spill stays.
+#[test]
+fn misaligned_files_are_routed_and_survive_a_lost_connection_and_a_stop_anywhere() {
+    let inputs = Inputs::new("routed");
+    let spill = inputs.dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let setup = || {
+        let store = Store::new();
+        store.create_partitioned(
+            "p",
+            &["id", "v"],
+            &[("p0", 0, 2000), ("p1", 2000, 4000), ("p2", 4000, 6000)],
+        );
+        let cuts = [0, 1000, 3000, 5000, 6000];
+        let files = cuts
+            .windows(2)
+            .map(|w| inputs.file(&format!("m{}.csv", w[0]), &csv(w[0], w[1], &[])))
+            .collect();
+        let mut s = spec(files);
+        s.table = Some("p".into());
+        s.temp_dir = Some(spill.clone());
+        (store, s)
+    };
+    let (store, s) = setup();
+    store.arm(Faults {
+        lose_at: Some(("v2500".into(), 1)),
+        ..Faults::default()
+    });
+    let (result, host) = staged(&store, &s, PublishModel::OneTransaction, None).unwrap();
+    let report = result.unwrap();
+    assert_eq!(report.strategy, "stage");
+    assert!(host.heard("lost its connection"));
+    let routed = &report.steps.as_ref().unwrap().routed;
+    assert_eq!(routed.len(), 1);
+    let rows: Vec<u64> = routed[0].partitions.iter().map(|p| p.1).collect();
+    assert_eq!(rows, vec![2000, 2000, 2000]);
+    // Two files hold rows of two partitions each (how many chunks share them depends on the
+    // chunk size).
+    assert!(routed[0].crossed > 0 && routed[0].crossed <= 2000);
+    every_key_once(&store, 6000);
+    assert_eq!(store.staging_tables(), 0);
+    assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0);
+    // A stop at "routed" is in a stream's thread: it stops the load (a real kill: the
+    // real-server test); at "publish", the process.
+    for point in ["routed", "publish"] {
+        let (store, s) = setup();
+        let stopped = staged(&store, &s, PublishModel::OneTransaction, Some(point));
+        assert!(stopped.is_none_or(|(r, _)| r.is_err()), "{point}");
+        assert_eq!(store.count("p"), 0, "visible after a stop at {point}");
+        let (result, _) = staged(&store, &s, PublishModel::OneTransaction, None).unwrap();
+        result.unwrap();
+        every_key_once(&store, 6000);
+        assert_eq!(store.staging_tables(), 0, "after a stop at {point}");
+    }
+}
+
 /// Many small files share loads (one per run of small chunks of a table): every row once, a
 /// refused row named by its own file and line, a lost connection redone whole.
 #[test]

@@ -19,7 +19,7 @@ use crate::conninfo::ConnInfo;
 use crate::oracle::Oracle;
 use crate::stage::{self, PublishError, Staged, TablePartitions};
 use crate::stream::{CopyWriter, ServerError, Stream, StreamOpenError};
-use crate::types::binary::{HEADER, TRAILER};
+use crate::types::binary::{split_lines, split_tuples, HEADER, TRAILER};
 use crate::types::column::Column;
 use crate::types::convert::Converter;
 use crate::types::datetime::SessionZone;
@@ -596,6 +596,20 @@ impl Destination for PgDestination {
             let client = connect(&self.info).await.ok()?;
             index_key(&client, index).await.map(|(_, cols)| cols)
         })
+    }
+
+    fn split_encoded(
+        &self,
+        table: usize,
+        encoded: &[u8],
+        column: usize,
+        each: &mut dyn FnMut(usize, Option<i64>),
+    ) -> bool {
+        match self.tables[table].binary {
+            true => split_tuples(encoded, column, each),
+            false => split_lines(encoded, column, each),
+        }
+        true
     }
 
     fn framing(&self, table: usize) -> (&[u8], &[u8]) {

@@ -25,6 +25,7 @@ pub mod condition;
 pub mod connect;
 pub mod conninfo;
 pub mod destination;
+pub mod hash;
 pub mod ledger;
 pub mod network;
 pub mod oracle;

@@ -31,7 +31,7 @@
 
 use crate::catalog::quote_ident;
 use crate::ledger::{standing, Standing};
-use sluice_core::destination::{Partitioning, PublishTimes, RangePartition};
+use sluice_core::destination::{KeyBound, KeyPartition, Partitioning, PublishTimes};
 use sluice_core::ledger::ChunkRecord;
 use std::time::{Duration, Instant};
 use tokio_postgres::Client;
@@ -59,11 +59,12 @@ pub struct PartitionDetail {
     pub oid: u32,
     pub schema: String,
     pub name: String,
-    /// `FOR VALUES FROM (...) TO (...)`, as the catalog prints it.
+    /// `FOR VALUES FROM (...) TO (...)` (or `IN (...)`, `WITH (...)`), as the catalog prints
+    /// it.
     pub bound: String,
     /// The partition constraint, as an expression over the parent's columns.
     pub constraint: String,
-    pub range: RangePartition,
+    pub range: KeyPartition,
 }
 
 impl PartitionDetail {
@@ -213,6 +214,37 @@ fn parse_range_bound(bound: &str) -> Option<(Option<i64>, Option<i64>)> {
     Some((bound_value(lower)?, bound_value(upper)?))
 }
 
+/// A partition's bound as the catalog prints it: a range, `FOR VALUES IN (1, 2, NULL)`, or
+/// `FOR VALUES WITH (modulus 4, remainder 1)`.
+fn parse_bound(bound: &str) -> Option<KeyBound> {
+    if let Some((lower, upper)) = parse_range_bound(bound) {
+        return Some(KeyBound::Range { lower, upper });
+    }
+    if let Some(list) = bound
+        .strip_prefix("FOR VALUES IN (")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        let mut values = Vec::new();
+        let mut null = false;
+        for v in list.split(',') {
+            match v.trim() {
+                v if v.eq_ignore_ascii_case("null") => null = true,
+                v => values.push(v.trim_matches('\'').parse::<i64>().ok()?),
+            }
+        }
+        return Some(KeyBound::List { values, null });
+    }
+    let hash = bound
+        .strip_prefix("FOR VALUES WITH (modulus ")?
+        .strip_suffix(')')?;
+    let (modulus, remainder) = hash.split_once(", remainder ")?;
+    Some(KeyBound::Hash {
+        modulus: modulus.trim().parse().ok()?,
+        remainder: remainder.trim().parse().ok()?,
+        function: crate::hash::PARTITION_HASH,
+    })
+}
+
 /// Describes how `parent` (quoted) is partitioned, and what would keep a staging table from
 /// standing in for one of its partitions.
 pub async fn describe_partitions(
@@ -244,9 +276,7 @@ pub async fn describe_partitions(
     let column: Option<String> = key.get(2);
     let typname: Option<String> = key.get(3);
     match (strategy.as_str(), natts, &column, typname.as_deref()) {
-        ("r", 1, Some(_), Some("int2" | "int4" | "int8")) => {}
-        ("h", ..) => return Ok(unroutable("it is partitioned by hash".into())),
-        ("l", ..) => return Ok(unroutable("it is partitioned by list".into())),
+        ("r" | "l" | "h", 1, Some(_), Some("int2" | "int4" | "int8")) => {}
         (_, 1, None, _) => return Ok(unroutable("its partition key is an expression".into())),
         (_, 1, _, Some(t)) => {
             return Ok(unroutable(format!(
@@ -313,7 +343,7 @@ pub async fn describe_partitions(
             default = true;
             continue;
         }
-        let Some((lower, upper)) = parse_range_bound(&bound) else {
+        let Some(key_bound) = parse_bound(&bound) else {
             return Ok(unroutable(format!(
                 "sluice cannot read the bound `{bound}`"
             )));
@@ -344,10 +374,9 @@ pub async fn describe_partitions(
         details.push(PartitionDetail {
             oid: r.get(7),
             constraint: r.get(4),
-            range: RangePartition {
+            range: KeyPartition {
                 name: qualified,
-                lower,
-                upper,
+                bound: key_bound,
                 obstacle,
             },
             schema,
@@ -356,7 +385,7 @@ pub async fn describe_partitions(
         });
     }
     Ok(TablePartitions {
-        partitioning: Partitioning::IntegerRange {
+        partitioning: Partitioning::IntegerKey {
             column,
             partitions: details.iter().map(|d| d.range.clone()).collect(),
             default,
@@ -1004,6 +1033,22 @@ mod tests {
             None
         );
         assert_eq!(parse_range_bound("FOR VALUES IN (1, 2)"), None);
+        assert_eq!(
+            parse_bound("FOR VALUES IN (1, '-2', NULL)"),
+            Some(KeyBound::List {
+                values: vec![1, -2],
+                null: true
+            })
+        );
+        assert_eq!(
+            parse_bound("FOR VALUES WITH (modulus 4, remainder 3)"),
+            Some(KeyBound::Hash {
+                modulus: 4,
+                remainder: 3,
+                function: crate::hash::PARTITION_HASH
+            })
+        );
+        assert_eq!(parse_bound("FOR VALUES IN ('a')"), None);
     }
 
     #[test]

@@ -370,6 +370,22 @@ fn strategy_steps(r: &Report) -> String {
             rows.push((step.into(), format!("{secs:.2} s")));
         }
         rows.push(("publish attempts".into(), s.publish_attempts.to_string()));
+        for t in &s.routed {
+            for (partition, n) in &t.partitions {
+                rows.push((
+                    format!("rows routed on the client to {partition}"),
+                    crate::progress::thousands(*n),
+                ));
+            }
+            rows.push((
+                format!("{}: rows outside their chunk's main partition", t.table),
+                crate::progress::thousands(t.crossed),
+            ));
+            rows.push((
+                format!("{}: spill (deleted)", t.table),
+                crate::progress::human_bytes(t.spill_bytes),
+            ));
+        }
     }
     if let Some(w) = r.wal_bytes {
         rows.push((

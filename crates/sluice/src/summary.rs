@@ -115,6 +115,9 @@ pub fn render(report: &Report) -> String {
                 thousands(s.reused_rows)
             ));
         }
+        for r in &s.routed {
+            out.push_str(&routed_line(r));
+        }
         for p in &s.appended {
             out.push_str(&format!(
                 "note: {p} had rows by the publish, so its staged rows were appended, not \
@@ -198,4 +201,26 @@ fn wire_line(report: &Report) -> Option<String> {
         t.wire_bytes as f64 / t.bytes as f64,
         human_bytes(t.bytes)
     ))
+}
+
+/// What routing rows on the client did for one table.
+fn routed_line(r: &sluice_engine::route::RoutedSummary) -> String {
+    let rows: u64 = r.partitions.iter().map(|(_, n)| n).sum();
+    let parts: Vec<String> = r
+        .partitions
+        .iter()
+        .map(|(name, n)| format!("{name} {}", thousands(*n)))
+        .collect();
+    format!(
+        "routed: {} rows of {} to {} partition(s) on the client ({}); {} outside their chunk's \
+         main partition; spill {} in unnamed files \
+         under {}, freed\n",
+        thousands(rows),
+        r.table,
+        r.partitions.len(),
+        parts.join(", "),
+        thousands(r.crossed),
+        sluice_engine::units::human_bytes(r.spill_bytes),
+        r.spill_dir
+    )
 }

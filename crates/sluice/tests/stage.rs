@@ -449,11 +449,13 @@ fn a_file_that_spans_partitions_is_redone_directly_and_said_so() {
     let d = db("stage_span");
     three_partitions(&d, true);
     let a = d.file("a.csv", rows(1, 900).as_bytes());
-    // Starts in t_2 and runs into t_3.
-    let span = d.file("span.csv", rows(1000, 2500).as_bytes());
+    // Starts and ends in t_2, with rows of t_3 in the middle: its first and last rows do not
+    // show the span (files that show it are routed on the client: `rows_across_bounds_...`).
+    let mut spanning = rows(1000, 1500);
+    spanning.push_str(&rows(2100, 2200));
+    spanning.push_str(&rows(1500, 1900));
+    let span = d.file("span.csv", spanning.as_bytes());
     let c = d.file("c.csv", rows(2600, 2700).as_bytes());
-    // --strategy stage: `auto` would see the span before loading and load the table direct
-    // (`auto_loads_a_table_with_a_file_across_bounds_direct_in_parallel`).
     let out = ok(&load(
         &d,
         &[
@@ -477,9 +479,9 @@ fn a_file_that_spans_partitions_is_redone_directly_and_said_so() {
             "span.csv (table t): a row after its first belongs to another partition than \"public\".\"t_2\"",
         ],
     );
-    assert_eq!(d.count("t"), 899 + 1500 + 100);
-    assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "2499");
-    assert_eq!(d.count("t_3"), 500 + 100);
+    assert_eq!(d.count("t"), 899 + 1000 + 100);
+    assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "1999");
+    assert_eq!(d.count("t_3"), 100 + 100);
     assert_eq!(leftovers(&d), 0);
 }
 
@@ -514,11 +516,11 @@ fn a_partition_with_rows_is_loaded_directly_and_said_so() {
     assert_eq!(d.count("t"), 899 + 100 + 1);
     // A table sluice cannot route goes direct too, with the reason.
     d.psql(
-        "CREATE TABLE h (id int, v text) PARTITION BY HASH (id); \
+        "CREATE TABLE h (id int, v text) PARTITION BY HASH ((id + 1)); \
          CREATE TABLE h_0 PARTITION OF h FOR VALUES WITH (MODULUS 1, REMAINDER 0)",
     );
     let out = ok(&load(&d, &["--table", "h", a.to_str().unwrap()], &[]));
-    assert_has(&out, &["it is partitioned by hash"]);
+    assert_has(&out, &["its partition key is an expression"]);
     assert_eq!(d.count("h"), 899);
     // --strategy stage with nothing to stage is a usage error.
     d.psql("CREATE TABLE plain (id int, v text)");
@@ -815,34 +817,402 @@ fn a_reader_holding_the_table_bounds_the_publish_and_is_named() {
     assert_eq!(leftovers(&d), 0);
 }
 
+/// `auto` with `--temp-dir` under the test's directory: the spill is looked at after the load.
+fn routed_load(d: &Db, files: &[&std::path::Path], extra: &[&str]) -> (Output, std::path::PathBuf) {
+    let spill = d.dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut args = vec![
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+        "--temp-dir",
+        spill.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    (load(d, &args, &[]), spill)
+}
+
+/// The spill directory holds nothing after a load, whichever way it ended.
+fn spill_is_gone(spill: &std::path::Path) {
+    let left: Vec<_> = std::fs::read_dir(spill).unwrap().flatten().collect();
+    assert!(left.is_empty(), "the spill stayed: {left:?}");
+}
+
+/// `t` loaded directly into a plain table `t_direct` of the same columns from the same files,
+/// and compared row for row with what the routed load left.
+fn equals_direct(d: &Db, files: &[&std::path::Path]) {
+    d.psql("CREATE TABLE t_direct (id int NOT NULL, v text)");
+    let mut args = vec!["--table", "t_direct", "--strategy", "direct"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    ok(&load(d, &args, &[]));
+    let differ = d.psql(
+        "SELECT count(*) FROM ((TABLE t EXCEPT ALL TABLE t_direct) \
+         UNION ALL (TABLE t_direct EXCEPT ALL TABLE t)) x",
+    );
+    assert_eq!(differ.trim(), "0", "the routed load differs from direct");
+}
+
 /// Files cut elsewhere than the partitions' bounds (another generator's parts, daily files into
-/// ranges): `auto` sees from each file's first and last rows that some cross a bound, and loads
-/// the table direct, in parallel, naming why, rather than those files inside the publish
-/// transaction on one connection. The rows equal psql's.
+/// ranges): `auto` sees from each file's first and last rows that some cross a bound, and
+/// routes the table's rows to their partitions on the client: every partition staged, nothing
+/// direct, the rows equal to a direct load's, and the spill gone.
 #[test]
-fn auto_loads_a_table_with_a_file_across_bounds_direct_in_parallel() {
-    let d = db("stage_auto_misaligned");
+fn rows_across_bounds_are_routed_on_the_client_and_equal_direct() {
+    let d = db("stage_routed_misaligned");
     three_partitions(&d, true);
     let a = d.file("a.csv", rows(1, 950).as_bytes());
     let b = d.file("b.csv", rows(950, 1900).as_bytes());
     let c = d.file("c.csv", rows(1900, 2700).as_bytes());
-    let files = [
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        c.to_str().unwrap(),
-    ];
-    let mut args = vec!["--table", "t", "--jobs", "2"];
-    args.extend(files);
-    let out = ok(&load(&d, &args, &[]));
-    assert!(!out.contains("strategy: stage"), "{out}");
+    let files = [a.as_path(), b.as_path(), c.as_path()];
+    let (out, spill) = routed_load(&d, &files, &[]);
+    let out = ok(&out);
+    assert!(out.contains("strategy: stage (staged: t)"), "{out}");
+    assert!(!out.contains("direct: "), "{out}");
     assert_has(
         &out,
         &[
-            "b.csv (table t): its rows cross partition bounds: its first row belongs to",
-            "cannot be staged, so the whole table loads direct, in parallel streams",
+            "routed: 2,699 rows of t to 3 partition(s) on the client",
+            "\"public\".\"t_1\" 999, \"public\".\"t_2\" 1,000, \"public\".\"t_3\" 700",
+            "150 outside their chunk's main partition",
+            "in unnamed files under",
         ],
     );
+    assert_eq!(d.count("t_1"), 999);
+    assert_eq!(d.count("t_3"), 700);
+    spill_is_gone(&spill);
+    assert_eq!(leftovers(&d), 0);
+    // The ledger counts every chunk once.
+    assert_eq!(jobs(&d), "1 finished 2699");
+    equals_direct(&d, &files);
+}
+
+/// Rows shuffled across every partition, in every file: each goes to its own partition.
+#[test]
+fn shuffled_rows_are_routed_to_their_partitions() {
+    let d = db("stage_routed_shuffled");
+    three_partitions(&d, true);
+    // A fixed permutation of 1..=3000 (3001 is prime, 7 generates a full cycle mod it... any
+    // stride coprime to 3000 will do).
+    let ids: Vec<u32> = (0..3000u32).map(|k| (k * 7 + 11) % 3000 + 1).collect();
+    let mut files = Vec::new();
+    for (n, part) in ids.chunks(1000).enumerate() {
+        let body: String = part.iter().map(|i| format!("{i},row {i}\n")).collect();
+        files.push(d.file(&format!("s{n}.csv"), body.as_bytes()));
+    }
+    let paths: Vec<&std::path::Path> = files.iter().map(|p| p.as_path()).collect();
+    let (out, spill) = routed_load(&d, &paths, &[]);
+    let out = ok(&out);
+    assert_has(&out, &["strategy: stage", "routed: 3,000 rows of t"]);
+    assert!(!out.contains("direct: "), "{out}");
+    assert_eq!(d.count("t_1"), 999);
+    assert_eq!(d.count("t_2"), 1000);
+    assert_eq!(d.count("t_3"), 1001);
+    spill_is_gone(&spill);
+    equals_direct(&d, &paths);
+}
+
+/// A routed row whose key is in no partition is a bad row, named by file, line and value;
+/// nothing is visible and the spill is gone.
+#[test]
+fn a_routed_row_in_no_partition_is_a_bad_row() {
+    let d = db("stage_routed_nopart");
+    d.psql(
+        "CREATE TABLE t (id int NOT NULL, v text) PARTITION BY RANGE (id); \
+         CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (1) TO (1000); \
+         CREATE TABLE t_2 PARTITION OF t FOR VALUES FROM (1000) TO (2000)",
+    );
+    let a = d.file("a.csv", rows(1, 950).as_bytes());
+    let mut far = rows(950, 1200);
+    far.push_str("7000,far away\n");
+    far.push_str(&rows(1200, 1300));
+    let b = d.file("b.csv", far.as_bytes());
+    let (out, spill) = routed_load(&d, &[&a, &b], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "b.csv",
+            "line 251",
+            "id = 7000 belongs to no partition of \"public\".\"t\"",
+        ],
+    );
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(leftovers(&d), 0);
+    spill_is_gone(&spill);
+}
+
+/// A spill that would not fit in --temp-dir: the table loads direct, in parallel, and the
+/// summary says why. The directory is a 64 KiB tmpfs (needs root to mount; said and skipped
+/// otherwise).
+#[test]
+fn a_spill_that_cannot_fit_loads_direct_and_says_why() {
+    let d = db("stage_routed_nospace");
+    three_partitions(&d, true);
+    let spill = d.dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=64k",
+            "tmpfs",
+            spill.to_str().unwrap(),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED a_spill_that_cannot_fit_loads_direct_and_says_why: cannot mount a tmpfs (not root)");
+        return;
+    }
+    let a = d.file("a.csv", rows(1, 9500).as_bytes());
+    let b = d.file("b.csv", rows(9500, 19000).as_bytes());
+    let (out, _) = routed_load(&d, &[&a, &b], &[]);
+    let _ = std::process::Command::new("umount").arg(&spill).status();
+    let out = ok(&out);
+    assert_has(
+        &out,
+        &[
+            "not routed on the client: routing its rows on the client would spill about",
+            "(give --temp-dir a directory with room)",
+            "the whole table loads direct, in parallel streams",
+        ],
+    );
+    assert_eq!(d.count("t"), 18999);
+    assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "18999");
+}
+
+/// kill -9 while rows are being routed, and again inside the publish: the same command then
+/// loads every row exactly once, and no spill or staging table stays.
+#[test]
+fn a_killed_routed_load_completes_exactly_once() {
+    let d = db("stage_routed_kill");
+    three_partitions(&d, true);
+    let a = d.file("a.csv", rows(1, 1500).as_bytes());
+    let b = d.file("b.csv", rows(1500, 2700).as_bytes());
+    let spill = d.dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let args = [
+        "--table",
+        "t",
+        "--jobs",
+        "2",
+        "--chunk-size",
+        "8k",
+        "--temp-dir",
+        spill.to_str().unwrap(),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ];
+    for point in ["routed", "publish"] {
+        let out = load(&d, &args, &[("SLUICE_KILL_AT", point)]);
+        assert_eq!(
+            out.status.code(),
+            None,
+            "not killed at {point}: {}",
+            stderr(&out)
+        );
+        assert_eq!(d.count("t"), 0, "rows visible after a kill at {point}");
+    }
+    let out = ok(&load(&d, &args, &[]));
+    assert_has(&out, &["routed: 2,699 rows of t"]);
     assert_eq!(d.count("t"), 2699);
     assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "2699");
     assert_eq!(leftovers(&d), 0);
+    spill_is_gone(&spill);
+    assert_eq!(jobs(&d), "1 finished 2699");
+}
+
+/// Each row of `table` with the suffix of its partition's name (after the table's own name),
+/// for comparing two tables of the same layout partition by partition.
+fn rows_by_partition(d: &Db, table: &str) -> String {
+    d.psql(&format!(
+        "SELECT string_agg(substr(tableoid::regclass::text, {}) || ':' || coalesce(id::text, 'NULL') \
+         || ':' || v, ',' ORDER BY id, v) FROM {table}",
+        table.len() + 1
+    ))
+}
+
+/// Hash and list partitioning route too: PostgreSQL's own hash of integer keys (negative keys,
+/// keys past 32 bits, partitions of different moduli) and lists of values with NULL. Every row
+/// lands in the partition `psql \copy` puts it in.
+#[test]
+fn hash_and_list_partitions_are_routed_as_the_server_routes() {
+    let d = db("stage_routed_hash_list");
+    let layout = |name: &str| {
+        format!(
+            "CREATE TABLE {name} (id bigint, v text) PARTITION BY HASH (id); \
+             CREATE TABLE {name}_a PARTITION OF {name} FOR VALUES WITH (MODULUS 2, REMAINDER 0); \
+             CREATE TABLE {name}_b PARTITION OF {name} FOR VALUES WITH (MODULUS 4, REMAINDER 1); \
+             CREATE TABLE {name}_c PARTITION OF {name} FOR VALUES WITH (MODULUS 4, REMAINDER 3);"
+        )
+    };
+    d.psql(&(layout("h") + &layout("href")));
+    let keys: Vec<i64> = (-300..300)
+        .chain((0..300).map(|k| 5_000_000_000 + k * 7919))
+        .chain([i64::MIN, i64::MAX, i32::MIN as i64, i32::MAX as i64])
+        .collect();
+    // `table` loaded by sluice from `body`, and `{table}ref` by psql: each row in the same
+    // partition.
+    let routed_like_psql = |table: &str, body: &str, rows: &str| {
+        let f = d.file(&format!("{table}.csv"), body.as_bytes());
+        let out = ok(&load(&d, &["--table", table, f.to_str().unwrap()], &[]));
+        let routed = format!("routed: {rows} rows of {table} to 3 partition(s)");
+        assert_has(&out, &["strategy: stage", &routed]);
+        d.psql_copy(&format!("{table}ref"), &f, "format csv")
+            .unwrap();
+        let reference = rows_by_partition(&d, &format!("{table}ref"));
+        assert_eq!(rows_by_partition(&d, table), reference);
+    };
+    let body: String = keys.iter().map(|k| format!("{k},h {k}\n")).collect();
+    routed_like_psql("h", &body, "904");
+    assert_eq!(d.count("h_a") + d.count("h_b") + d.count("h_c"), 904);
+
+    // Lists, NULL among the values of one of them.
+    let list = |name: &str| {
+        let evens: Vec<String> = (2..=300).step_by(2).map(|k| k.to_string()).collect();
+        let odds: Vec<String> = (1..300).step_by(2).map(|k| k.to_string()).collect();
+        format!(
+            "CREATE TABLE {name} (id int, v text) PARTITION BY LIST (id); \
+             CREATE TABLE {name}_even PARTITION OF {name} FOR VALUES IN ({}); \
+             CREATE TABLE {name}_odd PARTITION OF {name} FOR VALUES IN ({}); \
+             CREATE TABLE {name}_none PARTITION OF {name} FOR VALUES IN (NULL, 0);",
+            evens.join(","),
+            odds.join(",")
+        )
+    };
+    d.psql(&(list("l") + &list("lref")));
+    let mut body: String = (0..=300).rev().map(|k| format!("{k},l {k}\n")).collect();
+    body.push_str(",l null\n");
+    routed_like_psql("l", &body, "302");
+    assert_eq!(d.count("l_none"), 2);
+    assert_eq!(leftovers(&d), 0);
+}
+
+/// SF0.1 `lineitem` as real data arrives: its rows shuffled into 4 files, and cut into 4 files
+/// elsewhere than the partitions' bounds (a few thousand rows before each, as `tpchgen-cli`
+/// cuts its parts). `auto` stages both, nothing direct, and the table equals a direct load of
+/// the same files into a plain table, row for row.
+#[test]
+fn tpch_lineitem_shuffled_or_cut_elsewhere_stages_equal_to_direct() {
+    let d = db("stage_routed_tpch");
+    let data = d.dir.join("sf01");
+    let paths = gen_tpch(&data, "0.1", "1");
+    let lineitem = paths
+        .iter()
+        .find(|p| common::tpch_table(p) == "lineitem")
+        .unwrap();
+    let text = std::fs::read_to_string(lineitem).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    let cut = |dir: &str, lines: &[&str], at: &[usize]| -> Vec<std::path::PathBuf> {
+        let dir = d.dir.join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        at.windows(2)
+            .enumerate()
+            .map(|(k, w)| {
+                let p = dir.join(format!("lineitem.{}.tbl", k + 1));
+                let mut body = lines[w[0]..w[1]].join("\n");
+                body.push('\n');
+                std::fs::write(&p, body).unwrap();
+                p
+            })
+            .collect()
+    };
+    // Cut 3,000 rows before each quarter (the partitions hold a quarter of the orders each).
+    let early = cut(
+        "early",
+        &lines,
+        &[0, n / 4 - 3000, n / 2 - 3000, 3 * n / 4 - 3000, n],
+    );
+    // A fixed shuffle (an LCG's Fisher-Yates).
+    let mut seed: u64 = 33;
+    for i in (1..n).rev() {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        lines.swap(i, (seed >> 33) as usize % (i + 1));
+    }
+    let shuffled = cut("shuffled", &lines, &[0, n / 4, n / 2, 3 * n / 4, n]);
+    let partitioned = tpch_ddl(&["--partitions", "4", "--scale", "0.1", "--keys"]);
+    let plain = tpch_ddl(&[]);
+    for (name, files) in [("early", &early), ("shuffled", &shuffled)] {
+        d.psql(&format!(
+            "CREATE SCHEMA st_{name}; SET search_path = st_{name}; {partitioned} \
+             CREATE SCHEMA di_{name}; SET search_path = di_{name}; {plain}"
+        ));
+        let load_into = |schema: &str, strategy: &str| {
+            let table = format!("{schema}.lineitem");
+            let mut args = vec!["--table", &table, "--jobs", "2", "--strategy", strategy];
+            args.extend(files.iter().map(|f| f.to_str().unwrap()));
+            ok(&load(&d, &args, &[]))
+        };
+        let out = load_into(&format!("st_{name}"), "auto");
+        assert_has(
+            &out,
+            &["strategy: stage", "routed: 600,572 rows of lineitem"],
+        );
+        assert!(!out.contains("direct: "), "{name}: {out}");
+        load_into(&format!("di_{name}"), "direct");
+        let differ = d.psql(&format!(
+            "SELECT count(*) FROM ((TABLE st_{name}.lineitem EXCEPT ALL TABLE di_{name}.lineitem) \
+             UNION ALL (TABLE di_{name}.lineitem EXCEPT ALL TABLE st_{name}.lineitem)) x"
+        ));
+        assert_eq!(
+            differ.trim(),
+            "0",
+            "{name}: the routed load differs from direct"
+        );
+        assert_eq!(d.count(&format!("st_{name}.lineitem")), n as u64);
+    }
+    assert_eq!(leftovers(&d), 0);
+}
+
+/// Ctrl-C while rows are being routed: nothing visible, the spill gone, and the same command
+/// then loads every row once.
+#[test]
+fn ctrl_c_during_routing_leaves_no_spill() {
+    let d = db("stage_routed_sigint");
+    three_partitions(&d, false);
+    // 2,000,000 rows whose files cross the bounds: routing takes a while.
+    let big: String = (0..2_000_000u32)
+        .map(|i| format!("{},row {i}\n", i % 3000))
+        .collect();
+    let a = d.file("a.csv", big.as_bytes());
+    let spill = d.dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let args = [
+        "load",
+        "-q",
+        "--target",
+        &d.url,
+        "--table",
+        "t",
+        "--temp-dir",
+        spill.to_str().unwrap(),
+        a.to_str().unwrap(),
+    ];
+    let child = sluice_cmd().args(args).spawn().unwrap();
+    // The spill files have no names: the process's descriptors show them.
+    let fds = format!("/proc/{}/fd", child.id());
+    wait_until("no spill file was opened", 60, || {
+        std::fs::read_dir(&fds).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.starts_with(&spill)))
+        })
+    });
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    spill_is_gone(&spill);
+    assert_eq!(d.count("t"), 0);
+    let mut again = sluice_cmd();
+    again.args(args);
+    ok(&run_bounded(again, 300));
+    assert_eq!(d.count("t"), 2_000_000);
+    spill_is_gone(&spill);
 }

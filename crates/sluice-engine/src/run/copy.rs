@@ -11,9 +11,11 @@ use crate::failure::Failure;
 use crate::ledger::JobRun;
 use crate::plan::{Chunk, Plan};
 use crate::rejects::{Reject, Rejects};
+use crate::route::{Miss, Sink};
 use sluice_core::destination::{
     Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder,
 };
+use sluice_core::error::InputError;
 use sluice_core::ledger::ChunkRecord;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -175,22 +177,19 @@ pub(super) fn copy_shared<D: Destination>(
     let mut outcomes = Vec::with_capacity(chunks.len());
     for (k, chunk) in chunks.iter().enumerate() {
         let mut added = Added::default();
-        let job = ChunkJob {
-            plan,
+        let framing = (
+            if k == 0 { header } else { &[] as &[u8] },
+            if k == last { trailer } else { &[] },
+        );
+        let job = every_record(
+            ctx,
             chunk,
-            encoder: &mut *encoder,
-            framing: (
-                if k == 0 { header } else { &[] },
-                if k == last { trailer } else { &[] },
-            ),
-            copy_buffer: ctx.opts.copy_buffer,
-            abort: &ctx.abort,
+            &mut *encoder,
+            framing,
             counters,
-            added: &mut added,
-            select: None,
-            on_reject: None,
-            read: &mut read,
-        };
+            &mut added,
+            &mut read,
+        );
         let outcome =
             send_records(plan, chunk, job, Some(&mut *stream), &mut send).map_err(|e| (k, e))?;
         outcomes.push(outcome);
@@ -222,6 +221,179 @@ pub(super) fn copy_shared<D: Destination>(
         ctx.host.event(Event::Point("copied"));
     }
     Ok(outcomes)
+}
+
+/// The conversion of every record of `chunk`, a bad one failing it (no rows isolated).
+fn every_record<'a, 'b, 'e, D: Destination + 'e>(
+    ctx: &'a RunContext<'_, D>,
+    chunk: &'a Chunk,
+    encoder: &'a mut D::Encoder<'e>,
+    framing: (&'a [u8], &'a [u8]),
+    counters: &'a Counters,
+    added: &'b mut Added,
+    read: &'a mut Duration,
+) -> ChunkJob<'a, 'b, D::Encoder<'e>> {
+    ChunkJob {
+        plan: ctx.plan,
+        chunk,
+        encoder,
+        framing,
+        copy_buffer: ctx.opts.copy_buffer,
+        abort: &ctx.abort,
+        counters,
+        added,
+        select: None,
+        on_reject: None,
+        read,
+    }
+}
+
+/// A route unit's chunk: converted as for any load, each record then handed to `sink`, which
+/// spills it to its partition ([`crate::route`]). A record in no partition is a bad row,
+/// named by its line and value.
+pub(super) fn route_chunk<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    chunk: &Chunk,
+    encoder: &mut D::Encoder<'_>,
+    counters: &Counters,
+    sink: &mut Sink<'_>,
+    timing: &mut StreamTiming,
+) -> Result<ChunkOutcome, Failure> {
+    let plan = ctx.plan;
+    let t = plan.inputs[chunk.input].table;
+    let started = Instant::now();
+    let mut read = Duration::ZERO;
+    let mut added = Added::default();
+    let job = every_record(
+        ctx,
+        chunk,
+        encoder,
+        (&[], &[]),
+        counters,
+        &mut added,
+        &mut read,
+    );
+    let key = sink.key();
+    let mut miss = None;
+    let mut spill = 0f64;
+    let mut wire_bytes = 0u64;
+    let converted = convert_chunk(job, |message| {
+        wire_bytes += message.len() as u64;
+        let mut start = 0;
+        let mut taken = Ok(());
+        ctx.dest.split_encoded(t, &message, key, &mut |end, value| {
+            if taken.is_ok() {
+                taken = sink.take(&message[start..end], value);
+            }
+            start = end;
+        });
+        if let Err(m) = taken {
+            miss = Some(m);
+            return Err(Failure::Aborted);
+        }
+        timed(&mut spill, || sink.flush(false))
+    });
+    book(timing, started, read, spill, 0.0);
+    match (converted, miss) {
+        (_, Some(m)) => Err(no_partition(ctx, chunk, sink, m)),
+        (Err(Failure::Input(mut e)), None) => {
+            absolute_line(plan, chunk, &mut e);
+            Err(Failure::Input(e))
+        }
+        (r, None) => r.map(|o| ChunkOutcome { wire_bytes, ..o }),
+    }
+}
+
+/// The error for a record whose partition key is in no partition.
+fn no_partition<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    chunk: &Chunk,
+    sink: &Sink<'_>,
+    m: Miss,
+) -> Failure {
+    let plan = ctx.plan;
+    let input = &plan.inputs[chunk.input];
+    let (column, table) = sink.names(plan);
+    let what = match m.key {
+        Some(k) => format!("{column} = {k}"),
+        None => format!("{column} is NULL, which"),
+    };
+    let mut err = InputError::new(
+        &input.display,
+        format!("{what} belongs to no partition of {table}"),
+    );
+    if let Some((at, values)) = chunk::locate_record(plan, chunk, m.record, &[sink.key()]) {
+        err.line = Some(at.line);
+        err.offset = Some(at.offset);
+        err.value = values.into_iter().next().flatten();
+    }
+    err.column = Some(column);
+    absolute_line(plan, chunk, &mut err);
+    Failure::Input(Box::new(err))
+}
+
+/// A partition's routed rows, from its spill, in one load into the staging table the stream
+/// has begun: sent as they are (encoded when they were routed), in messages of the load's
+/// size, with the destination's framing around them.
+pub(super) fn copy_spill<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    stream: &mut D::Stream<'_>,
+    table: usize,
+    spill: std::io::Result<crate::route::SpillReader>,
+    rows: u64,
+    timing: &mut StreamTiming,
+) -> Result<ChunkOutcome, ChunkError> {
+    use std::io::Read;
+    let (prefix, suffix) = ctx.dest.framing(table);
+    let started = Instant::now();
+    let (mut read, mut send, mut server) = (0f64, 0f64, 0f64);
+    timing.round_trips += 2;
+    timed(&mut server, || stream.begin_copy(table)).map_err(ChunkError::Destination)?;
+    let unreadable = |e: std::io::Error| {
+        ChunkError::Failed(Failure::Local(format!(
+            "reading back the routed rows of table {} from their spill: {e}; nothing was \
+             loaded",
+            ctx.plan.tables[table].table.name
+        )))
+    };
+    let mut file = spill.map_err(unreadable)?;
+    let size = ctx.opts.copy_buffer;
+    let mut bytes = 0u64;
+    let mut message = prefix.to_vec();
+    loop {
+        let mut piece = Vec::with_capacity(size + suffix.len());
+        std::mem::swap(&mut piece, &mut message);
+        let before = piece.len();
+        timed(&mut read, || {
+            (&mut file).take(size as u64).read_to_end(&mut piece)
+        })
+        .map_err(unreadable)?;
+        let end = piece.len() - before < size;
+        bytes += (piece.len() - before) as u64;
+        if end {
+            piece.extend_from_slice(suffix);
+        }
+        timed(&mut send, || stream.send(piece)).map_err(ChunkError::Destination)?;
+        if end {
+            break;
+        }
+        if ctx.abort.load(Ordering::Relaxed) {
+            return Err(ChunkError::Failed(Failure::Aborted));
+        }
+    }
+    let stored = timed(&mut server, || stream.finish_copy()).map_err(ChunkError::Destination)?;
+    book(timing, started, Duration::from_secs_f64(read), send, server);
+    if stored != rows {
+        return Err(ChunkError::Failed(Failure::server(format!(
+            "the server stored {stored} rows of table {} from the spill where sluice routed {rows}",
+            ctx.plan.tables[table].table.name
+        ))));
+    }
+    Ok(ChunkOutcome {
+        records: rows,
+        bytes: 0,
+        wire_bytes: bytes,
+    })
 }
 
 /// Converts a chunk's records (as `job` selects them) and hands them to `stream` (none in a

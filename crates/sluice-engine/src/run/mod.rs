@@ -39,6 +39,7 @@ use crate::plan::{Chunk, ChunkKey, Plan};
 use crate::rejects::Rejects;
 use crate::strategy::{self, Strategy, Unit};
 use sluice_core::destination::{Capabilities, Destination, ServerWaits};
+use sluice_core::ledger::ChunkRecord;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -166,6 +167,10 @@ pub struct StepSpan {
     pub what: String,
     pub start: f64,
     pub end: f64,
+    /// The table whose rows the step moved, when it moved some (a partition's routed rows,
+    /// loaded from the spill): its time counts in the table's.
+    #[serde(default)]
+    pub table: Option<usize>,
 }
 
 /// The outcome of a successful run.
@@ -214,6 +219,11 @@ pub(crate) struct RunContext<'a, D: Destination> {
 }
 
 impl<D: Destination> RunContext<'_, D> {
+    /// The ledger row of `chunk`, loaded with `rows` rows, when the load keeps a ledger.
+    pub(super) fn ledger_row(&self, chunk: &Chunk, rows: u64) -> Option<ChunkRecord> {
+        self.opts.job.as_ref().and_then(|j| j.record(chunk, rows))
+    }
+
     /// Stops the load: every stream stops at its next chunk; the first failure is the one
     /// reported.
     fn fail(&self, e: Failure) {
@@ -328,6 +338,30 @@ pub fn execute<D: Destination>(
 /// What each stream left: its long transaction (still open) and what it did.
 type StreamResults<'d, D> = Vec<(Option<<D as Destination>::Stream<'d>>, StreamStats)>;
 
+/// Runs stream `n` on this thread. A stream that panics (a bug) stops the load, as any failure
+/// does: the other streams must not wait for its work (a routed partition waits for every
+/// chunk to be routed), nor commit without it.
+fn run_stream<'d, D: Destination>(
+    ctx: &RunContext<'d, D>,
+    n: usize,
+) -> (Option<D::Stream<'d>>, StreamStats) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        worker::Worker::new(ctx, n).run()
+    }));
+    ran.unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        ctx.fail(Failure::Local(format!(
+            "stream {} stopped on a bug in sluice ({why}); nothing of this load is committed",
+            n + 1
+        )));
+        (None, StreamStats::default())
+    })
+}
+
 /// Runs every stream on a thread of its own (and, under `--jobs auto`, the calibrator), until
 /// the queue is empty or the load stops.
 fn run_streams<'d, D: Destination>(ctx: &RunContext<'d, D>) -> StreamResults<'d, D> {
@@ -348,7 +382,7 @@ fn run_streams<'d, D: Destination>(ctx: &RunContext<'d, D>) -> StreamResults<'d,
             .map(|n| {
                 std::thread::Builder::new()
                     .name(format!("sluice-stream-{n}"))
-                    .spawn_scoped(scope, move || worker::Worker::new(ctx, n).run())
+                    .spawn_scoped(scope, move || run_stream(ctx, n))
                     .expect("spawning a stream thread")
             })
             .collect();

@@ -66,12 +66,7 @@ fn load_in_publish<'d, D: Destination>(
             &mut timing,
         ) {
             Ok(o) => {
-                records.extend(
-                    ctx.opts
-                        .job
-                        .as_ref()
-                        .and_then(|j| j.record(chunk, o.records)),
-                );
+                records.extend(ctx.ledger_row(chunk, o.records));
                 late.push(ChunkStat::of(
                     plan,
                     chunk,

@@ -8,7 +8,7 @@
 //! another way goes back on the queue as the strategy's new units. Every other failure stops
 //! the whole load (the first one is the one reported).
 
-use super::copy::{copy_shared, run_chunk, ChunkError};
+use super::copy::{copy_shared, copy_spill, route_chunk, run_chunk, ChunkError};
 use super::diagnose::server_failure;
 use super::{lock, ChunkStat, RunContext, StreamStats};
 use crate::chunk::{ChunkOutcome, Counters};
@@ -70,7 +70,7 @@ impl LostConnections {
             chunks.append(&mut self.on_direct);
             back.extend(strategy::direct_units(ctx.plan, chunks.iter().copied()));
         }
-        if !unit.chunks.is_empty() {
+        if !unit.chunks.is_empty() || unit.staged.is_some() {
             chunks.extend(&unit.chunks);
             back.push(unit.clone());
         }
@@ -221,6 +221,23 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     /// in order, ends a staged unit.
     fn run_unit(&mut self, unit: &Unit) -> UnitEnd {
         let ctx = self.ctx;
+        if unit.route {
+            return self.run_route(unit);
+        }
+        let spilled = ctx.strategy.spilled(unit);
+        if let Some((r, p)) = spilled {
+            // A partition's routed rows load once every chunk is routed; one with none has
+            // nothing to stage.
+            let Some(router) = ctx.strategy.router() else {
+                return UnitEnd::Stop;
+            };
+            if !router.wait_routed(&ctx.abort) {
+                return UnitEnd::Stop;
+            }
+            if router.spilled(r, p).0 == 0 {
+                return UnitEnd::Next;
+            }
+        }
         let id = self.connection_id(unit);
         if let Err(e) = self.connect(unit, id) {
             return match e.kind {
@@ -235,6 +252,9 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             };
         }
         let mark = self.stats.chunks.len();
+        if let Some((r, p)) = spilled {
+            return self.run_spilled(unit, id, r, p);
+        }
         if self.shares_a_load(unit) {
             return self.run_shared(unit, id);
         }
@@ -263,6 +283,105 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             }
         }
         self.end_staged(unit, id, mark, records)
+    }
+
+    /// Runs a route unit: converts its chunks and routes their rows to the partitions'
+    /// spills, on no connection. The chunks' ledger rows wait in the router for the publish.
+    fn run_route(&mut self, unit: &Unit) -> UnitEnd {
+        let ctx = self.ctx;
+        let Some(router) = ctx.strategy.router() else {
+            return UnitEnd::Stop;
+        };
+        let mut records = Vec::new();
+        for &c in &unit.chunks {
+            if ctx.abort.load(Ordering::Relaxed) {
+                return UnitEnd::Stop;
+            }
+            let chunk = &ctx.plan.chunks[c];
+            let t = ctx.plan.inputs[chunk.input].table;
+            let Some(r) = router.of_table(t) else {
+                return UnitEnd::Stop;
+            };
+            let started = Instant::now();
+            let encoder = self.encoders[t].get_or_insert_with(|| ctx.dest.encoder(t));
+            let mut sink = crate::route::Sink::new(router, r);
+            let routed = route_chunk(
+                ctx,
+                chunk,
+                encoder,
+                &ctx.counters[t],
+                &mut sink,
+                &mut self.stats.timing,
+            )
+            .and_then(|o| sink.finish().map(|()| o));
+            match routed {
+                Ok(o) => {
+                    records.extend(ctx.ledger_row(chunk, o.records));
+                    self.tally(chunk, o, started);
+                    ctx.host.event(Event::Point("routed"));
+                }
+                Err(f) => return self.stop(f),
+            }
+        }
+        if router.unit_done(records) {
+            ctx.host.event(Event::Info(format!(
+                "every row of the routed table(s) is routed to its partition ({} spilled); \
+                 each partition now loads from the spill",
+                crate::units::human_bytes(router.spill_bytes())
+            )));
+        }
+        UnitEnd::Next
+    }
+
+    /// Loads a partition's routed rows from the spill into the staging table begun for it,
+    /// then ends the staged unit.
+    fn run_spilled(&mut self, unit: &Unit, id: usize, r: usize, p: usize) -> UnitEnd {
+        let ctx = self.ctx;
+        let Some(router) = ctx.strategy.router() else {
+            return UnitEnd::Stop;
+        };
+        let t = router.tables[r].table;
+        let Some(stream) = self.staged.as_mut() else {
+            return UnitEnd::Stop;
+        };
+        let rows = router.spilled(r, p).0;
+        let spill = router.spill_reader(r, p);
+        let start = ctx.started.elapsed().as_secs_f64();
+        match copy_spill(ctx, stream, t, spill, rows, &mut self.stats.timing) {
+            Ok(_) => self.stats.steps.push(super::StepSpan {
+                what: format!(
+                    "load of {}'s routed rows from the spill",
+                    router.tables[r].partitions[p].name
+                ),
+                start,
+                end: ctx.started.elapsed().as_secs_f64(),
+                table: Some(t),
+            }),
+            Err(ChunkError::Destination(e)) if e.kind.retried() => return self.lose(unit, id, e),
+            Err(ChunkError::Destination(e)) => {
+                let name = &router.tables[r].partitions[p].name;
+                return self.stop(server_failure(&e, self.n).and_then_say(&format!(
+                    " (a row routed to {name}: a routed load cannot name its file and line; \
+                     the same command with --strategy direct has the server name them)"
+                )));
+            }
+            Err(ChunkError::Failed(f)) => return self.stop(f),
+        }
+        self.end_staged(unit, id, self.stats.chunks.len(), Vec::new())
+    }
+
+    /// Tallies a chunk on the stream's statistics and its table's progress.
+    fn tally(&mut self, chunk: &Chunk, o: ChunkOutcome, started: Instant) {
+        let ctx = self.ctx;
+        self.stats.chunks.push(ChunkStat::of(
+            ctx.plan,
+            chunk,
+            o,
+            started - ctx.started,
+            ctx.started.elapsed(),
+        ));
+        let t = ctx.plan.inputs[chunk.input].table;
+        ctx.counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether the unit's chunks go in one load: several chunks of one table, direct, without
@@ -381,23 +500,10 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         let ctx = self.ctx;
         let chunk = &ctx.plan.chunks[c];
         match unit.staged {
-            Some(_) => records.extend(
-                ctx.opts
-                    .job
-                    .as_ref()
-                    .and_then(|j| j.record(chunk, o.records)),
-            ),
+            Some(_) => records.extend(ctx.ledger_row(chunk, o.records)),
             None => self.lost.on_direct.push(c),
         }
-        self.stats.chunks.push(ChunkStat::of(
-            ctx.plan,
-            chunk,
-            o,
-            started - ctx.started,
-            ctx.started.elapsed(),
-        ));
-        let t = ctx.plan.inputs[chunk.input].table;
-        ctx.counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
+        self.tally(chunk, o, started);
     }
 
     /// The strategy's way of redoing a staged unit that failed with `e` on chunk `c`, if any.
@@ -427,6 +533,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             what: "index build, statistics, commit of its staging table".into(),
             start,
             end: ctx.started.elapsed().as_secs_f64(),
+            table: None,
         });
         match ended {
             Ok(()) => UnitEnd::Next,
@@ -439,8 +546,24 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
                         return self.requeue(mark, units);
                     }
                 }
-                self.stop(ctx.unit_error(self.n, unit, e))
+                self.stop(ctx.unit_error(self.n, &self.diagnosed(unit), e))
             }
+        }
+    }
+
+    /// The unit whose chunks a failure at its end is looked for in: a spilled unit's rows
+    /// come from every chunk of its table.
+    fn diagnosed(&self, unit: &Unit) -> Unit {
+        let ctx = self.ctx;
+        let Some((r, _)) = ctx.strategy.spilled(unit) else {
+            return unit.clone();
+        };
+        let t = ctx.strategy.router().map(|router| router.tables[r].table);
+        Unit {
+            chunks: (0..ctx.plan.chunks.len())
+                .filter(|&c| Some(ctx.plan.inputs[ctx.plan.chunks[c].input].table) == t)
+                .collect(),
+            ..unit.clone()
         }
     }
 
@@ -484,6 +607,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
                 let none = Unit {
                     chunks: Vec::new(),
                     staged: None,
+                    route: false,
                 };
                 if self.lost.retry(ctx, &mut self.stats, &none, self.n, &e) {
                     return BuildEnd::Again;

@@ -13,8 +13,8 @@
 
 use sluice_core::destination::{
     Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKind,
-    ErrorReport, IdentifierRules, Ledger, Leftover, LoadTable, Partitioning, PreparedStaging,
-    PublishModel, PublishTimes, RangePartition, RecordEncoder, ServerWaits, StageTimes, Staging,
+    ErrorReport, IdentifierRules, KeyPartition, Ledger, Leftover, LoadTable, Partitioning,
+    PreparedStaging, PublishModel, PublishTimes, RecordEncoder, ServerWaits, StageTimes, Staging,
     TableInfo,
 };
 use sluice_core::error::{RecordError, RecordErrorKind};
@@ -266,6 +266,8 @@ pub struct Memory {
     pub publish: PublishModel,
     /// The staging tables this process finished or took back, for the publish.
     finished: Mutex<Vec<String>>,
+    /// The leftovers `prepare_staging` offered: those `reuse_staging` does not keep go.
+    offered: Mutex<Vec<String>>,
     seq: AtomicU64,
 }
 
@@ -278,6 +280,7 @@ impl Memory {
             prepare_slots: 0,
             publish: PublishModel::OneTransaction,
             finished: Mutex::new(Vec::new()),
+            offered: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
         }
     }
@@ -658,6 +661,26 @@ impl Destination for Memory {
         (&[], &[])
     }
 
+    fn split_encoded(
+        &self,
+        _table: usize,
+        encoded: &[u8],
+        column: usize,
+        each: &mut dyn FnMut(usize, Option<i64>),
+    ) -> bool {
+        let mut at = 0;
+        for line in encoded.split_inclusive(|&b| b == b'\n') {
+            at += line.len();
+            let key = line[..line.len() - 1]
+                .split(|&b| b == FIELD)
+                .nth(column)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.parse().ok());
+            each(at, key);
+        }
+        true
+    }
+
     fn finish_prepared(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
         let mut s = self.store.lock();
         if let Some(p) = s.prepared.remove(id) {
@@ -926,11 +949,18 @@ impl Staging for Memory {
                 }
             }
         }
+        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) =
+            prepared.leftovers.iter().map(|l| l.id.clone()).collect();
         Ok(prepared)
     }
 
     fn reuse_staging(&self, keep: &[String]) -> Result<(), DestinationError> {
         self.finished().extend(keep.iter().cloned());
+        let offered = std::mem::take(&mut *self.offered.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut s = self.store.lock();
+        for id in offered.iter().filter(|id| !keep.contains(id)) {
+            s.staging.remove(id);
+        }
         Ok(())
     }
 
@@ -940,17 +970,15 @@ impl Staging for Memory {
         if t.partitions.is_empty() {
             return Ok(Partitioning::None);
         }
-        Ok(Partitioning::IntegerRange {
+        Ok(Partitioning::IntegerKey {
             column: t.columns[0].clone(),
             partitions: t
                 .partitions
                 .iter()
-                .map(|(name, lo, hi)| RangePartition {
-                    name: name.clone(),
-                    lower: Some(*lo),
-                    upper: Some(*hi),
+                .map(|(name, lo, hi)| KeyPartition {
                     obstacle: (t.rows_in(*lo, *hi) > 0)
                         .then(|| format!("partition {name} is not empty")),
+                    ..KeyPartition::range(name.clone(), Some(*lo), Some(*hi))
                 })
                 .collect(),
             default: false,

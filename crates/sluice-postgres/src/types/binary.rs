@@ -41,9 +41,100 @@ impl FieldWriter {
     }
 }
 
+/// Walks whole tuples in `tuples`, calling `each` with each one's end and the integer in its
+/// field `column` (an `int2`, `int4` or `int8` send form; `None` for NULL or another width).
+/// Stops at a tuple that does not fit (never the case for an encoder's own output).
+pub fn split_tuples(tuples: &[u8], column: usize, each: &mut dyn FnMut(usize, Option<i64>)) {
+    let mut at = 0;
+    while let Some(count) = tuples.get(at..at + 2) {
+        let fields = i16::from_be_bytes([count[0], count[1]]);
+        at += 2;
+        let mut key = None;
+        for f in 0..fields.max(0) as usize {
+            let Some(len) = tuples.get(at..at + 4) else {
+                return;
+            };
+            let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+            at += 4;
+            let len = len.max(0) as usize;
+            if f == column {
+                key = tuples.get(at..at + len).and_then(integer);
+            }
+            at += len;
+        }
+        if at > tuples.len() {
+            return;
+        }
+        each(at, key);
+    }
+}
+
+/// An integer's send form, by its width.
+fn integer(b: &[u8]) -> Option<i64> {
+    Some(match b.len() {
+        2 => i16::from_be_bytes(b.try_into().ok()?) as i64,
+        4 => i32::from_be_bytes(b.try_into().ok()?) as i64,
+        8 => i64::from_be_bytes(b.try_into().ok()?),
+        _ => return None,
+    })
+}
+
+/// Walks whole text COPY lines in `lines` (tab-separated, each ending in a newline; a newline
+/// in a value is escaped), as [`split_tuples`] does tuples. `\N`, NULL, is `None`.
+pub fn split_lines(lines: &[u8], column: usize, each: &mut dyn FnMut(usize, Option<i64>)) {
+    let mut at = 0;
+    for end in memchr::memchr_iter(b'\n', lines) {
+        let line = &lines[at..end];
+        let key = line
+            .split(|&b| b == b'\t')
+            .nth(column)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<i64>().ok());
+        at = end + 1;
+        each(at, key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuples_split_with_their_keys() {
+        let mut out = Vec::new();
+        for (key, text) in [(Some(-7i64), "x"), (None, "yy"), (Some(1 << 40), "")] {
+            begin_tuple(&mut out, 2);
+            let w = FieldWriter::begin(&mut out);
+            out.extend_from_slice(text.as_bytes());
+            w.finish(&mut out);
+            match key {
+                Some(k) if k > i32::MAX as i64 => {
+                    out.extend_from_slice(&8i32.to_be_bytes());
+                    out.extend_from_slice(&k.to_be_bytes());
+                }
+                Some(k) => {
+                    out.extend_from_slice(&4i32.to_be_bytes());
+                    out.extend_from_slice(&(k as i32).to_be_bytes());
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        let mut seen = Vec::new();
+        split_tuples(&out, 1, &mut |end, key| seen.push((end, key)));
+        let ends: Vec<usize> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(ends, vec![15, 27, 45]);
+        assert_eq!(ends[2], out.len());
+        let keys: Vec<Option<i64>> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(keys, vec![Some(-7), None, Some(1 << 40)]);
+    }
+
+    #[test]
+    fn lines_split_with_their_keys() {
+        let lines = b"a\\tb\t-3\n\\N\t\\N\nc\t12\n";
+        let mut seen = Vec::new();
+        split_lines(lines, 1, &mut |end, key| seen.push((end, key)));
+        assert_eq!(seen, vec![(8, Some(-3)), (14, None), (19, Some(12))]);
+    }
 
     #[test]
     fn header_layout() {

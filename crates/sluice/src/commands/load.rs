@@ -104,8 +104,10 @@ pub struct LoadArgs {
     /// transaction committed at the end. `stage`: each partition's files into a staging table
     /// of their own (FREEZE, then the table's indexes, by the same stream), all switched in by
     /// one publish transaction, then ANALYZE; inputs that cannot be staged go direct and the
-    /// summary says why. `auto`: stage where it applies (a table partitioned by ranges of an integer
-    /// column, into empty partitions), direct elsewhere.
+    /// summary says why. `auto`: stage where it applies (a table partitioned by one integer column,
+    /// by ranges, lists or hash, into empty partitions), direct elsewhere. When a table's files cross its
+    /// partitions' bounds (cut elsewhere, or unsorted), its rows are routed to their
+    /// partitions on the client, through a spill under --temp-dir.
     #[arg(
         long,
         value_enum,
@@ -120,6 +122,13 @@ pub struct LoadArgs {
     /// cores, at most 16); the summary shows the curve and the choice.
     #[arg(long, short = 'j', value_name = "N|auto", value_parser = parse_jobs)]
     pub jobs: Option<Jobs>,
+
+    /// Where rows routed to their partitions on the client wait for their partition's
+    /// staging table (about twice the routed input, deleted at the end). Default: $TMPDIR, or
+    /// /tmp. A directory without room for the estimate makes the table load direct instead,
+    /// and the summary says so.
+    #[arg(long, value_name = "DIR")]
+    pub temp_dir: Option<PathBuf>,
 
     /// Each stream's kernel socket buffer (SO_SNDBUF and SO_RCVBUF), k/M suffixes. Setting
     /// it turns off the kernel's autotuning for the socket, so `auto` sets one only where the
@@ -272,6 +281,7 @@ impl LoadArgs {
             restart: false,
             prepare: PrepareArg::Auto,
             wire: WireArg::Auto,
+            temp_dir: None,
             quiet: true,
             report_json: None,
             report_html: None,
@@ -318,6 +328,7 @@ impl LoadArgs {
                 WireArg::Binary => Wire::Binary,
                 WireArg::Text => Wire::Text,
             },
+            temp_dir: self.temp_dir.clone(),
         }
     }
 }
