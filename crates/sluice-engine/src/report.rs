@@ -149,6 +149,36 @@ pub fn build(
     )
 }
 
+/// The advisor as the verdict sees it: a table every input of which was staged had its
+/// indexes built after its rows, so they cost the load no work per row, and the advice does not
+/// tell the user to do what sluice did.
+struct IndexesAfter<'a> {
+    inner: &'a dyn crate::verdict::Advisor,
+    /// The staged tables' names.
+    staged: Vec<String>,
+}
+
+impl crate::verdict::Advisor for IndexesAfter<'_> {
+    fn label(&self, class: sluice_core::destination::Activity) -> Option<&'static str> {
+        self.inner.label(class)
+    }
+
+    fn advice(
+        &self,
+        class: sluice_core::destination::Activity,
+        waits: &sluice_core::destination::ServerWaits,
+        costs: &sluice_core::destination::TableCosts,
+    ) -> Option<String> {
+        self.inner.advice(class, waits, costs)
+    }
+
+    fn costs(&self) -> sluice_core::destination::TableCosts {
+        let mut costs = self.inner.costs();
+        costs.indexes.retain(|(t, _)| !self.staged.contains(t));
+        costs
+    }
+}
+
 /// The report of a load, its verdict worded with `advisor`'s (the destination's) terms.
 pub fn build_judged(
     plan: &Plan,
@@ -159,6 +189,18 @@ pub fn build_judged(
     copy_buffer: usize,
     advisor: &dyn crate::verdict::Advisor,
 ) -> Report {
+    let staged_tables: Vec<String> = (0..plan.tables.len())
+        .filter(|&t| {
+            let mut inputs = (0..plan.inputs.len()).filter(|&k| plan.inputs[k].table == t);
+            let mut any = false;
+            let all = inputs.all(|k| {
+                any = true;
+                facts.staged.get(k).copied().unwrap_or(false)
+            });
+            any && all
+        })
+        .map(|t| plan.tables[t].table.name.clone())
+        .collect();
     let chunks: Vec<&crate::run::ChunkStat> =
         outcome.streams.iter().flat_map(|s| &s.chunks).collect();
     // `--jobs auto` is given its cap; the load used the streams it admitted.
@@ -259,7 +301,11 @@ pub fn build_judged(
         verdict: (!dry_run)
             .then(|| {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                crate::verdict::judge(plan, outcome, jobs, cores, advisor)
+                let advisor = IndexesAfter {
+                    inner: advisor,
+                    staged: staged_tables,
+                };
+                crate::verdict::judge(plan, outcome, jobs, cores, &advisor)
             })
             .flatten(),
         calibration: outcome.calibration.clone(),
@@ -282,5 +328,42 @@ pub fn build_judged(
                 })
                 .collect(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::Advisor;
+    use sluice_core::destination::TableCosts;
+
+    struct Carries;
+
+    impl Advisor for Carries {
+        fn costs(&self) -> TableCosts {
+            TableCosts {
+                indexes: vec![
+                    ("orders".into(), vec!["orders_pkey".into()]),
+                    ("lineitem".into(), vec!["lineitem_pkey".into()]),
+                ],
+                checks: vec![("lineitem".into(), vec!["positive".into()])],
+                ..TableCosts::default()
+            }
+        }
+    }
+
+    #[test]
+    fn a_staged_tables_indexes_are_not_a_cost_per_row() {
+        let advisor = IndexesAfter {
+            inner: &Carries,
+            staged: vec!["lineitem".into()],
+        };
+        let costs = advisor.costs();
+        assert_eq!(
+            costs.indexes,
+            vec![("orders".to_string(), vec!["orders_pkey".to_string()])]
+        );
+        // Its checks still are: the staging table carries them as it loads.
+        assert_eq!(costs.checks.len(), 1);
     }
 }

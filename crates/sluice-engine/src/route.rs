@@ -459,6 +459,41 @@ impl std::io::Read for SpillReader {
     }
 }
 
+/// Makes room for `files` more open files than the load's own (its inputs, connections and
+/// threads take a few hundred at most): one spill file per partition stays open until the
+/// partition loads. Raises the soft limit towards the hard one if need be; `Err` says why it
+/// cannot (`ulimit -n`).
+pub fn room_for_files(files: usize) -> Result<(), String> {
+    const OWN: u64 = 512;
+    let need = files as u64 + OWN;
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Ok(());
+    }
+    if limit.rlim_cur >= need {
+        return Ok(());
+    }
+    if limit.rlim_max < need {
+        return Err(format!(
+            "routing needs a spill file per partition open at once ({files}), and this process \
+             may open {} files in all (ulimit -n; the hard limit is {})",
+            limit.rlim_cur, limit.rlim_max
+        ));
+    }
+    limit.rlim_cur = need;
+    // SAFETY: setrlimit reads the struct it is given; raising the soft limit up to the hard
+    // one needs no privilege.
+    match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } {
+        0 => Ok(()),
+        _ => Err(format!(
+            "routing needs a spill file per partition open at once ({files}), and raising the \
+             open-file limit failed: {}",
+            std::io::Error::last_os_error()
+        )),
+    }
+}
+
 /// Free bytes on the file system of `dir` (`None` when it cannot be told).
 pub fn free_space(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;

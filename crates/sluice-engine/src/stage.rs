@@ -383,6 +383,8 @@ struct Spill {
     splittable: Vec<bool>,
     /// Bytes a spill takes per input byte, by table (binary tuples are larger than text).
     growth: Vec<f64>,
+    /// Spill files the tables routed so far keep open (one per partition).
+    files: usize,
 }
 
 /// Whether a table's rows are routed on the client.
@@ -506,6 +508,8 @@ impl Routing<'_> {
         } else {
             None
         };
+        let cannot =
+            cannot.or_else(|| crate::route::room_for_files(spill.files + r.partitions.len()).err());
         if let Some(why) = cannot {
             return RouteRows::Cannot(why);
         }
@@ -521,6 +525,7 @@ impl Routing<'_> {
             )),
             room => {
                 spill.room = room.map(|room| room - need);
+                spill.files += r.partitions.len();
                 RouteRows::Route
             }
         }
@@ -832,6 +837,7 @@ fn spill_for<D: Staging>(
         room,
         splittable,
         growth,
+        files: 0,
     })
 }
 

@@ -552,7 +552,8 @@ fn plain_advice(class: Activity, cores: usize, costs: &TableCosts) -> String {
 /// What the server does per row beyond storing it, from what the tables carry.
 fn per_row_work(costs: &TableCosts) -> String {
     if costs.is_empty() {
-        return "the tables have no index, trigger or check, so its work is storing the rows \
+        return "no index, trigger or check of the tables is kept up row by row (a staged \
+                table's indexes are built after its rows), so its work is storing the rows \
                 themselves"
             .into();
     }

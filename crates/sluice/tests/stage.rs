@@ -1216,3 +1216,70 @@ fn ctrl_c_during_routing_leaves_no_spill() {
     assert_eq!(d.count("t"), 2_000_000);
     spill_is_gone(&spill);
 }
+
+/// 300 partitions, one spill file each: under a soft open-file limit of 200 sluice raises it
+/// (to what the hard limit allows) and routes; under a hard limit of 300 it cannot, and the
+/// table loads direct, in parallel, saying why.
+#[test]
+fn many_partitions_raise_the_open_file_limit_or_load_direct_saying_why() {
+    use std::os::unix::process::CommandExt;
+    let d = db("stage_routed_files");
+    let mut sql = String::from("CREATE TABLE t (id int NOT NULL, v text) PARTITION BY RANGE (id);");
+    for p in 0..300 {
+        sql.push_str(&format!(
+            "CREATE TABLE t_{p} PARTITION OF t FOR VALUES FROM ({}) TO ({});",
+            p * 100,
+            (p + 1) * 100
+        ));
+    }
+    d.psql(&sql);
+    // Every file holds keys of every partition.
+    let body = |from: u32| -> String {
+        (0..15_000u32)
+            .map(|k| format!("{},row\n", (k * 7 + from) % 30_000))
+            .collect()
+    };
+    let a = d.file("a.csv", body(0).as_bytes());
+    let b = d.file("b.csv", body(1).as_bytes());
+    let limited = |soft: u64, hard: u64| {
+        let mut c = sluice_cmd();
+        c.args(["load", "--target", &d.url, "--table", "t", "--jobs", "2"])
+            .arg(&a)
+            .arg(&b);
+        // SAFETY: setrlimit is async-signal-safe and touches only the child.
+        unsafe {
+            c.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &l) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+        ok(&run_bounded(c, 300))
+    };
+    let out = limited(200, 4096);
+    assert_has(
+        &out,
+        &[
+            "strategy: stage",
+            "routed: 30,000 rows of t to 300 partition(s)",
+        ],
+    );
+    let sum: u64 = (0..15_000u64)
+        .flat_map(|k| [(k * 7) % 30_000, (k * 7 + 1) % 30_000])
+        .sum();
+    assert_eq!(d.count("t"), 30_000);
+    assert_eq!(d.psql("SELECT sum(id) FROM t").trim(), sum.to_string());
+    d.psql("TRUNCATE t");
+    let out = limited(300, 300);
+    assert_has(
+        &out,
+        &["not routed on the client: routing needs a spill file per partition open at once (300)"],
+    );
+    assert!(!out.contains("strategy: stage"), "{out}");
+    assert_eq!(d.count("t"), 30_000);
+}
