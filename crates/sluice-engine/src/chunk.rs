@@ -956,6 +956,36 @@ pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Optio
     found
 }
 
+/// How many bytes `encoder` writes per input byte, over the first `records` records of
+/// `chunk` (those it encodes): what a spill of the chunk's table takes. `None` when none
+/// encodes.
+pub fn encoded_growth<E: RecordEncoder>(
+    plan: &Plan,
+    chunk: &Chunk,
+    encoder: &mut E,
+    records: u64,
+) -> Option<f64> {
+    let (mut seen, mut input, mut output) = (0u64, 0u64, 0usize);
+    let mut out = Vec::new();
+    let mut unused = Duration::ZERO;
+    let _ = walk_records(
+        plan,
+        chunk,
+        None,
+        &mut unused,
+        &mut each(|fields, data, _, pos| {
+            out.clear();
+            if encoder.encode(fields, data, &mut out).is_ok() {
+                input += pos.end - pos.offset;
+                output += out.len();
+            }
+            seen += 1;
+            Ok(seen < records)
+        }),
+    );
+    (input > 0).then(|| output as f64 / input as f64)
+}
+
 /// Where a record was found: chunk-relative line and absolute byte offset.
 #[derive(Clone, Copy, Debug)]
 pub struct Found {

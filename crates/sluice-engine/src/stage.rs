@@ -807,6 +807,7 @@ impl Routing<'_> {
 fn spill_for<D: Staging>(
     plan: &Plan,
     dest: &D,
+    partitionings: &[Partitioning],
     isolate_rejects: bool,
     dir: std::path::PathBuf,
 ) -> Result<Spill, String> {
@@ -823,11 +824,10 @@ fn spill_for<D: Staging>(
     let splittable = (0..plan.tables.len())
         .map(|t| dest.split_encoded(t, &[], 0, &mut |_, _| {}))
         .collect();
-    // Binary tuples carry a length before every field; text lines are about the input's size.
     let growth = (0..plan.tables.len())
-        .map(|t| match dest.load_format(t) {
-            "binary" => 2.0,
-            _ => 1.2,
+        .map(|t| match partitionings[t] {
+            Partitioning::IntegerKey { .. } => spill_growth(plan, dest, t),
+            _ => 0.0,
         })
         .collect();
     // A tenth of the free space is left to everything else.
@@ -840,6 +840,23 @@ fn spill_for<D: Staging>(
         files: 0,
     })
 }
+
+/// Bytes a routed table's spill takes per input byte, as its encoder writes the first
+/// thousand records of its first input, with a quarter more for rows unlike them; twice the
+/// input where nothing can be sampled.
+fn spill_growth<D: Staging>(plan: &Plan, dest: &D, t: usize) -> f64 {
+    // Standard input is read once, and never routed.
+    let first = plan.chunks.iter().find(|c| {
+        let input = &plan.inputs[c.input];
+        c.is_first() && input.table == t && matches!(input.source, InputSource::File(_))
+    });
+    let sampled = first
+        .and_then(|c| crate::chunk::encoded_growth(plan, c, &mut dest.encoder(t), SAMPLED_RECORDS));
+    sampled.map_or(2.0, |g| g * 1.25)
+}
+
+/// Records encoded to estimate a spill's size.
+const SAMPLED_RECORDS: u64 = 1000;
 
 /// The input bytes an input's rows amount to, for the spill's estimate (a compressed file's
 /// ratio is not known before it is read: four is typical of text).
@@ -951,7 +968,7 @@ impl Stage {
             targets: Vec::new(),
             direct_inputs: Vec::new(),
             reused: back.partitions,
-            spill: spill_for(plan, dest, isolate_rejects, temp_dir),
+            spill: spill_for(plan, dest, &partitionings, isolate_rejects, temp_dir),
             routed: Vec::new(),
         };
         for (t, p) in partitionings.into_iter().enumerate() {
