@@ -447,9 +447,13 @@ impl KeyPartition {
         }
     }
 
-    /// Whether a NULL key falls in the partition.
+    /// Whether a NULL key falls in the partition: a list's that names NULL, or the hash
+    /// partition of remainder 0 (a NULL key hashes to 0, as the databases skip it).
     pub fn holds_null(&self) -> bool {
-        matches!(self.bound, KeyBound::List { null: true, .. })
+        matches!(
+            self.bound,
+            KeyBound::List { null: true, .. } | KeyBound::Hash { remainder: 0, .. }
+        )
     }
 }
 

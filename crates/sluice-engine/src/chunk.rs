@@ -956,6 +956,26 @@ pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Optio
     found
 }
 
+/// The values of column `column` (NULL as `None`) in the first `n` records of `chunk`.
+pub fn first_values(plan: &Plan, chunk: &Chunk, n: u64, column: usize) -> Vec<Option<Vec<u8>>> {
+    let mut values = Vec::new();
+    let mut unused = Duration::ZERO;
+    let _ = walk_records(
+        plan,
+        chunk,
+        None,
+        &mut unused,
+        &mut each(|fields, data, _, _| {
+            let value = (column < fields.len())
+                .then(|| fields.get(column, data).map(<[u8]>::to_vec))
+                .flatten();
+            values.push(value);
+            Ok((values.len() as u64) < n)
+        }),
+    );
+    values
+}
+
 /// How many bytes `encoder` writes per input byte, over the first `records` records of
 /// `chunk` (those it encodes): what a spill of the chunk's table takes. `None` when none
 /// encodes.

@@ -142,11 +142,13 @@ impl RoutedTable {
         })
     }
 
-    /// The partition a NULL key belongs to, if any (a list partition that holds NULL).
+    /// The partition a NULL key belongs to, if any (a list partition that holds NULL, the
+    /// hash partition of remainder 0).
     pub fn find_null(&self) -> Option<usize> {
         match &self.index {
             KeyIndex::Values(_, null) => *null,
-            _ => None,
+            KeyIndex::Hash => self.partitions.iter().position(KeyPartition::holds_null),
+            KeyIndex::Ranges(_) => None,
         }
     }
 }
@@ -180,30 +182,25 @@ pub struct Router {
     pub buffer: usize,
 }
 
-/// A stream's memory for buffers before the spill, shared by the partitions (issue 2's bound
-/// is 16 MiB per stream, and the message being converted takes some).
-const SINK_MEMORY: usize = 8 << 20;
+/// A stream's memory for buffers before the spill, shared by the partitions (the bound is
+/// 16 MiB per stream, the message being converted takes some, and a buffer's capacity can be
+/// up to twice what it holds).
+const SINK_MEMORY: usize = 6 << 20;
 
 impl Router {
-    /// A router for `tables`, spilling under `temp` (tried now), with `units` route units
-    /// to wait for.
-    pub fn new(tables: Vec<RoutedTable>, temp: &Path, units: usize) -> Result<Router, String> {
-        unnamed_file(temp).map_err(|e| {
-            format!(
-                "cannot make spill files in {}: {e} (give --temp-dir a writable directory)",
-                temp.display()
-            )
-        })?;
+    /// A router for `tables`, spilling under `temp` (where [`can_spill`] said it can), with
+    /// `units` route units to wait for.
+    pub fn new(tables: Vec<RoutedTable>, temp: &Path, units: usize) -> Router {
         let dir = temp.to_path_buf();
         let partitions = tables.iter().map(|t| t.partitions.len()).max().unwrap_or(1);
-        Ok(Router {
+        Router {
             tables,
             dir,
             left: Mutex::new(units),
             done: Condvar::new(),
             records: Mutex::new(Vec::new()),
             buffer: (SINK_MEMORY / partitions.max(1)).clamp(16 << 10, 1 << 20),
-        })
+        }
     }
 
     /// The routed table of plan table `t`, if it is routed.
@@ -324,6 +321,8 @@ pub struct Sink<'r> {
     router: &'r Router,
     r: usize,
     buffers: Vec<(Vec<u8>, u64)>,
+    /// Bytes the buffers hold.
+    held: usize,
     /// The chunk's records so far, and how many went to each partition.
     pub records: u64,
     counts: Vec<u64>,
@@ -343,6 +342,7 @@ impl<'r> Sink<'r> {
             router,
             r,
             buffers: vec![(Vec::new(), 0); n],
+            held: 0,
             records: 0,
             counts: vec![0; n],
         }
@@ -382,19 +382,27 @@ impl<'r> Sink<'r> {
         let (buffer, rows) = &mut self.buffers[p];
         buffer.extend_from_slice(record);
         *rows += 1;
+        self.held += record.len();
         Ok(())
     }
 
-    /// Writes the buffers that are full (all of them, with `all`) to the spill.
+    /// Writes the buffers that are full (all of them, with `all`) to the spill. Past the
+    /// stream's memory for them (many partitions, each with a little), every buffer is
+    /// written and its memory given back, so that the bound holds whatever the partitions.
     pub fn flush(&mut self, all: bool) -> Result<(), Failure> {
+        let over = self.held > SINK_MEMORY;
         for p in 0..self.buffers.len() {
             let (buffer, rows) = &mut self.buffers[p];
-            if buffer.is_empty() || (!all && buffer.len() < self.router.buffer) {
+            if buffer.is_empty() || (!all && !over && buffer.len() < self.router.buffer) {
                 continue;
             }
             self.router.spill(self.r, p, buffer, *rows)?;
-            buffer.clear();
+            self.held -= buffer.len();
             *rows = 0;
+            match over {
+                true => *buffer = Vec::new(),
+                false => buffer.clear(),
+            }
         }
         Ok(())
     }
@@ -409,6 +417,16 @@ impl<'r> Sink<'r> {
             .fetch_add(routed - main, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Whether spill files can be made in `dir`, or why not.
+pub fn can_spill(dir: &Path) -> Result<(), String> {
+    unnamed_file(dir).map(drop).map_err(|e| {
+        format!(
+            "no spill file can be made in {}: {e} (give --temp-dir a writable directory)",
+            dir.display()
+        )
+    })
 }
 
 /// A file in `dir` with no name: freed by the kernel when its last descriptor closes, which
@@ -427,10 +445,9 @@ fn unnamed_file(dir: &Path) -> std::io::Result<File> {
             if e.raw_os_error() == Some(libc::EOPNOTSUPP)
                 || e.raw_os_error() == Some(libc::EISDIR) =>
         {
-            let nonce = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let path = dir.join(format!(".sluice-spill-{}-{nonce}", std::process::id()));
+            static MADE: AtomicU64 = AtomicU64::new(0);
+            let n = MADE.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!(".sluice-spill-{}-{n}", std::process::id()));
             let f = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -583,14 +600,15 @@ mod tests {
             (t.find(9), t.find(10), t.find(11)),
             (Some(1), Some(2), Some(0))
         );
-        assert_eq!(t.find_null(), None);
+        assert_eq!(t.find_null(), Some(1));
     }
 
     #[test]
     fn rows_spill_by_partition_into_unnamed_files() {
         let temp = std::env::temp_dir().join(format!("sluice-route-test-{}", std::process::id()));
         std::fs::create_dir_all(&temp).unwrap();
-        let router = Router::new(vec![table()], &temp, 1).unwrap();
+        can_spill(&temp).unwrap();
+        let router = Router::new(vec![table()], &temp, 1);
         let mut sink = Sink::new(&router, 0);
         sink.take(b"r5;", Some(5)).unwrap();
         sink.take(b"r25;", Some(25)).unwrap();

@@ -23,7 +23,7 @@
 //! go into the publish with this run's. A failure the job resumes from keeps this run's
 //! finished staging tables for that; one that ends the job (a bad row) drops them.
 
-use crate::chunk::locate_record;
+use crate::chunk::{first_values, locate_record};
 use crate::events::{CommitPhase, Event, Host};
 use crate::failure::Failure;
 use crate::ledger::JobRun;
@@ -422,6 +422,19 @@ impl Routing<'_> {
         let inputs: Vec<usize> = (0..plan.inputs.len())
             .filter(|&i| plan.inputs[i].table == t && !reused_inputs[i])
             .collect();
+        let tied = crate::strategy::reference_groups(plan)
+            .into_iter()
+            .any(|g| g.contains(&t));
+        let partitioning = match partitioning {
+            // Its rows must be visible to the checks of the tables it is tied to by foreign
+            // keys as they load, on their one stream: staged rows appear only at the publish.
+            Partitioning::IntegerKey { .. } if tied => Partitioning::Unroutable(
+                "foreign keys tie it to other tables of this load, whose checks must see its \
+                 rows as they load (staged rows appear only at the publish)"
+                    .into(),
+            ),
+            p => p,
+        };
         let (column, partitions, default) = match partitioning {
             Partitioning::None => {
                 self.direct_inputs.extend(&inputs);
@@ -552,24 +565,27 @@ impl Routing<'_> {
         }
     }
 
-    /// Whether input `i`'s rows cross a partition bound: its first row is in no partition, or
-    /// its last (when that can be read cheaply) is in another partition than its first.
+    /// Whether input `i`'s rows cross a partition bound: one of its first [`HEAD_ROWS`] rows
+    /// is in no partition or in another partition than its first, or its last (when that can
+    /// be read cheaply) is. (A shuffled file shows it at once; a file cut elsewhere than the
+    /// bounds, at its end.)
     fn crosses(&self, i: usize, r: &Ranges<'_>) -> bool {
         let plan = self.plan;
         let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
             return false;
         };
-        let Some((_, values)) = locate_record(plan, first, 1, &[r.key]) else {
-            return false;
-        };
-        let Some(value) = values.into_iter().next() else {
-            return false;
-        };
-        match r.partition_of(value.as_deref()) {
-            // Not an integer: loading says what is wrong with it.
+        // Values that are not integers are the load's to name.
+        let parts: Vec<Option<usize>> = first_values(plan, first, HEAD_ROWS, r.key)
+            .iter()
+            .filter_map(|v| r.partition_of(v.as_deref()))
+            .collect();
+        match parts.first() {
             None => false,
             Some(None) => !r.default,
-            Some(Some(p)) => self.last_partition(i, r).is_some_and(|q| q != Some(p)),
+            Some(&Some(p)) => {
+                parts.iter().any(|&q| q != Some(p))
+                    || self.last_partition(i, r).is_some_and(|q| q != Some(p))
+            }
         }
     }
 
@@ -821,6 +837,7 @@ fn spill_for<D: Staging>(
     if dest.capabilities().publish != Some(PublishModel::OneTransaction) {
         return Err("the destination publishes one partition at a time".into());
     }
+    crate::route::can_spill(&dir)?;
     let splittable = (0..plan.tables.len())
         .map(|t| dest.split_encoded(t, &[], 0, &mut |_, _| {}))
         .collect();
@@ -867,6 +884,9 @@ fn spill_estimate(plan: &Plan, i: usize) -> u64 {
         _ => input.size.saturating_mul(4),
     }
 }
+
+/// Rows read from an input's start to tell whether it crosses partition bounds.
+const HEAD_ROWS: u64 = 100;
 
 /// Bytes read from an input's end to find its last record.
 const TAIL: u64 = 64 << 10;
@@ -988,7 +1008,7 @@ impl Stage {
                     .map(|s| s.dir.clone())
                     .unwrap_or_default();
                 let route_units = units.iter().filter(|u| u.route).count();
-                Some(Router::new(routing.routed, &dir, route_units).map_err(Failure::Usage)?)
+                Some(Router::new(routing.routed, &dir, route_units))
             }
         };
         Ok(Stage {
@@ -1223,8 +1243,9 @@ impl<D: Staging> Strategy<D> for Stage {
         let times = self.times();
         let finished = times.staging_tables + times.reused_staging_tables;
         // A job the same command resumes publishes them then, without loading them again;
-        // otherwise a failed load leaves nothing.
-        if self.job.is_some() && !failure.abandons_job() {
+        // otherwise a failed load leaves nothing. A routed table's staging tables hold no
+        // whole chunk, so no later run can publish them: a load that routed rows leaves none.
+        if self.job.is_some() && !failure.abandons_job() && self.router.is_none() {
             if finished > 0 {
                 host.event(Event::Notice(format!(
                     "kept the {finished} staging table(s) this load finished (invisible to the \

@@ -361,7 +361,8 @@ pub fn reference_groups(plan: &Plan) -> Vec<Vec<usize>> {
 }
 
 /// Puts the direct work of each [`reference_groups`] group into one unit, first in the queue
-/// (it is the longest), parents' chunks first. Staged units stay as they are.
+/// (it is the longest), parents' chunks first. Staged units and route units (whose rows go to
+/// staging tables, not to the table) stay as they are.
 pub fn keep_references_together(plan: &Plan, units: Vec<Unit>) -> Vec<Unit> {
     let groups = reference_groups(plan);
     if groups.is_empty() {
@@ -373,11 +374,13 @@ pub fn keep_references_together(plan: &Plan, units: Vec<Unit>) -> Vec<Unit> {
     for group in &groups {
         let mut chunks: Vec<usize> = Vec::new();
         for &t in group {
-            for u in rest.iter().filter(|u| u.staged.is_none()) {
+            for u in rest.iter().filter(|u| u.staged.is_none() && !u.route) {
                 chunks.extend(u.chunks.iter().copied().filter(|&c| table_of(c) == t));
             }
         }
-        rest.retain(|u| u.staged.is_some() || !u.chunks.iter().any(|&c| chunks.contains(&c)));
+        rest.retain(|u| {
+            u.staged.is_some() || u.route || !u.chunks.iter().any(|&c| chunks.contains(&c))
+        });
         if !chunks.is_empty() {
             tied.push(Unit {
                 chunks,

@@ -851,18 +851,19 @@ impl Staging for PgDestination {
             client.batch_execute("BEGIN").await
         });
         let partition = staged.partition.qualified();
-        // Once committed, the staging table is the publish's (or, on failure, the discard's).
+        // Once committed, the staging table is the publish's (or, on failure, the discard's),
+        // and the unit is done: a failure after the COMMIT (its ANALYZE, the next BEGIN; a
+        // connection lost there) must not send the unit back to be loaded a second time. Its
+        // statistics are then the parents' ANALYZE's and autovacuum's to gather, and the
+        // stream's next statement finds a lost connection and reconnects.
         if committed {
             lock(&self.staged).push(staged);
+            return Ok(times);
         }
         result.map_err(|e| {
             // The staging table's name means nothing to the user; its partition does.
             let mut err = self.error(stream.n, ServerError::from_pg(&e));
-            let what = if committed {
-                format!("gathering the statistics of partition {partition}")
-            } else {
-                format!("building the indexes of partition {partition}")
-            };
+            let what = format!("building the indexes of partition {partition}");
             err.summary = format!("{what}: {}", err.summary);
             err.message = format!("{what}: {}", err.message);
             err

@@ -238,6 +238,7 @@ const JOB_COLUMNS: &str = "j.id, j.key, j.state, j.message, j.tables, j.chunk_si
      (SELECT count(*) FROM sluice_ledger.job_chunks c WHERE c.job = j.id), \
      (SELECT coalesce(sum(rows), 0)::bigint FROM sluice_ledger.job_chunks c WHERE c.job = j.id), \
      EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
              AND l.classid = 1936484962::oid AND l.objid = j.id::oid AND l.objsubid = 2), \
      (extract(epoch FROM j.started) * 1000000)::bigint";
 
@@ -557,7 +558,8 @@ async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
                     round(extract(epoch FROM now() - a.state_change))) \
              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
              WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ($1::bigint)::oid \
-               AND l.objid = ($2::bigint)::oid AND l.objsubid = 2",
+               AND l.objid = ($2::bigint)::oid AND l.objsubid = 2 \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             &[&(LOCK_CLASS as i64), &job],
         )
         .await?;

@@ -261,7 +261,8 @@ pub async fn describe_partitions(
                     (SELECT a.attname::text FROM pg_attribute a \
                      WHERE a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]), \
                     (SELECT t.typname::text FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-                     WHERE a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]) \
+                     WHERE a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]), \
+                    (SELECT o.opcdefault FROM pg_opclass o WHERE o.oid = p.partclass[0]) \
              FROM pg_partitioned_table p WHERE p.partrelid = $1::text::regclass",
             &[&parent],
         )
@@ -275,6 +276,13 @@ pub async fn describe_partitions(
     let (strategy, natts): (String, i32) = (key.get(0), key.get(1));
     let column: Option<String> = key.get(2);
     let typname: Option<String> = key.get(3);
+    // Another operator class orders or hashes the keys its own way, which sluice does not
+    // know.
+    if key.get::<_, Option<bool>>(4) == Some(false) {
+        return Ok(unroutable(
+            "its partition key has an operator class other than its type's default".into(),
+        ));
+    }
     match (strategy.as_str(), natts, &column, typname.as_deref()) {
         ("r" | "l" | "h", 1, Some(_), Some("int2" | "int4" | "int8")) => {}
         (_, 1, None, _) => return Ok(unroutable("its partition key is an expression".into())),
@@ -994,6 +1002,7 @@ async fn blockers(client: &Client, table: &str) -> String {
                     coalesce(left(a.query, 60), '') \
              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
              WHERE l.relation = $1::text::regclass AND a.pid <> pg_backend_pid() \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
              ORDER BY a.pid",
             &[&table],
         )

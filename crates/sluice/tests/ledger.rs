@@ -590,3 +590,33 @@ fn a_kill_between_prepared_commits_is_finished_by_the_next_command_of_any_kind()
     assert_eq!((d.count("t"), prepared(&d)), (2000, 0));
     d.psql("TRUNCATE t");
 }
+
+/// Two databases of one server each keep a ledger, whose jobs are numbered from 1 alike. A load
+/// running job 1 in one database says nothing about job 1 of the other: `sluice jobs` there
+/// shows it interrupted, and resuming it is not refused as held by a running process.
+#[test]
+fn a_running_job_of_another_database_is_not_this_ones() {
+    let a = db("ledger_other_db_a");
+    let b = db("ledger_other_db_b");
+    for d in [&a, &b] {
+        d.psql("CREATE TABLE t (id int, v text)");
+    }
+    // Job 1 of b, killed mid-load: interrupted.
+    let small = b.file("small.csv", b"1,x\n2,y\n");
+    let out = b.load(
+        &["--table", "t", small.to_str().unwrap()],
+        &[("SLUICE_KILL_AT", "copied")],
+        60,
+    );
+    assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
+    // Job 1 of a, running while b is looked at.
+    let f = big_file(&a, "big.csv", 3_000_000);
+    let mut running = spawn_load(&a, &f);
+    let jobs = b.sluice_ok(&["jobs"]);
+    let resumed = b.load(&["--table", "t", small.to_str().unwrap()], &[], 60);
+    let _ = running.kill();
+    let _ = running.wait();
+    assert!(jobs.contains("interrupted"), "{jobs}");
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert_eq!(b.count("t"), 2);
+}

@@ -216,15 +216,7 @@ fn a_killed_load_leaves_nothing_visible_and_the_next_run_publishes_what_it_stage
     child.wait().unwrap();
     assert_eq!(d.count("t"), 0, "rows are visible before the publish");
     // The killed load's sessions end when the server sees their sockets close.
-    wait_until("the killed load's sessions stayed", 30, || {
-        d.psql(&format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
-             AND pid <> pg_backend_pid()",
-            d.name
-        ))
-        .trim()
-            == "0"
-    });
+    killed_sessions_end(&d);
     // The small file's, at least; the big one's too if it committed before the kill.
     let left = leftovers(&d);
     assert!(left >= 1);
@@ -257,6 +249,21 @@ fn kill_in_publish(d: &Db, args: &[&str]) {
     assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
     assert_eq!(d.count("t"), 0);
     assert_eq!(leftovers(d), 2);
+    killed_sessions_end(d);
+}
+
+/// Waits until the server has seen a killed load's sockets close (its sessions, and the
+/// advisory lock that says the job runs, end then).
+fn killed_sessions_end(d: &Db) {
+    wait_until("the killed load's sessions stayed", 30, || {
+        d.psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+             AND pid <> pg_backend_pid()",
+            d.name
+        ))
+        .trim()
+            == "0"
+    });
 }
 
 #[test]
@@ -1066,9 +1073,11 @@ fn hash_and_list_partitions_are_routed_as_the_server_routes() {
         let reference = rows_by_partition(&d, &format!("{table}ref"));
         assert_eq!(rows_by_partition(&d, table), reference);
     };
-    let body: String = keys.iter().map(|k| format!("{k},h {k}\n")).collect();
-    routed_like_psql("h", &body, "904");
-    assert_eq!(d.count("h_a") + d.count("h_b") + d.count("h_c"), 904);
+    let mut body: String = keys.iter().map(|k| format!("{k},h {k}\n")).collect();
+    // A NULL key: PostgreSQL hashes it to 0, the partition of remainder 0.
+    body.push_str(",h null\n");
+    routed_like_psql("h", &body, "905");
+    assert_eq!(d.count("h_a") + d.count("h_b") + d.count("h_c"), 905);
 
     // Lists, NULL among the values of one of them.
     let list = |name: &str| {
@@ -1282,4 +1291,49 @@ fn many_partitions_raise_the_open_file_limit_or_load_direct_saying_why() {
     );
     assert!(!out.contains("strategy: stage"), "{out}");
     assert_eq!(d.count("t"), 30_000);
+}
+
+/// A partitioned table referenced by another table of the same load is not staged (the
+/// child's checks must see its rows as they load, and staged rows appear only at the
+/// publish): it loads direct, on the child's stream, saying why, and both tables are whole.
+#[test]
+fn a_parent_that_another_loaded_table_references_loads_direct() {
+    let d = db("stage_routed_fk");
+    d.psql(
+        "CREATE TABLE pa (id int PRIMARY KEY, v text) PARTITION BY RANGE (id); \
+         CREATE TABLE pa_1 PARTITION OF pa FOR VALUES FROM (0) TO (1000); \
+         CREATE TABLE pa_2 PARTITION OF pa FOR VALUES FROM (1000) TO (2000); \
+         CREATE TABLE cb (pa_id int REFERENCES pa, w text)",
+    );
+    let pa = d.file("pa.csv", rows(0, 2000).as_bytes());
+    let cb = d.file("cb.csv", rows(0, 2000).as_bytes());
+    let out = ok(&load(
+        &d,
+        &[pa.to_str().unwrap(), cb.to_str().unwrap()],
+        &[],
+    ));
+    assert_has(
+        &out,
+        &["pa.csv (table pa): table \"public\".\"pa\": foreign keys tie it to other tables"],
+    );
+    assert_eq!((d.count("pa"), d.count("cb")), (2000, 2000));
+}
+
+/// Text COPY (`--wire text`) routes keys as the encoder reads them, spaces around included.
+#[test]
+fn text_wire_keys_with_spaces_are_routed() {
+    let d = db("stage_routed_text");
+    three_partitions(&d, false);
+    let body: String = (0..3000).map(|i| format!(" {i} ,row {i}\n")).collect();
+    let f = d.file("spaced.csv", body.as_bytes());
+    let out = ok(&load(
+        &d,
+        &["--table", "t", "--wire", "text", f.to_str().unwrap()],
+        &[],
+    ));
+    assert_has(&out, &["routed: 3,000 rows of t to 3 partition(s)"]);
+    assert_eq!(
+        (d.count("t_1"), d.count("t_2"), d.count("t_3")),
+        (1000, 1000, 1000)
+    );
 }

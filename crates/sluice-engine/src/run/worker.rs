@@ -229,7 +229,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             // A partition's routed rows load once every chunk is routed; one with none has
             // nothing to stage.
             let Some(router) = ctx.strategy.router() else {
-                return UnitEnd::Stop;
+                return self.stop(no_router());
             };
             if !router.wait_routed(&ctx.abort) {
                 return UnitEnd::Stop;
@@ -290,7 +290,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     fn run_route(&mut self, unit: &Unit) -> UnitEnd {
         let ctx = self.ctx;
         let Some(router) = ctx.strategy.router() else {
-            return UnitEnd::Stop;
+            return self.stop(no_router());
         };
         let mut records = Vec::new();
         for &c in &unit.chunks {
@@ -300,7 +300,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             let chunk = &ctx.plan.chunks[c];
             let t = ctx.plan.inputs[chunk.input].table;
             let Some(r) = router.of_table(t) else {
-                return UnitEnd::Stop;
+                return self.stop(no_router());
             };
             let started = Instant::now();
             let encoder = self.encoders[t].get_or_insert_with(|| ctx.dest.encoder(t));
@@ -338,7 +338,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     fn run_spilled(&mut self, unit: &Unit, id: usize, r: usize, p: usize) -> UnitEnd {
         let ctx = self.ctx;
         let Some(router) = ctx.strategy.router() else {
-            return UnitEnd::Stop;
+            return self.stop(no_router());
         };
         let t = router.tables[r].table;
         let Some(stream) = self.staged.as_mut() else {
@@ -641,6 +641,12 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         self.stats.seconds = t0.elapsed().as_secs_f64();
         (self.direct, self.stats)
     }
+}
+
+/// A route or spilled unit without its routing: a bug, which stops the load (the streams that
+/// wait for the routing must not wait for ever).
+fn no_router() -> Failure {
+    Failure::Local("a bug in sluice: a routed unit without its routing; nothing was loaded".into())
 }
 
 /// How long a lost connection's stream waits before its first reconnect (doubling after).

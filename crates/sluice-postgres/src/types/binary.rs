@@ -4,6 +4,8 @@
 //! length is not known until the value is encoded, so [`FieldWriter`] reserves four bytes and
 //! patches them afterwards: one pass, no intermediate buffer per field.
 
+use sluice_core::primitives::{parse_i64, trim_c_space};
+
 /// `PGCOPY\n\377\r\n\0`, flags (no OIDs), header extension length 0.
 pub const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 /// The file trailer: a tuple with field count -1.
@@ -85,11 +87,11 @@ pub fn split_lines(lines: &[u8], column: usize, each: &mut dyn FnMut(usize, Opti
     let mut at = 0;
     for end in memchr::memchr_iter(b'\n', lines) {
         let line = &lines[at..end];
+        // As the encoder read it: spaces around an integer are allowed.
         let key = line
             .split(|&b| b == b'\t')
             .nth(column)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.parse::<i64>().ok());
+            .and_then(|v| parse_i64(trim_c_space(v)).ok());
         at = end + 1;
         each(at, key);
     }
@@ -130,10 +132,13 @@ mod tests {
 
     #[test]
     fn lines_split_with_their_keys() {
-        let lines = b"a\\tb\t-3\n\\N\t\\N\nc\t12\n";
+        let lines = b"a\\tb\t-3\n\\N\t\\N\nc\t12\nd\t 7 \n";
         let mut seen = Vec::new();
         split_lines(lines, 1, &mut |end, key| seen.push((end, key)));
-        assert_eq!(seen, vec![(8, Some(-3)), (14, None), (19, Some(12))]);
+        assert_eq!(
+            seen,
+            vec![(8, Some(-3)), (14, None), (19, Some(12)), (25, Some(7))]
+        );
     }
 
     #[test]
