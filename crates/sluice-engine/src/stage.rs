@@ -4,10 +4,13 @@
 //! and one publish
 //! transaction switches every staging table in at once.
 //!
-//! Routing is by each file's first record: its partition key picks the partition. The
-//! staging table carries the partition's bound as a CHECK, so a later row outside it fails
-//! that staging table's load; the strategy then rolls the staging table back, keeps that file
-//! for the publish, and stages the partition's other files again. Whatever cannot be staged (a
+//! Routing is by each file's first record: its partition key picks the partition. A table
+//! whose files cross its partitions' bounds (seen in each file's first rows and its last)
+//! has every row routed on the client instead ([`crate::route`]): a staging target per
+//! partition, loaded from the spill. The staging table carries the partition's bound as a
+//! CHECK, so a later row outside it fails that staging table's load; the strategy then rolls
+//! the staging table back, keeps that file for the publish, and stages the partition's other
+//! files again. Whatever cannot be staged (a
 //! partition that has rows, a key sluice cannot route, a parent with triggers or foreign keys,
 //! standard input) is loaded directly, and the summary says which inputs were and why:
 //! fallbacks, not errors. A first row that belongs to no partition is a bad row.
@@ -492,7 +495,7 @@ impl Routing<'_> {
     }
 
     /// Whether the rows of a table with `inputs` go to their partitions through the client:
-    /// when a file's last row is in another partition than its first, and nothing stands in
+    /// when a file crosses partition bounds ([`Routing::crosses`]), and nothing stands in
     /// the way (a default partition, a partition with rows, standard input, rejects to
     /// isolate, a spill that would not fit).
     fn route_rows(&mut self, inputs: &[usize], r: &Ranges<'_>) -> RouteRows {

@@ -7,6 +7,11 @@
 //! transaction held and connects anew after a pause; a staged unit the strategy can redo
 //! another way goes back on the queue as the strategy's new units. Every other failure stops
 //! the whole load (the first one is the one reported).
+//!
+//! Rows routed on the client ([`crate::route`]) take two kinds of unit: a route unit converts
+//! its chunks into the partitions' spills on no connection; a spilled unit waits until every
+//! chunk is routed, then loads its partition's spill into a staging table like any staged
+//! unit (and goes back on the queue whole when its connection is lost).
 
 use super::copy::{copy_shared, copy_spill, route_chunk, run_chunk, ChunkError};
 use super::diagnose::server_failure;
