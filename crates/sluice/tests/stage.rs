@@ -1337,3 +1337,26 @@ fn text_wire_keys_with_spaces_are_routed() {
         (1000, 1000, 1000)
     );
 }
+
+/// A key two files hold, routed to one partition from both: the staging table's index build
+/// refuses it, and the error names both rows by file and line (the rows are found in the
+/// table's files, since a routed partition's rows come from all of them). Nothing is visible,
+/// and no staging table stays.
+#[test]
+fn a_duplicate_key_across_routed_files_names_both_rows() {
+    let d = db("stage_routed_dup");
+    three_partitions(&d, true);
+    let a = d.file("a.csv", rows(1, 1500).as_bytes());
+    let mut b = rows(1500, 2700);
+    b.push_str("1200,again\n");
+    let b = d.file("b.csv", b.as_bytes());
+    let (out, spill) = routed_load(&d, &[&a, &b], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &["(id)=(1200)", "a.csv", "line 1200", "b.csv", "line 1201"],
+    );
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(leftovers(&d), 0);
+    spill_is_gone(&spill);
+}
