@@ -252,6 +252,23 @@ impl<F: FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>> RecordVis
     }
 }
 
+/// Walks the records of a chunk on the side (no abort flag, no read time kept), calling `f`
+/// for each as [`each`] does, until it returns false: the error path's and planning's walks.
+fn walk_each<F>(plan: &Plan, chunk: &Chunk, f: F) -> Result<u64, Failure>
+where
+    F: FnMut(&Fields, &[u8], u64, Position) -> Result<bool, Failure>,
+{
+    let mut unused = Duration::ZERO;
+    walk_records(plan, chunk, None, &mut unused, &mut each(f))
+}
+
+/// Column `i`'s value in a record's fields (NULL, or a column the record lacks, as `None`).
+fn value_of(fields: &Fields, data: &[u8], i: usize) -> Option<Vec<u8>> {
+    (i < fields.len())
+        .then(|| fields.get(i, data).map(<[u8]>::to_vec))
+        .flatten()
+}
+
 /// Walks the records of a chunk, calling `visit` for each with its fields, the slice they
 /// refer to, that slice's absolute offset and the record's position; `visit` returns false to
 /// stop. Shared by conversion and by locating a server-reported record. Returns the bytes
@@ -883,17 +900,10 @@ pub fn convert_chunk<E: RecordEncoder>(
 /// How many data records a chunk holds (on the error path, to split a range of them).
 pub fn count_records(plan: &Plan, chunk: &Chunk) -> Result<u64, Failure> {
     let mut n = 0u64;
-    let mut unused = Duration::ZERO;
-    walk_records(
-        plan,
-        chunk,
-        None,
-        &mut unused,
-        &mut each(|_, _, _, _| {
-            n += 1;
-            Ok(true)
-        }),
-    )?;
+    walk_each(plan, chunk, |_, _, _, _| {
+        n += 1;
+        Ok(true)
+    })?;
     Ok(n)
 }
 
@@ -921,58 +931,34 @@ pub struct RecordAt {
 pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Option<RecordAt> {
     let mut seen = 0u64;
     let mut found = None;
-    let mut unused = Duration::ZERO;
-    let _ = walk_records(
-        plan,
-        chunk,
-        None,
-        &mut unused,
-        &mut each(|fields, data, base, pos| {
-            seen += 1;
-            if seen == n {
-                let values = columns
-                    .iter()
-                    .map(|&i| {
-                        (i < fields.len())
-                            .then(|| fields.get(i, data).map(<[u8]>::to_vec))
-                            .flatten()
-                    })
-                    .collect();
-                let from = (pos.offset - base) as usize;
-                let to = ((pos.end - base) as usize).min(data.len());
-                found = Some(RecordAt {
-                    at: Found {
-                        line: pos.line,
-                        offset: pos.offset,
-                    },
-                    values,
-                    raw: data.get(from..to).unwrap_or_default().to_vec(),
-                });
-                return Ok(false);
-            }
-            Ok(true)
-        }),
-    );
+    let _ = walk_each(plan, chunk, |fields, data, base, pos| {
+        seen += 1;
+        if seen == n {
+            let values = columns.iter().map(|&i| value_of(fields, data, i)).collect();
+            let from = (pos.offset - base) as usize;
+            let to = ((pos.end - base) as usize).min(data.len());
+            found = Some(RecordAt {
+                at: Found {
+                    line: pos.line,
+                    offset: pos.offset,
+                },
+                values,
+                raw: data.get(from..to).unwrap_or_default().to_vec(),
+            });
+            return Ok(false);
+        }
+        Ok(true)
+    });
     found
 }
 
 /// The values of column `column` (NULL as `None`) in the first `n` records of `chunk`.
 pub fn first_values(plan: &Plan, chunk: &Chunk, n: u64, column: usize) -> Vec<Option<Vec<u8>>> {
     let mut values = Vec::new();
-    let mut unused = Duration::ZERO;
-    let _ = walk_records(
-        plan,
-        chunk,
-        None,
-        &mut unused,
-        &mut each(|fields, data, _, _| {
-            let value = (column < fields.len())
-                .then(|| fields.get(column, data).map(<[u8]>::to_vec))
-                .flatten();
-            values.push(value);
-            Ok((values.len() as u64) < n)
-        }),
-    );
+    let _ = walk_each(plan, chunk, |fields, data, _, _| {
+        values.push(value_of(fields, data, column));
+        Ok((values.len() as u64) < n)
+    });
     values
 }
 
@@ -987,22 +973,15 @@ pub fn encoded_growth<E: RecordEncoder>(
 ) -> Option<f64> {
     let (mut seen, mut input, mut output) = (0u64, 0u64, 0usize);
     let mut out = Vec::new();
-    let mut unused = Duration::ZERO;
-    let _ = walk_records(
-        plan,
-        chunk,
-        None,
-        &mut unused,
-        &mut each(|fields, data, _, pos| {
-            out.clear();
-            if encoder.encode(fields, data, &mut out).is_ok() {
-                input += pos.end - pos.offset;
-                output += out.len();
-            }
-            seen += 1;
-            Ok(seen < records)
-        }),
-    );
+    let _ = walk_each(plan, chunk, |fields, data, _, pos| {
+        out.clear();
+        if encoder.encode(fields, data, &mut out).is_ok() {
+            input += pos.end - pos.offset;
+            output += out.len();
+        }
+        seen += 1;
+        Ok(seen < records)
+    });
     (input > 0).then(|| output as f64 / input as f64)
 }
 
@@ -1064,25 +1043,18 @@ pub fn find_key(
     deadline: std::time::Instant,
 ) -> Vec<Found> {
     let mut found = Vec::new();
-    let mut unused = Duration::ZERO;
-    let _ = walk_records(
-        plan,
-        chunk,
-        None,
-        &mut unused,
-        &mut each(|fields, data, _, pos| {
-            if probe.matches(encoder, fields, data) {
-                found.push(Found {
-                    line: pos.line,
-                    offset: pos.offset,
-                });
-                if found.len() >= limit {
-                    return Ok(false);
-                }
+    let _ = walk_each(plan, chunk, |fields, data, _, pos| {
+        if probe.matches(encoder, fields, data) {
+            found.push(Found {
+                line: pos.line,
+                offset: pos.offset,
+            });
+            if found.len() >= limit {
+                return Ok(false);
             }
-            Ok(std::time::Instant::now() < deadline)
-        }),
-    );
+        }
+        Ok(std::time::Instant::now() < deadline)
+    });
     found
 }
 
