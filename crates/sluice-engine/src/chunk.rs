@@ -952,11 +952,21 @@ pub fn record_at(plan: &Plan, chunk: &Chunk, n: u64, columns: &[usize]) -> Optio
     found
 }
 
-/// The values of column `column` (NULL as `None`) in the first `n` records of `chunk`.
-pub fn first_values(plan: &Plan, chunk: &Chunk, n: u64, column: usize) -> Vec<Option<Vec<u8>>> {
+/// The first `n` records of `chunk`: where each is, and its value of column `column` (NULL
+/// as `None`).
+pub fn first_values(
+    plan: &Plan,
+    chunk: &Chunk,
+    n: u64,
+    column: usize,
+) -> Vec<(Found, Option<Vec<u8>>)> {
     let mut values = Vec::new();
-    let _ = walk_each(plan, chunk, |fields, data, _, _| {
-        values.push(value_of(fields, data, column));
+    let _ = walk_each(plan, chunk, |fields, data, _, pos| {
+        let at = Found {
+            line: pos.line,
+            offset: pos.offset,
+        };
+        values.push((at, value_of(fields, data, column)));
         Ok((values.len() as u64) < n)
     });
     values

@@ -69,6 +69,14 @@ enum KeyIndex {
     Hash,
 }
 
+/// A range partition's lower bound, unbounded as the least key.
+fn range_lower(p: &KeyPartition) -> i64 {
+    match p.bound {
+        KeyBound::Range { lower, .. } => lower.unwrap_or(i64::MIN),
+        _ => i64::MIN,
+    }
+}
+
 impl KeyIndex {
     fn of(partitions: &[KeyPartition]) -> KeyIndex {
         match partitions.first().map(|p| &p.bound) {
@@ -87,12 +95,8 @@ impl KeyIndex {
             }
             Some(KeyBound::Hash { .. }) => KeyIndex::Hash,
             _ => {
-                let lower = |p: &KeyPartition| match p.bound {
-                    KeyBound::Range { lower, .. } => lower.unwrap_or(i64::MIN),
-                    _ => i64::MIN,
-                };
                 let mut order: Vec<usize> = (0..partitions.len()).collect();
-                order.sort_by_key(|&p| lower(&partitions[p]));
+                order.sort_by_key(|&p| range_lower(&partitions[p]));
                 KeyIndex::Ranges(order)
             }
         }
@@ -116,11 +120,7 @@ impl RoutedTable {
     pub fn find(&self, key: i64) -> Option<usize> {
         match &self.index {
             KeyIndex::Ranges(order) => {
-                let lower = |p: usize| match self.partitions[p].bound {
-                    KeyBound::Range { lower, .. } => lower.unwrap_or(i64::MIN),
-                    _ => i64::MIN,
-                };
-                let after = order.partition_point(|&p| lower(p) <= key);
+                let after = order.partition_point(|&p| range_lower(&self.partitions[p]) <= key);
                 let p = *order.get(after.checked_sub(1)?)?;
                 self.partitions[p].contains(key).then_some(p)
             }

@@ -372,6 +372,10 @@ struct Routing<'p> {
     reused: Vec<(usize, usize)>,
     /// Whether rows can be routed on the client, and with what; `Err` says why not.
     spill: Result<Spill, String>,
+    /// Bytes a table's spill takes per input byte (sampled when the table is routed).
+    growth: &'p dyn Fn(usize) -> f64,
+    /// Whether each table is tied to others of the load by foreign keys.
+    tied: Vec<bool>,
     /// The tables whose rows are routed on the client.
     routed: Vec<RoutedTable>,
 }
@@ -384,8 +388,6 @@ struct Spill {
     /// (`None` when the file system will not say).
     room: Option<u64>,
     splittable: Vec<bool>,
-    /// Bytes a spill takes per input byte, by table (binary tuples are larger than text).
-    growth: Vec<f64>,
     /// Spill files the tables routed so far keep open (one per partition).
     files: usize,
 }
@@ -425,13 +427,10 @@ impl Routing<'_> {
         let inputs: Vec<usize> = (0..plan.inputs.len())
             .filter(|&i| plan.inputs[i].table == t && !reused_inputs[i])
             .collect();
-        let tied = crate::strategy::reference_groups(plan)
-            .into_iter()
-            .any(|g| g.contains(&t));
         let partitioning = match partitioning {
             // Its rows must be visible to the checks of the tables it is tied to by foreign
             // keys as they load, on their one stream: staged rows appear only at the publish.
-            Partitioning::IntegerKey { .. } if tied => Partitioning::Unroutable(
+            Partitioning::IntegerKey { .. } if self.tied[t] => Partitioning::Unroutable(
                 "foreign keys tie it to other tables of this load, whose checks must see its \
                  rows as they load (staged rows appear only at the publish)"
                     .into(),
@@ -477,7 +476,9 @@ impl Routing<'_> {
             partitions: &partitions,
             default,
         };
-        let why_not = match self.route_rows(&inputs, &ranges) {
+        let surveys: Vec<Option<Survey>> =
+            inputs.iter().map(|&i| self.survey(i, &ranges)).collect();
+        let why_not = match self.route_rows(&inputs, &ranges, &surveys) {
             RouteRows::Route => {
                 self.route_on_client(&inputs, &ranges);
                 return Ok(());
@@ -485,8 +486,8 @@ impl Routing<'_> {
             RouteRows::Cannot(why) => Some(why),
             RouteRows::Aligned => None,
         };
-        for &i in &inputs {
-            self.route_input(i, &ranges, why_not.as_deref())?;
+        for (&i, survey) in inputs.iter().zip(&surveys) {
+            self.route_input(i, &ranges, survey.as_ref(), why_not.as_deref())?;
         }
         if self.mode == Mode::Auto {
             self.keep_parallel(t, &inputs);
@@ -495,12 +496,17 @@ impl Routing<'_> {
     }
 
     /// Whether the rows of a table with `inputs` go to their partitions through the client:
-    /// when a file crosses partition bounds ([`Routing::crosses`]), and nothing stands in
+    /// when a file crosses partition bounds ([`Survey::crosses`]), and nothing stands in
     /// the way (a default partition, a partition with rows, standard input, rejects to
     /// isolate, a spill that would not fit).
-    fn route_rows(&mut self, inputs: &[usize], r: &Ranges<'_>) -> RouteRows {
+    fn route_rows(
+        &mut self,
+        inputs: &[usize],
+        r: &Ranges<'_>,
+        surveys: &[Option<Survey>],
+    ) -> RouteRows {
         let plan = self.plan;
-        if !inputs.iter().any(|&i| self.crosses(i, r)) {
+        if !surveys.iter().flatten().any(|s| s.crosses(r)) {
             return RouteRows::Aligned;
         }
         let spill = match &mut self.spill {
@@ -524,13 +530,14 @@ impl Routing<'_> {
         } else {
             None
         };
-        let cannot =
-            cannot.or_else(|| crate::route::room_for_files(spill.files + r.partitions.len()).err());
+        let cannot = cannot
+            .or_else(|| crate::route::room_for_files(spill.files + r.partitions.len()).err())
+            .or_else(|| crate::route::can_spill(&spill.dir).err());
         if let Some(why) = cannot {
             return RouteRows::Cannot(why);
         }
         let bytes: u64 = inputs.iter().map(|&i| spill_estimate(plan, i)).sum();
-        let need = (bytes as f64 * spill.growth[r.table]) as u64;
+        let need = (bytes as f64 * (self.growth)(r.table)) as u64;
         match spill.room {
             Some(room) if need > room => RouteRows::Cannot(format!(
                 "routing its rows on the client would spill about {} under {}, which has {} \
@@ -568,28 +575,19 @@ impl Routing<'_> {
         }
     }
 
-    /// Whether input `i`'s rows cross a partition bound: one of its first [`HEAD_ROWS`] rows
-    /// is in no partition or in another partition than its first, or its last (when that can
-    /// be read cheaply) is. (A shuffled file shows it at once; a file cut elsewhere than the
-    /// bounds, at its end.)
-    fn crosses(&self, i: usize, r: &Ranges<'_>) -> bool {
+    /// What routing reads of input `i`, once: its first [`HEAD_ROWS`] rows' keys and its last
+    /// row's partition. `None` for standard input (read once, by the load) and an input with
+    /// no chunk.
+    fn survey(&self, i: usize, r: &Ranges<'_>) -> Option<Survey> {
         let plan = self.plan;
-        let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
-            return false;
+        plan.inputs[i].identity.as_ref()?;
+        let first = plan.chunks.iter().find(|c| c.input == i && c.is_first())?;
+        let head = first_values(plan, first, HEAD_ROWS, r.key);
+        let last = match head.is_empty() {
+            true => None,
+            false => self.last_partition(i, r),
         };
-        // Values that are not integers are the load's to name.
-        let parts: Vec<Option<usize>> = first_values(plan, first, HEAD_ROWS, r.key)
-            .iter()
-            .filter_map(|v| r.partition_of(v.as_deref()))
-            .collect();
-        match parts.first() {
-            None => false,
-            Some(None) => !r.default,
-            Some(&Some(p)) => {
-                parts.iter().any(|&q| q != Some(p))
-                    || self.last_partition(i, r).is_some_and(|q| q != Some(p))
-            }
-        }
+        Some(Survey { head, last })
     }
 
     /// `auto` is never the slow choice: a table some of whose inputs cannot be staged would
@@ -648,24 +646,25 @@ impl Routing<'_> {
         &mut self,
         i: usize,
         r: &Ranges<'_>,
+        survey: Option<&Survey>,
         why_not: Option<&str>,
     ) -> Result<(), Failure> {
         let plan = self.plan;
         let input = &plan.inputs[i];
-        let Some(first) = plan.chunks.iter().find(|c| c.input == i && c.is_first()) else {
+        if !plan.chunks.iter().any(|c| c.input == i && c.is_first()) {
             self.direct_inputs.push(i);
             return Ok(());
-        };
+        }
         if input.identity.is_none() {
             self.fall_back(i, "standard input is read once".into());
             return Ok(());
         }
-        let Some((at, values)) = locate_record(plan, first, 1, &[r.key]) else {
+        let Some((at, raw)) = survey.and_then(|s| s.head.first()) else {
             // Empty, or unreadable: direct says what is wrong, if anything.
             self.direct_inputs.push(i);
             return Ok(());
         };
-        let raw = values.into_iter().next().flatten();
+        let (at, raw) = (*at, raw.clone());
         let Some(value) = raw.as_deref().and_then(|v| parse_i64(trim_c_space(v)).ok()) else {
             self.fall_back(i, "its first row's partition key is not an integer".into());
             return Ok(());
@@ -695,7 +694,7 @@ impl Routing<'_> {
         // A file whose last row is in another partition than its first crosses bounds (cut
         // elsewhere than the partitions, or unsorted): found here, before anything loads.
         if self.mode == Mode::Auto {
-            if let Some(last) = self.last_partition(i, r).filter(|&q| q != Some(p)) {
+            if let Some(last) = survey.and_then(|s| s.last).filter(|&q| q != Some(p)) {
                 let to = last.map_or("no partition".to_string(), |q| r.partitions[q].name.clone());
                 self.fall_back(
                     i,
@@ -826,7 +825,6 @@ impl Routing<'_> {
 fn spill_for<D: Staging>(
     plan: &Plan,
     dest: &D,
-    partitionings: &[Partitioning],
     isolate_rejects: bool,
     dir: std::path::PathBuf,
 ) -> Result<Spill, String> {
@@ -840,15 +838,8 @@ fn spill_for<D: Staging>(
     if dest.capabilities().publish != Some(PublishModel::OneTransaction) {
         return Err("the destination publishes one partition at a time".into());
     }
-    crate::route::can_spill(&dir)?;
     let splittable = (0..plan.tables.len())
         .map(|t| dest.split_encoded(t, &[], 0, &mut |_, _| {}))
-        .collect();
-    let growth = (0..plan.tables.len())
-        .map(|t| match partitionings[t] {
-            Partitioning::IntegerKey { .. } => spill_growth(plan, dest, t),
-            _ => 0.0,
-        })
         .collect();
     // A tenth of the free space is left to everything else.
     let room = free_space(&dir).map(|free| free / 10 * 9);
@@ -856,7 +847,6 @@ fn spill_for<D: Staging>(
         dir,
         room,
         splittable,
-        growth,
         files: 0,
     })
 }
@@ -885,6 +875,35 @@ fn spill_estimate(plan: &Plan, i: usize) -> u64 {
     match input.compression {
         Compression::None => input.size,
         _ => input.size.saturating_mul(4),
+    }
+}
+
+/// What planning read of an input to route it ([`Routing::survey`]).
+struct Survey {
+    /// Its first [`HEAD_ROWS`] records: where each is, and its key as written (NULL as `None`).
+    head: Vec<(crate::chunk::Found, Option<Vec<u8>>)>,
+    /// Its last row's partition (`Some(None)`: none), when that can be read cheaply.
+    last: Option<Option<usize>>,
+}
+
+impl Survey {
+    /// Whether the input's rows cross a partition bound: one of its first rows is in no
+    /// partition or in another partition than its first, or its last is. (A shuffled file
+    /// shows it at once; a file cut elsewhere than the bounds, at its end.)
+    fn crosses(&self, r: &Ranges<'_>) -> bool {
+        // Values that are not integers are the load's to name.
+        let parts: Vec<Option<usize>> = self
+            .head
+            .iter()
+            .filter_map(|(_, v)| r.partition_of(v.as_deref()))
+            .collect();
+        match parts.first() {
+            None => false,
+            Some(None) => !r.default,
+            Some(&Some(p)) => {
+                parts.iter().any(|&q| q != Some(p)) || self.last.is_some_and(|q| q != Some(p))
+            }
+        }
     }
 }
 
@@ -984,6 +1003,8 @@ impl Stage {
             false => TakenBack::none(plan),
         };
         let plan = &*plan;
+        let growth = |t: usize| spill_growth(plan, dest, t);
+        let groups = crate::strategy::reference_groups(plan);
         let mut routing = Routing {
             plan,
             mode,
@@ -991,7 +1012,11 @@ impl Stage {
             targets: Vec::new(),
             direct_inputs: Vec::new(),
             reused: back.partitions,
-            spill: spill_for(plan, dest, &partitionings, isolate_rejects, temp_dir),
+            spill: spill_for(plan, dest, isolate_rejects, temp_dir),
+            growth: &growth,
+            tied: (0..plan.tables.len())
+                .map(|t| groups.iter().any(|g| g.contains(&t)))
+                .collect(),
             routed: Vec::new(),
         };
         for (t, p) in partitionings.into_iter().enumerate() {

@@ -1360,3 +1360,26 @@ fn a_duplicate_key_across_routed_files_names_both_rows() {
     assert_eq!(leftovers(&d), 0);
     spill_is_gone(&spill);
 }
+
+/// Standard input into a partitioned table: planning must not read it (it is read once, by
+/// the load), so every row arrives, direct, and the summary says why.
+#[test]
+fn standard_input_into_a_partitioned_table_loads_every_row() {
+    use std::io::Write;
+    let d = db("stage_stdin");
+    three_partitions(&d, true);
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "--target", &d.url, "--table", "t", "--format", "csv", "-",
+    ])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(rows(1, 2700).as_bytes()).unwrap();
+    drop(pipe);
+    let out = ok(&child.wait_with_output().unwrap());
+    assert_has(&out, &["direct: - (table t): standard input is read once"]);
+    assert_eq!(d.count("t"), 2699);
+}
