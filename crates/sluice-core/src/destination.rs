@@ -16,6 +16,7 @@ use crate::ledger::{
     ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
 };
 use crate::records::{Fields, RecordParser};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A table as a destination describes it, in the terms every destination shares: what the
@@ -108,6 +109,70 @@ pub enum Wire {
     Auto,
     Binary,
     Text,
+}
+
+/// A stream's TCP connection as the kernel saw it (Linux's `TCP_INFO`), summed over the
+/// connections a stream used. Times are microseconds the sender spent with data to deliver
+/// (`busy`), and the parts of it when the receiver's advertised window (`rwnd_limited`) or the
+/// sender's own buffer (`sndbuf_limited`) held it back rather than congestion control: a
+/// stream held by a window most of its busy time moves about window / round trip, and more
+/// streams or bigger buffers lift it; one held by congestion shares a full link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transport {
+    pub connections: u32,
+    /// Smoothed round trip, microseconds (the last connection's).
+    pub rtt_us: u64,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// The window the receiver last advertised, bytes.
+    pub receive_window: u64,
+    /// The socket's send buffer as the kernel counts it (autotuned or set), bytes.
+    pub send_buffer: u64,
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub bytes_retransmitted: u64,
+    pub busy_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+}
+
+impl Transport {
+    /// What the connection did between `earlier` and these figures (no connection counted):
+    /// the counts' differences, the window figures now.
+    pub fn since(self, earlier: Transport) -> Transport {
+        Transport {
+            connections: 0,
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            bytes_acked: self.bytes_acked.saturating_sub(earlier.bytes_acked),
+            bytes_retransmitted: self
+                .bytes_retransmitted
+                .saturating_sub(earlier.bytes_retransmitted),
+            busy_us: self.busy_us.saturating_sub(earlier.busy_us),
+            rwnd_limited_us: self.rwnd_limited_us.saturating_sub(earlier.rwnd_limited_us),
+            sndbuf_limited_us: self
+                .sndbuf_limited_us
+                .saturating_sub(earlier.sndbuf_limited_us),
+            ..self
+        }
+    }
+
+    /// Two connections' figures as one stream's: counts add, the window figures are the
+    /// later's.
+    pub fn then(self, later: Transport) -> Transport {
+        Transport {
+            connections: self.connections + later.connections,
+            rtt_us: later.rtt_us,
+            cwnd_bytes: later.cwnd_bytes,
+            receive_window: later.receive_window,
+            send_buffer: later.send_buffer,
+            bytes_sent: self.bytes_sent + later.bytes_sent,
+            bytes_acked: self.bytes_acked + later.bytes_acked,
+            bytes_retransmitted: self.bytes_retransmitted + later.bytes_retransmitted,
+            busy_us: self.busy_us + later.busy_us,
+            rwnd_limited_us: self.rwnd_limited_us + later.rwnd_limited_us,
+            sndbuf_limited_us: self.sndbuf_limited_us + later.sndbuf_limited_us,
+        }
+    }
 }
 
 /// A destination database, as the engine uses it during a load.
@@ -667,6 +732,14 @@ pub trait DestinationStream: Send {
     /// Records, in the stream's open transaction, that job `job` committed these chunks: the
     /// ledger rows commit with the rows they describe, or not at all.
     fn record_chunks(&mut self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError>;
+
+    /// What the kernel says of the stream's network connection while it sent rows (none where
+    /// it has no TCP socket): the verdict tells a window that is too small from a full link by
+    /// it. The round trips of its other statements are left out: they keep a connection busy
+    /// with a few bytes in flight, which says nothing of the path's capacity.
+    fn transport(&self) -> Option<Transport> {
+        None
+    }
 
     /// Commits the stream's transaction.
     fn commit(self) -> Result<(), DestinationError>;

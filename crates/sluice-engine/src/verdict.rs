@@ -21,7 +21,7 @@
 use crate::plan::{Compression, InputSource, Plan};
 use crate::run::{RunOutcome, StreamStats};
 use serde::Serialize;
-use sluice_core::destination::{Activity, Destination, ServerWaits, TableCosts};
+use sluice_core::destination::{Activity, Destination, ServerWaits, TableCosts, Transport};
 use std::collections::BTreeMap;
 
 /// Loads shorter than this are not judged: a handful of samples says nothing.
@@ -40,7 +40,8 @@ const CLIENT_SIDE: f64 = 0.5;
 /// What bound a load.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Verdict {
-    /// `client-bound`, `disk-read-bound`, `link-bound`, `round-trip-bound`, `server-bound`,
+    /// `client-bound`, `disk-read-bound`, `link-bound`, `window-bound`, `round-trip-bound`,
+    /// `server-bound`,
     /// `log-bound` (named as the destination names its log), `disk-write-bound`, `lock-bound`
     /// or `long-tail`.
     pub kind: String,
@@ -151,7 +152,11 @@ pub fn judge(
     let sent = Sent::of(&streams);
     Some(match client_side {
         true if shares.sampled && shares.send > shares.read.max(shares.convert) => {
-            link_bound(&shares, &seen, sent, figures)
+            let tcp = Tcp::of(&streams, elapsed);
+            match tcp {
+                Some(t) if t.window_held() => window_bound(&t, &shares, &seen, figures),
+                _ => link_bound(&shares, &seen, sent, tcp.as_ref(), figures),
+            }
         }
         true => client_bound(plan, &shares, &seen, jobs, cores, figures),
         false => server_bound(
@@ -360,15 +365,173 @@ impl Sent {
     }
 }
 
+/// The share of their busy time the streams' connections must have spent held by a window (the
+/// server's advertised one, or their own send buffer) for the load to be window-bound...
+const WINDOW_SHARE: f64 = 0.5;
+/// ...or the share of the smaller window they kept in flight each round trip. A stream that
+/// delivers most of its window every round trip is held by it, whatever the kernel's timers
+/// say: under a pacing congestion control (BBR) the time the window held it is counted as
+/// pacing, not as the window.
+const WINDOW_FILL: f64 = 0.6;
+
+/// The streams' TCP figures, from the kernel ([`Transport`]), summed.
+struct Tcp {
+    streams: usize,
+    busy: f64,
+    rwnd_limited: f64,
+    sndbuf_limited: f64,
+    acked: u64,
+    retransmitted: u64,
+    /// Averages over the streams: round trip (s), send buffer and receive window (bytes).
+    rtt: f64,
+    send_buffer: f64,
+    receive_window: f64,
+    elapsed: f64,
+}
+
+impl Tcp {
+    /// None when no stream had a TCP connection that carried anything.
+    fn of(streams: &[&StreamStats], elapsed: f64) -> Option<Tcp> {
+        let seen: Vec<&Transport> = streams
+            .iter()
+            .filter_map(|s| s.transport.as_ref())
+            .collect();
+        let busy: u64 = seen.iter().map(|t| t.busy_us).sum();
+        if busy == 0 {
+            return None;
+        }
+        let n = seen.len() as f64;
+        let mean = |f: fn(&Transport) -> u64| seen.iter().map(|t| f(t) as f64).sum::<f64>() / n;
+        Some(Tcp {
+            streams: seen.len(),
+            busy: busy as f64 / 1e6,
+            rwnd_limited: seen.iter().map(|t| t.rwnd_limited_us).sum::<u64>() as f64 / 1e6,
+            sndbuf_limited: seen.iter().map(|t| t.sndbuf_limited_us).sum::<u64>() as f64 / 1e6,
+            acked: seen.iter().map(|t| t.bytes_acked).sum(),
+            retransmitted: seen.iter().map(|t| t.bytes_retransmitted).sum(),
+            rtt: mean(|t| t.rtt_us) / 1e6,
+            send_buffer: mean(|t| t.send_buffer),
+            receive_window: mean(|t| t.receive_window),
+            elapsed,
+        })
+    }
+
+    /// The share of the busy time a window held the connections back.
+    fn window_share(&self) -> f64 {
+        (self.rwnd_limited + self.sndbuf_limited) / self.busy
+    }
+
+    /// The bytes a stream delivered each round trip, as a share of the smaller of its send
+    /// buffer and the server's receive window.
+    fn window_fill(&self) -> f64 {
+        let window = self.send_buffer.min(self.receive_window).max(1.0);
+        self.per_stream_rate() * self.rtt / window
+    }
+
+    /// Whether a window held the streams back (rather than congestion).
+    fn window_held(&self) -> bool {
+        self.window_share() >= WINDOW_SHARE || self.window_fill() >= WINDOW_FILL
+    }
+
+    /// One stream's rate while it had data to deliver, bytes a second.
+    fn per_stream_rate(&self) -> f64 {
+        self.acked as f64 / self.busy.max(1e-9)
+    }
+
+    fn record(&self, figures: &mut BTreeMap<&'static str, f64>) {
+        figures.insert("tcp_busy_seconds", self.busy);
+        figures.insert("tcp_rwnd_limited", self.rwnd_limited / self.busy);
+        figures.insert("tcp_sndbuf_limited", self.sndbuf_limited / self.busy);
+        figures.insert("tcp_round_trip_ms", self.rtt * 1e3);
+        figures.insert("tcp_stream_mb_per_s", self.per_stream_rate() / 1e6);
+        figures.insert("tcp_total_mb_per_s", self.acked as f64 / self.elapsed / 1e6);
+        figures.insert(
+            "tcp_retransmitted",
+            self.retransmitted as f64 / self.acked.max(1) as f64,
+        );
+        figures.insert("tcp_window_fill", self.window_fill());
+        figures.insert("tcp_send_buffer_bytes", self.send_buffer);
+        figures.insert("tcp_receive_window_bytes", self.receive_window);
+    }
+}
+
+/// A window's size in MiB, or KiB below one.
+fn window_size(bytes: f64) -> String {
+    match bytes / f64::from(1 << 20) {
+        m if m >= 1.0 => format!("{m:.1} MiB"),
+        _ => format!("{:.0} KiB", bytes / 1024.0),
+    }
+}
+
+/// The streams waited on their sockets, and the kernel says a window held their connections
+/// back, not congestion: each moved about its window a round trip, below what the path
+/// carries. ESnet's first lesson: a stream needs buffers of twice the bandwidth-delay product.
+fn window_bound(
+    t: &Tcp,
+    s: &Shares,
+    seen: &str,
+    mut figures: BTreeMap<&'static str, f64>,
+) -> Verdict {
+    t.record(&mut figures);
+    let own_buffer = t.sndbuf_limited >= t.rwnd_limited;
+    let (held, window) = match own_buffer {
+        true => ("its own send buffer", t.send_buffer),
+        false => ("the server's receive window", t.receive_window),
+    };
+    let next_step = match own_buffer {
+        true => {
+            "a bigger send buffer (--socket-buffer; the kernel grants up to twice \
+             net.core.wmem_max) or more streams (--jobs), each with its own window; `sluice \
+             probe` measures the path and recommends both"
+        }
+        false => {
+            "more streams (--jobs), each with its own window, or a larger net.ipv4.tcp_rmem \
+             on the server's host; `sluice probe` measures the path and recommends the streams"
+        }
+    };
+    Verdict {
+        kind: "window-bound".into(),
+        because: format!(
+            "streams spent {} sending; each of {} connection(s) moved {:.1} MB/s at a round trip \
+             of {:.0} ms, {} of {held} ({}) a round trip, and the kernel counted it held by a \
+             window {} of the time it had data in flight; {seen}",
+            pct(s.send),
+            t.streams,
+            t.per_stream_rate() / 1e6,
+            t.rtt * 1e3,
+            pct(t.window_fill()),
+            window_size(window),
+            pct(t.window_share()),
+        ),
+        next_step: next_step.into(),
+        figures,
+    }
+}
+
 /// The server waited for sluice while the streams waited on their sockets, not on reading or
-/// converting: the network between them is the limit.
+/// converting, and (where the kernel says) no window held their connections back: the network
+/// between them is the limit.
 fn link_bound(
     s: &Shares,
     seen: &str,
     sent: Sent,
+    tcp: Option<&Tcp>,
     mut figures: BTreeMap<&'static str, f64>,
 ) -> Verdict {
     figures.insert("wire_per_input_byte", sent.ratio());
+    let congestion = match tcp {
+        Some(t) => {
+            t.record(&mut figures);
+            format!(
+                "; their connections moved {:.1} MB/s in all, held by congestion, not a window, \
+                 {} of the time they had data in flight (each kept {} of its window in flight)",
+                t.acked as f64 / t.elapsed / 1e6,
+                pct(1.0 - t.window_share()),
+                pct(t.window_fill())
+            )
+        }
+        None => String::new(),
+    };
     let next_step = if sent.ratio() > 1.2 {
         format!(
             "this load sent {:.2} bytes per byte of input in its encoding: --wire text sends \
@@ -384,7 +547,8 @@ fn link_bound(
     Verdict {
         kind: "link-bound".into(),
         because: format!(
-            "streams spent {} sending (waiting on their sockets) and {} converting; {seen}",
+            "streams spent {} sending (waiting on their sockets) and {} converting{congestion}; \
+             {seen}",
             pct(s.send),
             pct(s.convert)
         ),
@@ -783,6 +947,87 @@ mod tests {
         assert_eq!(
             judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
             "client-bound"
+        );
+    }
+
+    /// Ten seconds of one connection's TCP, `held` of them by the window `rwnd` or `sndbuf`.
+    fn tcp(rwnd: u64, sndbuf: u64) -> Transport {
+        Transport {
+            connections: 1,
+            rtt_us: 200_000,
+            send_buffer: 4 << 20,
+            receive_window: 6 << 20,
+            bytes_acked: 90_000_000,
+            busy_us: 10_000_000,
+            rwnd_limited_us: rwnd,
+            sndbuf_limited_us: sndbuf,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn connections_held_by_a_window_are_window_bound_and_by_congestion_link_bound() {
+        let w = || {
+            waits(&[
+                (Activity::WaitingForClient, "ClientRead", 40),
+                (Activity::Cpu, "CPU", 5),
+            ])
+        };
+        let with = |t: Transport| {
+            let (plan, mut out) = load(&[10.0, 10.2], SENDING, w());
+            out.streams.iter_mut().for_each(|s| s.transport = Some(t));
+            judge(&plan, &out, 2, 2, &Plain).unwrap()
+        };
+        // Their own buffers: the advice is the buffer, with the figures.
+        let v = with(tcp(0, 9_000_000));
+        assert_eq!(v.kind, "window-bound", "{v:?}");
+        assert!(
+            v.because.contains("its own send buffer (4.0 MiB)"),
+            "{}",
+            v.because
+        );
+        assert!(v.because.contains("9.0 MB/s"), "{}", v.because);
+        assert!(v.because.contains("200 ms"), "{}", v.because);
+        assert!(v.next_step.contains("--socket-buffer"), "{}", v.next_step);
+        assert_eq!(v.figures["tcp_sndbuf_limited"], 0.9);
+        // The server's window: more streams, or the server's host's receive buffers.
+        let v = with(tcp(8_000_000, 0));
+        assert_eq!(v.kind, "window-bound", "{v:?}");
+        assert!(
+            v.because.contains("the server's receive window (6.0 MiB)"),
+            "{}",
+            v.because
+        );
+        assert!(v.next_step.contains("tcp_rmem"), "{}", v.next_step);
+        // Held by congestion: the link is full, and the kernel's figures say so.
+        let v = with(tcp(500_000, 500_000));
+        assert_eq!(v.kind, "link-bound", "{v:?}");
+        assert!(
+            v.because.contains("held by congestion, not a window, 90%"),
+            "{}",
+            v.because
+        );
+        assert_eq!(v.figures["tcp_round_trip_ms"], 200.0);
+        // A window kept nearly full every round trip holds the stream, though the kernel's
+        // timers (under a pacing congestion control) put the time elsewhere.
+        let v = with(Transport {
+            bytes_acked: 150_000_000,
+            ..tcp(0, 0)
+        });
+        assert_eq!(v.kind, "window-bound", "{v:?}");
+        assert!(
+            v.because.contains("72% of its own send buffer"),
+            "{}",
+            v.because
+        );
+        // The same figures on a server that was busy say nothing of the network.
+        let (plan, mut out) = load(&[10.0, 10.2], SENDING, waits(&[(Activity::Cpu, "CPU", 40)]));
+        out.streams
+            .iter_mut()
+            .for_each(|s| s.transport = Some(tcp(0, 9_000_000)));
+        assert_eq!(
+            judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
+            "server-bound"
         );
     }
 

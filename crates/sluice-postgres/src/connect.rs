@@ -208,6 +208,9 @@ fn tls_config(info: &ConnInfo) -> Result<rustls::ClientConfig, String> {
 pub struct Connected {
     pub client: Client,
     pub host: usize,
+    /// A second handle on its TCP socket (none over a Unix socket), for the kernel's
+    /// figures on it (`TCP_INFO`). The socket closes once both handles are dropped.
+    pub socket: Option<socket2::Socket>,
 }
 
 /// Connects and spawns the connection task on the current tokio runtime.
@@ -228,9 +231,9 @@ pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
     for &attrs in passes {
         for (i, h) in info.hosts.iter().enumerate() {
             let attempt = async {
-                let client = open(info, h, &mut tls).await?;
-                prepare_session(&client, attrs).await?;
-                Ok::<_, String>(client)
+                let opened = open(info, h, &mut tls).await?;
+                prepare_session(&opened.0, attrs).await?;
+                Ok::<_, String>(opened)
             };
             let result = match info.connect_timeout {
                 Some(secs) => tokio::time::timeout(Duration::from_secs(secs), attempt)
@@ -244,7 +247,13 @@ pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
                 None => attempt.await,
             };
             match result {
-                Ok(client) => return Ok(Connected { client, host: i }),
+                Ok((client, socket)) => {
+                    return Ok(Connected {
+                        client,
+                        host: i,
+                        socket,
+                    })
+                }
                 Err(reason) => failures.push(if info.hosts.len() > 1 {
                     format!("{}: {reason}", h.label())
                 } else {
@@ -259,31 +268,24 @@ pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
     })
 }
 
-/// Opens one host's connection, TLS as `sslmode` says.
+/// Opens one host's connection, TLS as `sslmode` says. Over TCP the socket is sluice's own
+/// (its buffers as `--socket-buffer` says, the kernel's autotuning otherwise), so that its
+/// handle can be kept for `TCP_INFO`.
 async fn open(
     info: &ConnInfo,
     h: &HostSpec,
     tls: &mut Option<tokio_postgres_rustls::MakeRustlsConnect>,
-) -> Result<Client, String> {
+) -> Result<(Client, Option<socket2::Socket>), String> {
     let config = info.to_config(h);
-    if let (Some(size), false) = (info.socket_buffer, h.is_unix_socket()) {
-        return open_sized(info, h, &config, size, tls).await;
+    if !h.is_unix_socket() {
+        return open_tcp(info, h, &config, tls).await;
     }
-    if info.sslmode == SslMode::Disable || h.is_unix_socket() {
-        let (client, conn) = config
-            .connect(NoTls)
-            .await
-            .map_err(|e| startup_error(e, info, h))?;
-        tokio::spawn(conn);
-        return Ok(client);
-    }
-    let tls = made_tls(info, tls)?;
     let (client, conn) = config
-        .connect(tls)
+        .connect(NoTls)
         .await
         .map_err(|e| startup_error(e, info, h))?;
     tokio::spawn(conn);
-    Ok(client)
+    Ok((client, None))
 }
 
 /// The TLS connector, made on first use and kept for the command's other connections.
@@ -298,23 +300,23 @@ fn made_tls(
     Ok(tls.clone().expect("set above"))
 }
 
-/// Opens one host's connection on a socket of our own whose buffers are `size` (see
+/// Opens one host's connection on a socket of our own, its buffers `info.socket_buffer` (see
 /// [`crate::network`]); the protocol then runs on it as on tokio-postgres's own socket.
-async fn open_sized(
+async fn open_tcp(
     info: &ConnInfo,
     h: &HostSpec,
     config: &tokio_postgres::Config,
-    size: usize,
     tls: &mut Option<tokio_postgres_rustls::MakeRustlsConnect>,
-) -> Result<Client, String> {
-    let stream = crate::network::connect_sized(h, size, &info.liveness).await?;
+) -> Result<(Client, Option<socket2::Socket>), String> {
+    let stream = crate::network::connect_tcp(h, info.socket_buffer, &info.liveness).await?;
+    let socket = socket2::SockRef::from(&stream).try_clone().ok();
     if info.sslmode == SslMode::Disable {
         let (client, conn) = config
             .connect_raw(stream, NoTls)
             .await
             .map_err(|e| startup_error(e, info, h))?;
         tokio::spawn(conn);
-        return Ok(client);
+        return Ok((client, socket));
     }
     let mut make = made_tls(info, tls)?;
     let connector =
@@ -327,7 +329,7 @@ async fn open_sized(
         .await
         .map_err(|e| startup_error(e, info, h))?;
     tokio::spawn(conn);
-    Ok(client)
+    Ok((client, socket))
 }
 
 /// Words a startup failure. A peer that is not PostgreSQL (an HTTP server on the port)

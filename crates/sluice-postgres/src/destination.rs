@@ -29,7 +29,7 @@ use sluice_core::destination::{
     Activity, Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
     ErrorKind, ErrorReport, IdentifierRules, Ledger, Leftover, LoadTable, Partitioning,
     PreparedStaging, PublishModel, PublishTimes, RecordEncoder, ServerWaits, StageTimes, Staging,
-    TableCosts, TableInfo, Wire,
+    TableCosts, TableInfo, Transport, Wire,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{
@@ -518,6 +518,8 @@ impl Destination for PgDestination {
             stage: None,
             stage_table: None,
             ledger: Vec::new(),
+            tcp_mark: None,
+            tcp: None,
         })
     }
 
@@ -1140,6 +1142,10 @@ pub struct PgStream<'a> {
     n: usize,
     stream: Stream,
     writer: Option<CopyWriter>,
+    /// The connection's TCP figures when the COPY in progress started sending.
+    tcp_mark: Option<Transport>,
+    /// Its figures over its COPYs so far.
+    tcp: Option<Transport>,
     /// The staging table this stream's transaction is filling, if any.
     stage: Option<Staged>,
     /// The load's table whose COPYs go to that staging table.
@@ -1154,6 +1160,21 @@ pub struct PgStream<'a> {
 const LEDGER_BATCH: usize = 512;
 
 impl PgStream<'_> {
+    /// Adds what the connection did during the COPY that just ended to the stream's figures.
+    fn count_copy(&mut self) {
+        let (Some(start), Some(now)) = (self.tcp_mark.take(), self.stream.transport()) else {
+            return;
+        };
+        let copy = now.since(start);
+        self.tcp = Some(match self.tcp {
+            Some(before) => before.then(copy),
+            None => Transport {
+                connections: 1,
+                ..copy
+            },
+        });
+    }
+
     /// Inserts the chunk records the stream holds, in its transaction.
     fn flush_ledger(&mut self) -> Result<(), DestinationError> {
         let mut held = std::mem::take(&mut self.ledger);
@@ -1207,6 +1228,7 @@ impl DestinationStream for PgStream<'_> {
             .block_on(self.stream.copy_in(&relation, &t.columns, t.binary, freeze))
             .map_err(|e| self.dest.error(self.n, e))?;
         self.writer = Some(w);
+        self.tcp_mark = self.stream.transport();
         Ok(())
     }
 
@@ -1236,10 +1258,9 @@ impl DestinationStream for PgStream<'_> {
                 "no COPY in progress",
             ));
         };
-        self.dest
-            .rt
-            .block_on(w.finish())
-            .map_err(|e| self.dest.error(self.n, e))
+        let finished = self.dest.rt.block_on(w.finish());
+        self.count_copy();
+        finished.map_err(|e| self.dest.error(self.n, e))
     }
 
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
@@ -1286,6 +1307,10 @@ impl DestinationStream for PgStream<'_> {
             true => self.flush_ledger(),
             false => Ok(()),
         }
+    }
+
+    fn transport(&self) -> Option<Transport> {
+        self.tcp
     }
 
     fn commit(mut self) -> Result<(), DestinationError> {

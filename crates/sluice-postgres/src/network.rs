@@ -187,11 +187,12 @@ pub fn auto_buffer(rtt: Duration, limits: &KernelLimits) -> Sizing {
 }
 
 /// Opens a TCP connection to `h` whose socket buffers are `buffer` bytes as the kernel counts
-/// them (asking for half: the kernel doubles what it is asked), with the keepalives and
-/// unacknowledged-data timeout a connection made by tokio-postgres would have.
-pub async fn connect_sized(
+/// them (asking for half: the kernel doubles what it is asked), or autotuned when `None`, with
+/// the keepalives and unacknowledged-data timeout a connection made by tokio-postgres would
+/// have.
+pub async fn connect_tcp(
     h: &HostSpec,
-    buffer: usize,
+    buffer: Option<usize>,
     liveness: &Liveness,
 ) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> = match h.hostaddr.as_ref().and_then(|a| a.parse().ok()) {
@@ -213,16 +214,18 @@ pub async fn connect_sized(
 
 async fn connect_one(
     addr: SocketAddr,
-    buffer: usize,
+    buffer: Option<usize>,
     liveness: &Liveness,
 ) -> std::io::Result<TcpStream> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
     };
-    let ask = u32::try_from(buffer / 2).unwrap_or(u32::MAX);
-    socket.set_send_buffer_size(ask)?;
-    socket.set_recv_buffer_size(ask)?;
+    if let Some(buffer) = buffer {
+        let ask = u32::try_from(buffer / 2).unwrap_or(u32::MAX);
+        socket.set_send_buffer_size(ask)?;
+        socket.set_recv_buffer_size(ask)?;
+    }
     let stream = socket.connect(addr).await?;
     stream.set_nodelay(true)?;
     let sock = socket2::SockRef::from(&stream);
@@ -237,6 +240,41 @@ async fn connect_one(
         sock.set_tcp_user_timeout(Some(Duration::from_millis(liveness.tcp_user_timeout_ms)))?;
     }
     Ok(stream)
+}
+
+/// The kernel's figures on a connected TCP socket (`TCP_INFO`, and its send buffer), or None
+/// where it gives none.
+pub fn transport(socket: &socket2::Socket) -> Option<sluice_core::destination::Transport> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: TCP_INFO fills at most `len` bytes of the zeroed struct it is given; a kernel
+    // older than a field leaves it zero.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some(sluice_core::destination::Transport {
+        connections: 1,
+        rtt_us: u64::from(info.tcpi_rtt),
+        cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        receive_window: u64::from(info.tcpi_snd_wnd),
+        send_buffer: socket.send_buffer_size().map_or(0, |b| b as u64),
+        bytes_sent: info.tcpi_bytes_sent,
+        bytes_acked: info.tcpi_bytes_acked,
+        bytes_retransmitted: info.tcpi_bytes_retrans,
+        busy_us: info.tcpi_busy_time,
+        rwnd_limited_us: info.tcpi_rwnd_limited,
+        sndbuf_limited_us: info.tcpi_sndbuf_limited,
+    })
 }
 
 #[cfg(test)]
@@ -263,7 +301,7 @@ mod tests {
         .unwrap();
         let h = &info.hosts[0];
         // 256 KiB: within a stock kernel's wmem_max (208 KiB, doubled).
-        let stream = connect_sized(h, 256 << 10, &Liveness::default())
+        let stream = connect_tcp(h, Some(256 << 10), &Liveness::default())
             .await
             .unwrap();
         let sock = socket2::SockRef::from(&stream);

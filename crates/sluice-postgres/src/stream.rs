@@ -180,6 +180,8 @@ fn parse_copy_context(ctx: &str) -> (Option<u64>, Option<String>) {
 /// One connection, inside one transaction.
 pub struct Stream {
     client: Client,
+    /// A handle on its TCP socket, for [`Stream::transport`].
+    socket: Option<socket2::Socket>,
     /// The backend's process id, for the watchdog.
     pub pid: i32,
     /// When the backend started, as the server prints it: with the pid, it names this
@@ -196,7 +198,8 @@ impl Stream {
     /// `identity`: every connection of one load must reach the same server, and a multi-host
     /// target could send a later one elsewhere.
     pub async fn open(info: &ConnInfo, identity: &str) -> Result<Stream, StreamOpenError> {
-        let client = crate::connect::connect(info).await?;
+        let connected = crate::connect::connect_host(info).await?;
+        let (client, socket) = (connected.client, connected.socket);
         let row = client
             .query_one(
                 "SELECT pid, backend_start::text FROM pg_stat_activity \
@@ -216,6 +219,7 @@ impl Stream {
         }
         Ok(Stream {
             client,
+            socket,
             pid,
             started,
         })
@@ -279,6 +283,11 @@ impl Stream {
             .batch_execute("BEGIN")
             .await
             .map_err(|e| ServerError::from_pg(&e))
+    }
+
+    /// What the kernel says of its TCP connection so far.
+    pub fn transport(&self) -> Option<sluice_core::destination::Transport> {
+        self.socket.as_ref().and_then(crate::network::transport)
     }
 
     pub fn client(&self) -> &Client {

@@ -289,6 +289,52 @@ fn stages(r: &Report) -> String {
 }
 
 /// The server's sessions by activity over time: one stacked column per sample.
+/// Each stream's TCP connection as the kernel saw it (`TCP_INFO`): what tells a window that
+/// is too small (held by the send buffer or the receiver's window) from a full link (held by
+/// congestion). Empty when no stream had a TCP connection.
+fn connections(r: &Report) -> String {
+    let rows: Vec<String> = ran(r)
+        .iter()
+        .filter_map(|s| Some((s.stream, s.transport?)))
+        .map(|(n, t)| {
+            let busy = t.busy_us.max(1) as f64;
+            let share = |us: u64| format!("{:.0}%", us as f64 / busy * 100.0);
+            format!(
+                "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td>\
+                 <td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td></tr>",
+                n + 1,
+                t.rtt_us as f64 / 1e3,
+                t.bytes_acked as f64 / busy,
+                busy / 1e6,
+                t.send_buffer as f64 / f64::from(1 << 20),
+                t.receive_window as f64 / f64::from(1 << 20),
+                t.cwnd_bytes as f64 / f64::from(1 << 20),
+                share(t.sndbuf_limited_us),
+                share(t.rwnd_limited_us),
+                share(
+                    t.busy_us
+                        .saturating_sub(t.sndbuf_limited_us + t.rwnd_limited_us)
+                ),
+                t.bytes_retransmitted as f64 / t.bytes_acked.max(1) as f64 * 100.0,
+            )
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<h2>Each stream's connection (the kernel's TCP_INFO)</h2><p>Of the time a connection \
+         had data in flight: held by its own send buffer, by the server's receive window, or by \
+         congestion (the link). A window that holds a stream most of that time moves about a \
+         window a round trip.</p><table id=\"tcp\"><tr><th>stream</th><th>round trip ms</th>\
+         <th>MB/s in flight</th><th>busy s</th><th>send buffer MiB</th>\
+         <th>receive window MiB</th><th>cwnd MiB</th><th>send buffer held</th>\
+         <th>receive window held</th><th>congestion held</th><th>retransmitted %</th></tr>{}\
+         </table>",
+        rows.concat()
+    )
+}
+
 fn server_activity(r: &Report) -> String {
     let w = &r.server_waits;
     let (height, plot_h) = (200.0, 140.0);
@@ -494,6 +540,7 @@ td:first-child,th:first-child{{text-align:left}}
         ("waiting on the server", PALETTE[3]),
     ]));
     h.push_str(&stages(r));
+    h.push_str(&connections(r));
     let _ = write!(
         h,
         "<h2>The server's sessions over time</h2><p>{} session samples.</p>",

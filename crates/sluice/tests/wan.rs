@@ -1,8 +1,15 @@
-//! sluice across a long fat path: the delay line (bench/wan/delayline) holds each packet
-//! 100 ms each way (200 ms round trip) and limits the rate to 200 Mbit/s, a bandwidth-delay
-//! product of 5 MB, past the 4 MiB a stream's buffer autotunes to on a stock kernel. The
-//! server is a private cluster listening on the line's far end. Needs root, TUN devices and
-//! network namespaces; where they are missing each test says so and skips.
+//! sluice across real network paths made by the delay line (bench/wan/delayline), to one
+//! private cluster listening on each path's far end:
+//! - a long fat path: each packet held 100 ms each way (200 ms round trip) at 200 Mbit/s, a
+//!   bandwidth-delay product of 5 MB, past the 4 MiB a stream's buffer autotunes to on a stock
+//!   kernel;
+//! - a 100 ms round trip with no rate limit;
+//! - a tight link: 1.5 MB/s with a 2 ms round trip, which a few streams fill.
+//!
+//! Needs root, TUN devices and network namespaces; where they are missing each test says so
+//! and skips.
+
+mod common;
 
 use delayline::line::Config;
 use delayline::path::{self, Path};
@@ -12,12 +19,34 @@ use std::process::Output;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-/// The path and the server at its far end, shared by this binary's tests.
+/// The paths and the server at their far ends, shared by this binary's tests.
 struct Far {
-    path: Path,
+    paths: Vec<Path>,
     cluster: Cluster,
     root: std::path::PathBuf,
-    url: String,
+    port: u16,
+}
+
+/// The paths, by their index in [`Far::paths`].
+#[derive(Clone, Copy)]
+enum Via {
+    /// 200 ms, 200 Mbit/s.
+    Long = 0,
+    /// 100 ms, no rate limit.
+    Mid = 1,
+    /// 2 ms, 1.5 MB/s.
+    Tight = 2,
+}
+
+impl Far {
+    /// The cluster's own database, reached across a path.
+    fn url(&self, via: Via) -> String {
+        let server = self.paths[via as usize].server;
+        self.cluster.url().unwrap().replace(
+            &format!("127.0.0.1:{}", self.port),
+            &format!("{server}:{}", self.port),
+        )
+    }
 }
 
 static FAR: OnceLock<Mutex<Option<Far>>> = OnceLock::new();
@@ -26,7 +55,7 @@ extern "C" fn tear_down() {
     if let Some(far) = FAR.get().and_then(|m| m.lock().ok()?.take()) {
         let _ = far.cluster.destroy();
         let _ = std::fs::remove_dir_all(&far.root);
-        drop(far.path);
+        drop(far.paths);
     }
 }
 
@@ -43,15 +72,26 @@ fn skipped(test: &str) -> bool {
 
 fn far() -> &'static Mutex<Option<Far>> {
     FAR.get_or_init(|| {
-        let config = Config {
-            rate: Some(25_000_000),
-            ..Config::rtt(Duration::from_millis(200))
-        };
-        let path = Path::up(config, 1500).expect("the delayed path");
+        let configs = [
+            Config {
+                rate: Some(25_000_000),
+                ..Config::rtt(Duration::from_millis(200))
+            },
+            Config::rtt(Duration::from_millis(100)),
+            Config {
+                rate: Some(1_500_000),
+                ..Config::rtt(Duration::from_millis(2))
+            },
+        ];
+        let paths: Vec<Path> = configs
+            .into_iter()
+            .map(|c| Path::up(c, 1500).expect("a delayed path"))
+            .collect();
         let root = std::env::temp_dir().join(format!("sluice-wan-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
         let cluster = Cluster::new(root.join("pg")).expect("PostgreSQL server binaries");
-        let listen = format!("127.0.0.1,{}", path.server);
+        let servers: Vec<String> = paths.iter().map(|p| p.server.to_string()).collect();
+        let listen = format!("127.0.0.1,{}", servers.join(","));
         let settings: Vec<(String, String)> = [
             ("fsync", "off"),
             ("synchronous_commit", "off"),
@@ -63,43 +103,66 @@ fn far() -> &'static Mutex<Option<Far>> {
         cluster.init(&settings).expect("initdb");
         let hba = root.join("pg/pg_hba.conf");
         let mut text = std::fs::read_to_string(&hba).unwrap();
-        text.push_str(&format!("host all all {}/32 trust\n", path.client));
+        for p in &paths {
+            text.push_str(&format!("host all all {}/32 trust\n", p.client));
+        }
         std::fs::write(&hba, text).unwrap();
         let port = cluster.start().expect("start the cluster");
         // SAFETY: registering a plain extern "C" function with no captured state.
         unsafe { libc::atexit(tear_down) };
-        // The cluster's own database, reached across the path.
-        let url = cluster.url().unwrap().replace(
-            &format!("127.0.0.1:{port}"),
-            &format!("{}:{port}", path.server),
-        );
         Mutex::new(Some(Far {
-            path,
+            paths,
             cluster,
             root,
-            url,
+            port,
         }))
     })
 }
 
-/// Runs sluice on the path's client side.
-fn sluice_across(args: &[&str]) -> (Output, String) {
+/// Runs sluice on a path's client side.
+fn sluice_via(via: Via, args: &[&str]) -> Output {
     let guard = far().lock().unwrap();
-    let far = guard.as_ref().expect("the path is up");
-    let out = far
-        .path
+    let far = guard.as_ref().expect("the paths are up");
+    far.paths[via as usize]
         .client_command(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
-        .args(["--target", &far.url])
+        .args(["--target", &far.url(via)])
         .output()
-        .unwrap();
-    (out, far.url.clone())
+        .unwrap()
+}
+
+/// Runs sluice on the long fat path's client side.
+fn sluice_across(args: &[&str]) -> (Output, String) {
+    let out = sluice_via(Via::Long, args);
+    let guard = far().lock().unwrap();
+    (
+        out,
+        guard.as_ref().expect("the paths are up").url(Via::Long),
+    )
+}
+
+/// Runs sluice on this side, to the server on 127.0.0.1.
+fn sluice_near(args: &[&str]) -> Output {
+    let url = {
+        let guard = far().lock().unwrap();
+        guard
+            .as_ref()
+            .expect("the paths are up")
+            .cluster
+            .url()
+            .unwrap()
+    };
+    common::sluice_cmd()
+        .args(args)
+        .args(["--target", &url])
+        .output()
+        .unwrap()
 }
 
 /// psql on the far server, from this side (127.0.0.1).
 fn psql(sql: &str) -> String {
     let guard = far().lock().unwrap();
-    let far = guard.as_ref().expect("the path is up");
+    let far = guard.as_ref().expect("the paths are up");
     let out = std::process::Command::new(far.cluster.bindir.join("psql"))
         .args(["-X", "-At", "-v", "ON_ERROR_STOP=1"])
         .arg(far.cluster.url().unwrap())
@@ -181,6 +244,165 @@ fn a_load_across_the_path_sizes_its_sockets_and_loads_every_row() {
     assert_eq!(
         psql("SELECT count(*) FROM far_auto WHERE b = 'row ' || a"),
         "50000"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scratch directory for one test's files.
+fn scratch(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-wan-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A two-column file of `rows` rows of about 25 bytes.
+fn narrow_file(dir: &std::path::Path, rows: usize) -> String {
+    let file = dir.join("narrow.tsv");
+    let text: String = (0..rows)
+        .map(|i| format!("{i}\trow {i} of the file\n"))
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    file.to_string_lossy().into_owned()
+}
+
+fn report(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Asserts a load succeeded, and returns its stderr.
+fn succeeded(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_load_across_a_100_ms_round_trip_equals_the_same_load_on_loopback() {
+    if skipped("a_load_across_a_100_ms_round_trip_equals_the_same_load_on_loopback") {
+        return;
+    }
+    let dir = scratch("mid");
+    let gen = common::sluice_cmd()
+        .args(["gen", "tpch", "-q", "--scale", "0.1", "--parts", "2"])
+        .args(["--tables", "lineitem", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    succeeded(&gen);
+    let mut files: Vec<String> = std::fs::read_dir(dir.join("lineitem"))
+        .unwrap()
+        .map(|e| e.unwrap().path().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let ddl = common::tpch_ddl(&[]);
+    psql(&format!("CREATE SCHEMA far; SET search_path = far; {ddl}"));
+    psql(&format!(
+        "CREATE SCHEMA near; SET search_path = near; {ddl}"
+    ));
+    let load = |table: &'static str| -> Vec<&str> {
+        let mut args = vec!["load", "--table", table, "--jobs", "2"];
+        args.extend(files.iter().map(String::as_str));
+        args
+    };
+    succeeded(&sluice_via(Via::Mid, &load("far.lineitem")));
+    succeeded(&sluice_near(&load("near.lineitem")));
+    let rows: u64 = psql("SELECT count(*) FROM near.lineitem").parse().unwrap();
+    assert!(rows > 500_000, "{rows}");
+    assert_eq!(psql("SELECT count(*) FROM far.lineitem"), rows.to_string());
+    for (a, b) in [("far", "near"), ("near", "far")] {
+        let only = psql(&format!(
+            "SELECT count(*) FROM (SELECT * FROM {a}.lineitem EXCEPT ALL \
+             SELECT * FROM {b}.lineitem) d"
+        ));
+        assert_eq!(only, "0", "rows in {a}.lineitem and not in {b}.lineitem");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_stream_with_a_small_buffer_across_a_long_path_is_window_bound() {
+    if skipped("one_stream_with_a_small_buffer_across_a_long_path_is_window_bound") {
+        return;
+    }
+    let dir = scratch("window");
+    let file = narrow_file(&dir, 40_000);
+    let json = dir.join("r.json");
+    psql("CREATE TABLE windowed (a int, b text)");
+    let out = sluice_via(
+        Via::Long,
+        &[
+            "load",
+            "--table",
+            "windowed",
+            "--jobs",
+            "1",
+            "--socket-buffer",
+            "64k",
+            "--report-json",
+            json.to_str().unwrap(),
+            &file,
+        ],
+    );
+    succeeded(&out);
+    assert_eq!(psql("SELECT count(*) FROM windowed"), "40000");
+    let r = report(&json);
+    let v = &r["verdict"];
+    let _ = writeln!(std::io::stderr(), "{v:#}");
+    assert_eq!(v["kind"], "window-bound", "{v:#}");
+    let because = v["because"].as_str().unwrap();
+    assert!(because.contains("its own send buffer"), "{because}");
+    assert!(
+        v["figures"]["tcp_sndbuf_limited"].as_f64().unwrap() >= 0.5,
+        "{v:#}"
+    );
+    assert!(v["next_step"].as_str().unwrap().contains("--socket-buffer"));
+    // The stream's own figures, as the HTML report draws them.
+    let t = &r["streams"][0]["transport"];
+    let rtt = t["rtt_us"].as_u64().unwrap();
+    assert!((195_000..300_000).contains(&rtt), "{t:#}");
+    assert_eq!(t["send_buffer"].as_u64(), Some(64 << 10), "{t:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn several_streams_on_a_tight_link_are_link_bound() {
+    if skipped("several_streams_on_a_tight_link_are_link_bound") {
+        return;
+    }
+    let dir = scratch("tight");
+    let file = narrow_file(&dir, 320_000);
+    let json = dir.join("r.json");
+    psql("CREATE TABLE tight (a int, b text)");
+    let out = sluice_via(
+        Via::Tight,
+        &[
+            "load",
+            "--table",
+            "tight",
+            "--jobs",
+            "3",
+            "--chunk-size",
+            "1M",
+            "--report-json",
+            json.to_str().unwrap(),
+            &file,
+        ],
+    );
+    succeeded(&out);
+    assert_eq!(psql("SELECT count(*) FROM tight"), "320000");
+    let r = report(&json);
+    let v = &r["verdict"];
+    let _ = writeln!(std::io::stderr(), "{v:#}");
+    assert_eq!(v["kind"], "link-bound", "{v:#}");
+    let because = v["because"].as_str().unwrap();
+    assert!(
+        because.contains("held by congestion, not a window"),
+        "{because}"
+    );
+    assert!(
+        v["figures"]["tcp_sndbuf_limited"].as_f64().unwrap() < 0.5,
+        "{v:#}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -159,6 +159,9 @@ pub struct StreamStats {
     /// statistics and commit), for the timeline.
     #[serde(default)]
     pub steps: Vec<StepSpan>,
+    /// What the kernel said of its connections' TCP at the end (none over a Unix socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<sluice_core::destination::Transport>,
 }
 
 /// A stretch of a stream's time spent on a step, in seconds since the load started.

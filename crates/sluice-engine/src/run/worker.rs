@@ -21,7 +21,9 @@ use crate::events::Event;
 use crate::failure::{Failure, ServerKind};
 use crate::plan::Chunk;
 use crate::strategy::{self, Unit};
-use sluice_core::destination::{Destination, DestinationError, ErrorKind, RecordEncoder};
+use sluice_core::destination::{
+    Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder, Transport,
+};
 use sluice_core::ledger::ChunkRecord;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -644,6 +646,10 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             .sum();
         ctx.conversions.fetch_add(converted, Ordering::Relaxed);
         self.stats.seconds = t0.elapsed().as_secs_f64();
+        self.stats.transport = [&self.direct, &self.staged]
+            .into_iter()
+            .filter_map(|s| s.as_ref()?.transport())
+            .reduce(Transport::then);
         (self.direct, self.stats)
     }
 }
