@@ -192,6 +192,36 @@ pub trait Destination: Sync {
     /// A destination with one encoding ignores it.
     fn prefer_wire(&mut self, _wire: Wire) {}
 
+    /// Whether table `table` (after [`set_tables`](Destination::set_tables)) may travel in
+    /// either encoding, for `--wire auto` to choose.
+    fn wire_choice(&self, _table: usize) -> bool {
+        false
+    }
+
+    /// An encoder of table `table` in `wire` (binary or text), to compare their sizes;
+    /// destinations without a choice give their one encoder.
+    fn encoder_in(&self, table: usize, _wire: Wire) -> Self::Encoder<'_> {
+        self.encoder(table)
+    }
+
+    /// Sends table `table`'s rows in `wire` from now on (one [`wire_choice`] allows).
+    ///
+    /// [`wire_choice`]: Destination::wire_choice
+    fn set_wire(&mut self, _table: usize, _wire: Wire) {}
+
+    /// The server's round trip, where it can be measured.
+    fn server_round_trip(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Measures the path on `streams` connections for about `seconds` each: what the link
+    /// carries to a sink that stores nothing, and what the server stores of rows that do not
+    /// cross it (made by the server, counted as the destination's binary form), bytes a
+    /// second.
+    fn measure_path(&self, _streams: usize, _seconds: f64) -> Result<(f64, f64), String> {
+        Err("this destination cannot measure the path".into())
+    }
+
     /// Fixes the load's tables, in the plan's order.
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError>;
 

@@ -28,6 +28,7 @@ pub mod stage;
 pub mod strategy;
 pub mod units;
 pub mod verdict;
+pub mod wire;
 
 pub use events::{Event, Host};
 pub use failure::{Failure, ServerKind};

@@ -381,6 +381,14 @@ impl Load<'_> {
     ) -> Result<(Report, Vec<String>), Failure> {
         let spec = self.spec;
         let jobs = self.choose_jobs(&*dest, stager, &plan);
+        let wire = match spec.dry_run {
+            true => None,
+            false => crate::wire::choose(&plan, dest, jobs),
+        };
+        if let Some(w) = wire.as_ref().filter(|w| !w.text.is_empty()) {
+            self.host
+                .event(Event::Info(format!("--wire auto chose {}", w.why)));
+        }
         let rejects = spec
             .max_errors
             .filter(|t| t.allows_any())
@@ -469,6 +477,7 @@ impl Load<'_> {
             ledger: job.as_ref().and_then(|j| j.note.clone()),
             skipped: job.as_ref().map(|j| j.skipped.clone()).unwrap_or_default(),
             rejected: rejects.as_ref().map(|r| r.report(&plan)),
+            wire: wire.map(|w| w.why),
             server_settings: match spec.dry_run {
                 true => Vec::new(),
                 false => dest.settings(),

@@ -37,6 +37,8 @@ pub struct Report {
     pub steps: Option<StepTimes>,
     /// Bytes of write-ahead log the server wrote during the load (all sessions).
     pub wal_bytes: Option<u64>,
+    /// Why `--wire auto` chose the encodings it did (`None` when it had no choice to make).
+    pub wire_choice: Option<String>,
     pub jobs: usize,
     pub copy_buffer_bytes: usize,
     pub chunks: usize,
@@ -126,6 +128,8 @@ pub struct Facts {
     pub ledger: Option<String>,
     pub skipped: Vec<crate::ledger::Skipped>,
     pub rejected: Option<RejectedReport>,
+    /// Why `--wire auto` chose the encodings it did.
+    pub wire: Option<String>,
     pub server_settings: Vec<(String, String)>,
 }
 
@@ -286,6 +290,7 @@ pub fn build_judged(
         fallbacks: facts.fallbacks,
         steps: facts.steps,
         wal_bytes: facts.wal_bytes,
+        wire_choice: facts.wire,
         jobs,
         copy_buffer_bytes: copy_buffer,
         chunks: plan.chunks.len(),

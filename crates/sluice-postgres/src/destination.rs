@@ -371,6 +371,47 @@ impl Destination for PgDestination {
         self.wire = wire;
     }
 
+    fn wire_choice(&self, table: usize) -> bool {
+        self.wire == Wire::Auto
+            && self.tables[table]
+                .columns
+                .iter()
+                .all(|c| c.ty.client_converted())
+    }
+
+    fn encoder_in(&self, table: usize, wire: Wire) -> PgEncoder {
+        PgEncoder {
+            binary: wire == Wire::Binary,
+            ..self.encoder(table)
+        }
+    }
+
+    fn set_wire(&mut self, table: usize, wire: Wire) {
+        if self.wire_choice(table) {
+            self.tables[table].binary = wire != Wire::Text;
+        }
+    }
+
+    fn server_round_trip(&self) -> Option<std::time::Duration> {
+        self.round_trip(5).ok()
+    }
+
+    /// The probe's upload (`COPY ... WHERE false`: the network and COPY's input, nothing
+    /// stored) and its rows made and stored by the server itself (no network in the way),
+    /// counted as binary tuples, on a runtime of their own.
+    fn measure_path(&self, streams: usize, seconds: f64) -> Result<(f64, f64), String> {
+        use crate::probe::{Probe, Sink};
+        let probe = Probe::connect(&self.info).map_err(|e| e.to_string())?;
+        let streams = streams.max(1);
+        let link = probe
+            .measure(Sink::Nothing, streams, seconds)
+            .map_err(|e| e.to_string())?;
+        let server = probe
+            .measure(Sink::Generated, streams, seconds)
+            .map_err(|e| e.to_string())?;
+        Ok((link.mb_per_s() * 1e6, server.mb_per_s() * 1e6))
+    }
+
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
         let mut targets = Vec::with_capacity(tables.len());
         for t in tables {

@@ -10,7 +10,8 @@
 //!   trigger that drops rows would measure PL/pgSQL instead.
 //! - **Store**: rows stored into a table created inside a rolled-back transaction (never a
 //!   user's table: no dead rows left, no triggers fired), in text and in binary: what the
-//!   server can write.
+//!   server can write. And the same rows made by the server itself (`INSERT ... SELECT`),
+//!   which no network stands in front of: what `--wire auto` compares the path with.
 //!
 //! Each runs for a fixed time on 1..N streams at once, started together, so that a
 //! measurement is bounded whatever the server's speed. Its first third is a warm-up that the
@@ -62,7 +63,21 @@ pub enum Sink {
     Text,
     /// Stored, from binary tuples.
     Binary,
+    /// Stored, made by the server itself (`INSERT ... SELECT` of the same rows): what it can
+    /// store with no network in the way. Counted as the rows' binary tuples' bytes.
+    Generated,
 }
+
+/// The probe's rows as the server makes them: `text_row`'s values, from `generate_series`.
+const GENERATED: &str = "SELECT g, g * 7 % 200000, (g % 50 + 1)::numeric, \
+                         ((900 + g % 100000) || '.' || lpad((g % 100)::text, 2, '0'))::numeric, \
+                         make_date(1992 + (g % 7)::int, 1 + (g % 9)::int, 10 + (g % 10)::int), \
+                         (ARRAY['N','A','R'])[1 + g % 3], \
+                         'carefully final deposits detect slyly agai' \
+                         FROM generate_series($1::bigint, $2::bigint) g";
+
+/// Rows one generated insert makes.
+const GENERATED_BATCH: i64 = 20_000;
 
 /// The probe table's columns: a TPC-H lineitem's mix of keys, money, dates and text.
 const COLUMNS: &str = "k bigint, p bigint, q numeric(15,2), price numeric(15,2), d date, \
@@ -178,6 +193,39 @@ impl Probe {
     }
 }
 
+/// Inserts the server's own rows in batches for `seconds` from the barrier; the rate counts
+/// after the first third, each row as `tuple` bytes.
+async fn generated(
+    client: &tokio_postgres::Client,
+    insert: &str,
+    tuple: u64,
+    seconds: f64,
+    barrier: &Barrier,
+) -> Result<Rate, DbError> {
+    let statement = client.prepare(insert).await?;
+    barrier.wait().await;
+    let start = Instant::now();
+    let (deadline, warm) = (
+        start + Duration::from_secs_f64(seconds),
+        start + Duration::from_secs_f64(seconds / 3.0),
+    );
+    let (mut rows, mut next, mut mark) = (0u64, 1i64, None);
+    while Instant::now() < deadline {
+        let last = next + GENERATED_BATCH - 1;
+        rows += client.execute(&statement, &[&next, &last]).await?;
+        next = last + 1;
+        if mark.is_none() && Instant::now() >= warm {
+            mark = Some((Instant::now(), rows));
+        }
+    }
+    let (from, before) = mark.unwrap_or((start, 0));
+    Ok(Rate {
+        bytes: (rows - before) * tuple,
+        rows: rows - before,
+        seconds: from.elapsed().as_secs_f64(),
+    })
+}
+
 /// One stream of a measurement: what it sent, from the barrier to the end of its COPY.
 async fn one_stream(
     info: &ConnInfo,
@@ -211,7 +259,9 @@ async fn one_stream(
     let sql = match sink {
         Sink::Nothing => format!("COPY {relation} FROM STDIN (FORMAT binary) WHERE false"),
         Sink::Text => format!("COPY {relation} FROM STDIN"),
-        Sink::Binary => format!("COPY {relation} FROM STDIN (FORMAT binary)"),
+        Sink::Binary | Sink::Generated => {
+            format!("COPY {relation} FROM STDIN (FORMAT binary)")
+        }
     };
     // One message of 256 KiB, built before the clock starts and sent again and again, so
     // that the client's cost is nil and the measurement is the path's and the server's.
@@ -224,6 +274,13 @@ async fn one_stream(
             _ => binary_row(i, &mut text, &mut scratch, &mut msg),
         }
         per_message += 1;
+    }
+    if sink == Sink::Generated {
+        let tuple = msg.len() as u64 / per_message;
+        let insert = format!("INSERT INTO {relation} {GENERATED}");
+        let rate = generated(&client, &insert, tuple, seconds, barrier).await;
+        client.batch_execute("ROLLBACK").await.map_err(server)?;
+        return rate.map_err(server);
     }
     let msg = Bytes::from(msg);
     barrier.wait().await;

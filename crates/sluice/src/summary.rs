@@ -194,8 +194,12 @@ fn wire_line(report: &Report) -> Option<String> {
     let mut formats: Vec<&str> = report.tables.iter().map(|t| t.copy_format).collect();
     formats.sort_unstable();
     formats.dedup();
+    let chosen = report
+        .wire_choice
+        .as_ref()
+        .map_or(String::new(), |why| format!("; --wire auto chose {why}"));
     Some(format!(
-        "wire: {} sent ({}), {:.2}x the input's {}\n",
+        "wire: {} sent ({}), {:.2}x the input's {}{chosen}\n",
         human_bytes(t.wire_bytes),
         formats.join(" and "),
         t.wire_bytes as f64 / t.bytes as f64,

@@ -406,3 +406,147 @@ fn several_streams_on_a_tight_link_are_link_bound() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// psql `\copy` of a text-format file into `table` on the far server, from this side: the
+/// reference load.
+fn psql_copy(table: &str, file: &str) {
+    psql(&format!("\\copy {table} FROM '{file}' (FORMAT text)"));
+}
+
+/// Asserts two tables hold the same rows (EXCEPT ALL both ways).
+fn same_rows(a: &str, b: &str) {
+    for (x, y) in [(a, b), (b, a)] {
+        let only = psql(&format!(
+            "SELECT count(*) FROM (SELECT * FROM {x} EXCEPT ALL SELECT * FROM {y}) d"
+        ));
+        assert_eq!(only, "0", "rows in {x} and not in {y}");
+    }
+}
+
+/// Types whose text is smaller than their binary form, with negative numbers, non-ASCII
+/// text and NULLs: TPC-H's mix and more.
+const COMPACT: &str = "id int8, small int2, qty int4, amount numeric(12,2), ratio float8, \
+                       f4 float4, flag bool, day date, at time, name text, code varchar(20), \
+                       cc char(3), raw bytea";
+
+fn compact_row(i: usize) -> String {
+    let names = ["Zürich", "東京", "São Paulo", "Oslo"];
+    let name = match i % 17 {
+        0 => "\\N".to_string(),
+        _ => names[i % 4].to_string(),
+    };
+    format!(
+        "{i}\t{}\t{}\t{}.{:02}\t{}\t{}\t{}\t2024-{:02}-{:02}\t{:02}:{:02}:{:02}\t{name}\tc{}\t{}\t\\\\x{:02x}\n",
+        i % 200,
+        -((i % 50) as i64),
+        (i % 10_000) as i64 - 5_000,
+        i % 100,
+        i as f64 * 0.25,
+        (i % 8) as f32 * -1.5,
+        if i % 3 == 0 { "t" } else { "f" },
+        i % 12 + 1,
+        i % 28 + 1,
+        i % 24,
+        i % 60,
+        (i * 7) % 60,
+        i % 1000,
+        ["abc", "de", "\\N"][i % 3],
+        i % 256,
+    )
+}
+
+/// Types whose binary form is the smaller: uuids, timestamps with fractions, big keys.
+const WIDE: &str = "id int8, u uuid, at timestamp, atz timestamptz, n int2";
+
+fn wide_row(i: usize) -> String {
+    format!(
+        "{}\t{:08x}-1234-4abc-8def-{:012x}\t2024-03-{:02} 12:34:56.{:06}\t2024-03-{:02} \
+         01:02:03.{:06}+02\t{}\n",
+        9_000_000_000_000u64 + i as u64,
+        i,
+        i * 7919,
+        i % 28 + 1,
+        i % 1_000_000,
+        i % 28 + 1,
+        (i * 13) % 1_000_000,
+        i % 300,
+    )
+}
+
+/// Loads `rows` rows of `row` into `table` (of `columns`) with `--wire auto` through `run`,
+/// and into its twin with psql; both must hold the same rows. Returns the report.
+fn auto_against_psql(
+    dir: &std::path::Path,
+    table: &str,
+    columns: &str,
+    rows: usize,
+    row: fn(usize) -> String,
+    run: impl Fn(&[&str]) -> Output,
+) -> serde_json::Value {
+    let file = dir.join(format!("{table}.txt"));
+    std::fs::write(&file, (0..rows).map(row).collect::<String>()).unwrap();
+    let file = file.to_string_lossy().into_owned();
+    psql(&format!(
+        "CREATE TABLE {table} ({columns}); CREATE TABLE {table}_psql ({columns})"
+    ));
+    let json = dir.join(format!("{table}.json"));
+    let out = run(&[
+        "load",
+        "--table",
+        table,
+        "--format",
+        "text",
+        "--jobs",
+        "2",
+        "--report-json",
+        json.to_str().unwrap(),
+        &file,
+    ]);
+    succeeded(&out);
+    psql_copy(&format!("{table}_psql"), &file);
+    assert_eq!(
+        psql(&format!("SELECT count(*) FROM {table}")),
+        rows.to_string()
+    );
+    same_rows(table, &format!("{table}_psql"));
+    report(&json)
+}
+
+#[test]
+fn wire_auto_sends_the_smaller_encoding_on_a_tight_link_and_binary_on_loopback() {
+    if skipped("wire_auto_sends_the_smaller_encoding_on_a_tight_link_and_binary_on_loopback") {
+        return;
+    }
+    let dir = scratch("auto");
+    // A tight link: text is the smaller for these types, and the link is the limit.
+    let r = auto_against_psql(&dir, "compact_far", COMPACT, 110_000, compact_row, |a| {
+        sluice_via(Via::Tight, a)
+    });
+    let why = r["wire_choice"].as_str().unwrap();
+    let _ = writeln!(std::io::stderr(), "--wire auto: {why}");
+    assert!(why.starts_with("text: "), "{why}");
+    assert!(why.contains("the link is the limit"), "{why}");
+    assert_eq!(r["tables"][0]["copy_format"], "text", "{why}");
+    // The same link, types whose binary form is the smaller: binary, without measuring.
+    let r = auto_against_psql(&dir, "wide_far", WIDE, 85_000, wide_row, |a| {
+        sluice_via(Via::Tight, a)
+    });
+    let why = r["wire_choice"].as_str().unwrap();
+    let _ = writeln!(std::io::stderr(), "--wire auto: {why}");
+    assert!(why.contains("text is not clearly smaller"), "{why}");
+    assert_eq!(r["tables"][0]["copy_format"], "binary", "{why}");
+    // On loopback, the compact types go binary: the server is near.
+    let r = auto_against_psql(
+        &dir,
+        "compact_near",
+        COMPACT,
+        110_000,
+        compact_row,
+        sluice_near,
+    );
+    let why = r["wire_choice"].as_str().unwrap();
+    let _ = writeln!(std::io::stderr(), "--wire auto: {why}");
+    assert!(why.contains("a local link is not the limit"), "{why}");
+    assert_eq!(r["tables"][0]["copy_format"], "binary", "{why}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
