@@ -443,7 +443,7 @@ fn compact_row(i: usize) -> String {
         i % 100,
         i as f64 * 0.25,
         (i % 8) as f32 * -1.5,
-        if i % 3 == 0 { "t" } else { "f" },
+        if i.is_multiple_of(3) { "t" } else { "f" },
         i % 12 + 1,
         i % 28 + 1,
         i % 24,

@@ -674,6 +674,7 @@ mod tests {
             fallbacks: Vec::new(),
             steps: None,
             wal_bytes: None,
+            wire_choice: None,
             jobs: 2,
             copy_buffer_bytes: 0,
             chunks: 2,
