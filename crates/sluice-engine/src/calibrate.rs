@@ -1,7 +1,8 @@
 //! `--jobs auto`: how many streams to run, measured at the start of the load itself.
 //!
 //! More connections can make a database slower (the sqlskills series), so the right number is
-//! measured, not guessed. The load starts with one stream; every [`WINDOW`] the calibrator
+//! measured, not guessed. The load starts with one stream; every window ([`WINDOW`], or ten
+//! round trips to a distant server, [`Windows`]) the calibrator
 //! reads the load's throughput (input bytes converted and sent, across tables) and admits one
 //! more stream while the last one raised it by more than [`GAIN`]. A stream that seems not to
 //! is measured for a second window before it counts as the knee (one window on a shared
@@ -15,8 +16,33 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long each stream count is measured for.
+/// How long each stream count is measured for, at least.
 pub const WINDOW: Duration = Duration::from_millis(1000);
+/// How long a new stream is given to connect and start before it is measured, at least.
+pub const SETTLE: Duration = Duration::from_millis(400);
+/// Round trips in a window: across a long path a new connection's TCP needs several round
+/// trips of slow start to reach its pace, and one window must not judge it before.
+pub const WINDOW_ROUND_TRIPS: u32 = 10;
+/// Round trips a new stream is given to connect (its startup takes a few) and ramp up.
+pub const SETTLE_ROUND_TRIPS: u32 = 8;
+
+/// The calibration's clock: how long a new stream settles, and how long a window lasts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Windows {
+    pub settle: Duration,
+    pub window: Duration,
+}
+
+impl Windows {
+    /// [`SETTLE`] and [`WINDOW`], longer where the round trip makes them too short.
+    pub fn for_round_trip(rtt: Option<Duration>) -> Windows {
+        let rtt = rtt.unwrap_or_default();
+        Windows {
+            settle: SETTLE.max(rtt * SETTLE_ROUND_TRIPS),
+            window: WINDOW.max(rtt * WINDOW_ROUND_TRIPS),
+        }
+    }
+}
 /// The rise in throughput a stream must bring to be kept.
 pub const GAIN: f64 = 0.05;
 /// A stream that lowered the throughput by more than this is retired at the knee; one that
@@ -100,6 +126,7 @@ impl Gate {
         &self,
         max: usize,
         counters: &[Counters],
+        clock: Windows,
         work_left: impl Fn() -> bool,
         done: &AtomicBool,
     ) {
@@ -115,12 +142,12 @@ impl Gate {
         loop {
             let jobs = self.admitted.load(Ordering::SeqCst);
             // Let the new stream connect and start before measuring it.
-            if !sleep_unless(Duration::from_millis(400), done) {
+            if !sleep_unless(clock.settle, done) {
                 why = "the load ended during calibration".to_string();
                 break;
             }
             let (b0, t0) = (bytes(), Instant::now());
-            if !sleep_unless(WINDOW, done) {
+            if !sleep_unless(clock.window, done) {
                 why = "the load ended during calibration".to_string();
                 break;
             }
@@ -128,7 +155,7 @@ impl Gate {
             let best_before = curve.iter().map(|p| p.mb_per_s).fold(0.0, f64::max);
             if jobs > 1 && rate < best_before * (1.0 + GAIN) {
                 // A knee, or noise: a second window decides, over both.
-                if !sleep_unless(WINDOW, done) {
+                if !sleep_unless(clock.window, done) {
                     why = "the load ended during calibration".to_string();
                     break;
                 }
@@ -203,5 +230,15 @@ mod tests {
         let open = Gate::new(3, false);
         assert!(open.wait_admitted(2, &abort));
         assert!(open.may_continue(2));
+    }
+
+    #[test]
+    fn windows_last_ten_round_trips_across_a_long_path() {
+        let near = Windows::for_round_trip(Some(Duration::from_micros(80)));
+        assert_eq!((near.settle, near.window), (SETTLE, WINDOW));
+        assert_eq!(Windows::for_round_trip(None), near);
+        let far = Windows::for_round_trip(Some(Duration::from_millis(200)));
+        assert_eq!(far.window, Duration::from_secs(2));
+        assert_eq!(far.settle, Duration::from_millis(1600));
     }
 }

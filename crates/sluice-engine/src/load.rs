@@ -427,6 +427,10 @@ impl Load<'_> {
             retries: spec.retries,
             rejects: rejects.clone(),
             calibrate: spec.jobs == Jobs::Auto && !spec.dry_run,
+            round_trip: match spec.jobs == Jobs::Auto && !spec.dry_run {
+                true => dest.server_round_trip(),
+                false => None,
+            },
             retry_pause: spec.retry_pause,
             prepare: self.prepare(&*dest, job.as_ref(), jobs)?,
         };

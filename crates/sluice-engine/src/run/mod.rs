@@ -70,6 +70,9 @@ pub struct RunOptions {
     /// `--jobs auto`: start with one stream and add them while throughput rises, up to
     /// `jobs` ([`calibrate`]).
     pub calibrate: bool,
+    /// The server's round trip, when measured: `--jobs auto`'s windows are a few dozen of
+    /// them at least, so that TCP reaches its pace on a long path before a stream is judged.
+    pub round_trip: Option<Duration>,
     /// How long a stream waits before its first reconnect after a lost connection (doubling
     /// with each retry, up to 16 times this).
     pub retry_pause: Duration,
@@ -376,8 +379,13 @@ fn run_streams<'d, D: Destination>(ctx: &RunContext<'d, D>) -> StreamResults<'d,
                 .name("sluice-calibrate".into())
                 .spawn_scoped(scope, move || {
                     let work_left = || !lock(&ctx.queue).is_empty();
-                    ctx.gate
-                        .calibrate(ctx.jobs, ctx.counters, work_left, streams_done)
+                    ctx.gate.calibrate(
+                        ctx.jobs,
+                        ctx.counters,
+                        crate::calibrate::Windows::for_round_trip(ctx.opts.round_trip),
+                        work_left,
+                        streams_done,
+                    )
                 })
                 .expect("spawning the calibrator");
         }
