@@ -2,7 +2,8 @@
 # A link-bound load, for real: the client in a network namespace of its own, joined to the
 # server's by a veth pair whose client end is shaped with `tbf` (this kernel has tbf, no
 # netem). A PostgreSQL 15 server of the bench's own listens on the server end. SF1 lineitem
-# (sluice gen tpch, 8 parts) goes across, three ways, interleaved, ROUNDS times each:
+# (sluice gen tpch, 8 parts) goes across, four ways, interleaved, ROUNDS times each:
+#   auto     sluice load --jobs 2 (--wire auto: it measures the path and chooses)
 #   binary   sluice load --wire binary --jobs 2
 #   text     sluice load --wire text --jobs 2
 #   psql-4   psql \copy, 4 files at a time (copies with the trailing `|` stripped, untimed)
@@ -60,11 +61,11 @@ sql() { client psql -X -q -v ON_ERROR_STOP=1 "$url" -c "$1" >/dev/null; }
 "$bin" ddl tpch --create --replace --target "$url" >/dev/null
 declare -A times
 for r in $(seq 1 "$rounds"); do
-  for who in binary text psql-4; do
+  for who in auto binary text psql-4; do
     sql "TRUNCATE lineitem"; sql "DROP SCHEMA IF EXISTS sluice_ledger CASCADE"; sql "CHECKPOINT"
     t0=$(date +%s.%N)
     case $who in
-      binary|text) client "$bin" load -q --target "$url" --jobs 2 --wire "$who" \
+      auto|binary|text) client "$bin" load -q --target "$url" --jobs 2 --wire "$who" \
           --strategy direct "$data"/lineitem/*.tbl > "$work/$who.out" ;;
       psql-4) ls "$work"/stripped/*.tbl | client xargs -P 4 -I{} \
           psql -X -q -v ON_ERROR_STOP=1 "$url" -c "\\copy lineitem from '{}' with (delimiter '|')" ;;
@@ -76,5 +77,5 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-for who in binary text psql-4; do echo "median $who $(echo "${times[$who]}" | median)s"; done
-grep -h "^wire:\|verdict\|bound" "$work/binary.out" "$work/text.out" | head -6
+for who in auto binary text psql-4; do echo "median $who $(echo "${times[$who]}" | median)s"; done
+for who in auto binary text; do echo "$who:"; grep -h "^wire:\|verdict" "$work/$who.out"; done

@@ -209,6 +209,11 @@ pub trait Destination: Sync {
     /// [`wire_choice`]: Destination::wire_choice
     fn set_wire(&mut self, _table: usize, _wire: Wire) {}
 
+    /// Whether the server is on this machine (no network between them).
+    fn server_is_local(&self) -> bool {
+        false
+    }
+
     /// The server's round trip, where it can be measured.
     fn server_round_trip(&self) -> Option<std::time::Duration> {
         None

@@ -10,16 +10,16 @@
 //! The choice is made once, before the load, from two measurements:
 //! - **Sizes.** The first thousand records of each table's first file, encoded both ways. A
 //!   table whose binary is not clearly bigger stays binary.
-//! - **The path.** The server's round trip; past a millisecond, what the path carries on the
-//!   load's streams against what the server stores on as many of rows that do not cross it
-//!   (made by the server itself, counted as binary rows), each for a few dozen round trips.
-//!   The link is the limit when it carries less.
+//! - **The path.** Unless the server is on this machine: what the path carries on the load's
+//!   streams against what the server stores on as many of rows that do not cross it (made by
+//!   the server itself, counted as binary rows), each for a few dozen round trips. The link
+//!   is the limit when it carries less. A short round trip says nothing of the link's rate (a
+//!   capped cloud link answers in a tenth of a millisecond), so it is measured whatever it is.
 //!
 //! Small inputs are not worth the measurement (a few seconds on a long path) and go binary.
 
 use crate::plan::{InputSource, Plan};
 use sluice_core::destination::{Destination, Wire};
-use std::time::Duration;
 
 /// Records sampled per table for the sizes.
 const SAMPLED_RECORDS: u64 = 1000;
@@ -27,8 +27,9 @@ const SAMPLED_RECORDS: u64 = 1000;
 const CLEARLY_SMALLER: f64 = 0.9;
 /// A table's input below this goes binary without measuring the path.
 const WORTH_MEASURING: u64 = 8 << 20;
-/// A server that answers faster than this is on a local network: not the limit.
-const LOCAL_ROUND_TRIP: Duration = Duration::from_millis(1);
+/// Each of the path's two measurements lasts thirty round trips, within these bounds (s).
+const MIN_MEASURE: f64 = 0.45;
+const MAX_MEASURE: f64 = 3.0;
 /// The link is the limit when it carries less than this share of what the server stores.
 const LINK_SHARE: f64 = 0.9;
 
@@ -73,17 +74,13 @@ pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<
             crate::units::human_bytes(input)
         ));
     }
-    let rtt = match dest.server_round_trip() {
-        Some(rtt) if rtt < LOCAL_ROUND_TRIP => {
-            return binary(format!(
-                "binary: the server answers in {:.2} ms, a local link is not the limit",
-                rtt.as_secs_f64() * 1e3
-            ))
-        }
-        Some(rtt) => rtt,
-        None => return binary("binary: the server's round trip could not be measured".into()),
+    if dest.server_is_local() {
+        return binary("binary: the server is on this machine, no link is the limit".into());
+    }
+    let Some(rtt) = dest.server_round_trip() else {
+        return binary("binary: the server's round trip could not be measured".into());
     };
-    let seconds = (rtt.as_secs_f64() * 30.0).clamp(0.6, 3.0);
+    let seconds = (rtt.as_secs_f64() * 30.0).clamp(MIN_MEASURE, MAX_MEASURE);
     let (link, server) = match dest.measure_path(jobs, seconds) {
         Ok(rates) => rates,
         Err(e) => return binary(format!("binary: the path could not be measured ({e})")),

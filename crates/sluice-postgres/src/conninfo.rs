@@ -184,6 +184,26 @@ impl HostSpec {
         self.host.starts_with('/') && self.hostaddr.is_none()
     }
 
+    /// Whether the server is on this machine: a Unix socket, or an address (or a name that
+    /// resolves only to addresses) of the loopback interface.
+    pub fn is_local(&self) -> bool {
+        use std::net::{IpAddr, ToSocketAddrs};
+        if self.is_unix_socket() {
+            return true;
+        }
+        let host = self.hostaddr.as_deref().unwrap_or(&self.host);
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return ip.is_loopback();
+        }
+        match (host, self.port).to_socket_addrs() {
+            Ok(addrs) => {
+                let ips: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
+                !ips.is_empty() && ips.iter().all(IpAddr::is_loopback)
+            }
+            Err(_) => false,
+        }
+    }
+
     /// `host:port`, for messages.
     pub fn label(&self) -> String {
         let host = self.hostaddr.as_deref().unwrap_or(&self.host);
@@ -897,6 +917,20 @@ mod tests {
             vars.iter().map(|(k, v)| (*k, v.to_string())).collect(),
             None,
         )
+    }
+
+    #[test]
+    fn a_server_on_this_machine_is_local_and_one_across_a_network_is_not() {
+        let local = |url: &str| {
+            let c = ConnInfo::resolve(url, &env(&[])).unwrap();
+            c.hosts.iter().all(HostSpec::is_local)
+        };
+        assert!(local("postgresql://127.0.0.1:5432/d"));
+        assert!(local("postgresql://[::1]:5432/d"));
+        assert!(local("postgresql:///d?host=%2Ftmp%2Fsock"));
+        assert!(local("postgresql://localhost/d"));
+        assert!(!local("postgresql://10.97.1.1:5432/d"));
+        assert!(!local("postgresql://db.example/d?hostaddr=192.0.2.7"));
     }
 
     #[test]

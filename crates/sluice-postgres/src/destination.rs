@@ -392,6 +392,10 @@ impl Destination for PgDestination {
         }
     }
 
+    fn server_is_local(&self) -> bool {
+        self.info.hosts.iter().all(|h| h.is_local())
+    }
+
     fn server_round_trip(&self) -> Option<std::time::Duration> {
         self.round_trip(5).ok()
     }

@@ -201,9 +201,9 @@ pub struct LoadArgs {
     /// server. `text`: text COPY lines, fewer bytes for most tables (binary lineitem is about
     /// 1.66x its input), for a link that is the bottleneck; sluice validates every value either
     /// way. `auto`: text where the server must convert a column; else binary, unless text is
-    /// clearly smaller for the table and a measure of the path at the start (on a server a
-    /// millisecond or more away, for 8 MiB of input or more) finds the link slower than what
-    /// the server stores; the summary's `wire:` line says what it chose and why.
+    /// clearly smaller for the table and a measure of the path at the start (on a server on
+    /// another machine, for 8 MiB of input or more) finds the link slower than what the
+    /// server stores; the summary's `wire:` line says what it chose and why.
     #[arg(
         long,
         value_enum,
