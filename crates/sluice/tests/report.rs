@@ -62,6 +62,19 @@ fn check_streams(r: &serde_json::Value, page: &str) {
     let stages = page.split(r#"id="stages""#).nth(1).unwrap();
     let stages = stages.split("</svg>").next().unwrap();
     assert_eq!(stages.matches(">stream ").count(), ran, "stage lanes");
+    // A row of TCP figures per stream that ran over TCP, as the JSON has them.
+    let over_tcp = r["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !s["chunks"].as_array().unwrap().is_empty())
+        .filter(|s| s["transport"]["busy_us"].as_u64().is_some())
+        .count();
+    let rows = page
+        .split(r#"id="tcp""#)
+        .nth(1)
+        .map_or(0, |t| t.split("</table>").next().unwrap().matches("<tr><td>").count());
+    assert_eq!(rows, over_tcp, "connection rows");
 }
 
 #[test]
