@@ -219,12 +219,16 @@ pub trait Destination: Sync {
         None
     }
 
-    /// Measures the path on `streams` connections for about `seconds` each: what the link
-    /// carries to a sink that stores nothing, and what the server stores of rows that do not
-    /// cross it (made by the server, counted as the destination's binary form), bytes a
-    /// second.
-    fn measure_path(&self, _streams: usize, _seconds: f64) -> Result<(f64, f64), String> {
+    /// What the path carries to the server on `streams` connections for about `seconds`, to
+    /// a sink that stores nothing, bytes a second.
+    fn measure_link(&self, _streams: usize, _seconds: f64) -> Result<f64, String> {
         Err("this destination cannot measure the path".into())
+    }
+
+    /// What the server stores on `streams` connections for about `seconds` of rows that do
+    /// not cross the network (made on its side), counted as its binary form, bytes a second.
+    fn measure_server(&self, _streams: usize, _seconds: f64) -> Result<f64, String> {
+        Err("this destination cannot measure the server".into())
     }
 
     /// Fixes the load's tables, in the plan's order.

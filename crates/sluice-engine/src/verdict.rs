@@ -400,8 +400,16 @@ impl Tcp {
         if busy == 0 {
             return None;
         }
-        let n = seen.len() as f64;
-        let mean = |f: fn(&Transport) -> u64| seen.iter().map(|t| f(t) as f64).sum::<f64>() / n;
+        // A figure the kernel left at zero (an older kernel, or a window shut when it was
+        // read) is unknown, and averages over the streams that have it.
+        let mean = |f: fn(&Transport) -> u64| {
+            let known: Vec<f64> = seen
+                .iter()
+                .map(|t| f(t) as f64)
+                .filter(|&v| v > 0.0)
+                .collect();
+            known.iter().sum::<f64>() / (known.len().max(1) as f64)
+        };
         Some(Tcp {
             streams: seen.len(),
             busy: busy as f64 / 1e6,
@@ -421,11 +429,35 @@ impl Tcp {
         (self.rwnd_limited + self.sndbuf_limited) / self.busy
     }
 
-    /// The bytes a stream delivered each round trip, as a share of the smaller of its send
-    /// buffer and the server's receive window.
+    /// The smaller of a stream's send buffer and the server's receive window (the one known,
+    /// when the other is not), and whether it is the server's.
+    fn smaller_window(&self) -> (f64, bool) {
+        match (self.send_buffer, self.receive_window) {
+            (s, r) if r > 0.0 && (s <= 0.0 || r < s) => (r, true),
+            (s, _) => (s, false),
+        }
+    }
+
+    /// The bytes a stream delivered each round trip, as a share of its smaller window; zero
+    /// when neither is known.
     fn window_fill(&self) -> f64 {
-        let window = self.send_buffer.min(self.receive_window).max(1.0);
-        self.per_stream_rate() * self.rtt / window
+        match self.smaller_window().0 {
+            w if w > 0.0 => self.per_stream_rate() * self.rtt / w,
+            _ => 0.0,
+        }
+    }
+
+    /// The window that held the streams: what the kernel's timers name, else the smaller.
+    fn holding_window(&self) -> (f64, bool) {
+        let (rwnd, sndbuf) = (
+            self.rwnd_limited / self.busy,
+            self.sndbuf_limited / self.busy,
+        );
+        match () {
+            _ if sndbuf >= WINDOW_SHARE && sndbuf >= rwnd => (self.send_buffer, false),
+            _ if rwnd >= WINDOW_SHARE => (self.receive_window, true),
+            _ => self.smaller_window(),
+        }
     }
 
     /// Whether a window held the streams back (rather than congestion).
@@ -473,10 +505,11 @@ fn window_bound(
     mut figures: BTreeMap<&'static str, f64>,
 ) -> Verdict {
     t.record(&mut figures);
-    let own_buffer = t.sndbuf_limited >= t.rwnd_limited;
-    let (held, window) = match own_buffer {
-        true => ("its own send buffer", t.send_buffer),
-        false => ("the server's receive window", t.receive_window),
+    let (window, servers) = t.holding_window();
+    let own_buffer = !servers;
+    let held = match servers {
+        true => "the server's receive window",
+        false => "its own send buffer",
     };
     let next_step = match own_buffer {
         true => {
@@ -492,7 +525,7 @@ fn window_bound(
     Verdict {
         kind: "window-bound".into(),
         because: format!(
-            "streams spent {} sending; each of {} connection(s) moved {:.1} MB/s at a round trip \
+            "streams spent {} sending; each of {} stream(s) moved {:.1} MB/s at a round trip \
              of {:.0} ms, {} of {held} ({}) a round trip, and the kernel counted it held by a \
              window {} of the time it had data in flight; {seen}",
             pct(s.send),
@@ -523,8 +556,9 @@ fn link_bound(
         Some(t) => {
             t.record(&mut figures);
             format!(
-                "; their connections moved {:.1} MB/s in all, held by congestion, not a window, \
-                 {} of the time they had data in flight (each kept {} of its window in flight)",
+                "; their connections moved {:.1} MB/s in all, not held by a window {} of the \
+                 time they had data in flight (congestion, pacing or little to send), each \
+                 keeping {} of its window in flight",
                 t.acked as f64 / t.elapsed / 1e6,
                 pct(1.0 - t.window_share()),
                 pct(t.window_fill())
@@ -1003,7 +1037,7 @@ mod tests {
         let v = with(tcp(500_000, 500_000));
         assert_eq!(v.kind, "link-bound", "{v:?}");
         assert!(
-            v.because.contains("held by congestion, not a window, 90%"),
+            v.because.contains("not held by a window 90%"),
             "{}",
             v.because
         );
@@ -1020,6 +1054,25 @@ mod tests {
             "{}",
             v.because
         );
+        // A receive window the kernel left at zero is unknown, not a window of nothing.
+        let v = with(Transport {
+            receive_window: 0,
+            ..tcp(500_000, 500_000)
+        });
+        assert_eq!(v.kind, "link-bound", "{v:?}");
+        // A full window that is the server's, with no timer to say so, is named as the server's.
+        let v = with(Transport {
+            receive_window: 1 << 20,
+            ..tcp(0, 0)
+        });
+        assert_eq!(v.kind, "window-bound", "{v:?}");
+        assert!(
+            v.because
+                .contains("of the server's receive window (1.0 MiB)"),
+            "{}",
+            v.because
+        );
+        assert!(v.next_step.contains("tcp_rmem"), "{}", v.next_step);
         // The same figures on a server that was busy say nothing of the network.
         let (plan, mut out) = load(&[10.0, 10.2], SENDING, waits(&[(Activity::Cpu, "CPU", 40)]));
         out.streams

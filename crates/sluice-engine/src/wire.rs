@@ -3,35 +3,41 @@
 //! The client validates and converts every row either way; what differs is who pays where.
 //! The destination's binary form is the least work for the server, and the biggest on the wire
 //! for most tables (a length before every field, fixed-width numbers). Text lines are about
-//! the input's size, and the server parses them. So binary is right wherever the server or the
-//! client is the limit, and the smaller encoding where the link is: on a thin or long path,
-//! binary COPY of TPC-H `lineitem` sends 1.6 times the bytes text does.
+//! the input's size, and the server parses them: the first destination's server stores about
+//! 0.8 as many rows a second from text as from binary (the probe's rows on the test machine). So binary is right
+//! wherever the server or the client is the limit, and the smaller encoding where the link is:
+//! on a thin or long path, the binary form of TPC-H `lineitem` is 1.6 times the text's bytes.
 //!
-//! The choice is made once, before the load, from two measurements:
-//! - **Sizes.** The first thousand records of each table's first file, encoded both ways. A
-//!   table whose binary is not clearly bigger stays binary.
-//! - **The path.** Unless the server is on this machine: what the path carries on the load's
-//!   streams against what the server stores on as many of rows that do not cross it (made by
-//!   the server itself, counted as binary rows), each for a few dozen round trips. The link
-//!   is the limit when it carries less. A short round trip says nothing of the link's rate (a
-//!   capped cloud link answers in a tenth of a millisecond), so it is measured whatever it is.
-//!
-//! Small inputs are not worth the measurement (a few seconds on a long path) and go binary.
+//! The choice is made once, before the load, in steps that each cost more than the last and
+//! stop as soon as the answer is clear:
+//! 1. **Sizes.** The first thousand records of each table's first file, encoded both ways. A
+//!    table whose binary is not clearly bigger stays binary.
+//! 2. **Here or there.** A server on this machine has no link in front of it: binary.
+//! 3. **The link.** What the path carries on the load's number of connections, for thirty round
+//!    trips (within [`MIN_MEASURE`]..[`MAX_MEASURE`]). A short round trip says nothing of a
+//!    link's rate (a capped cloud link answers in a tenth of a millisecond), so any server on
+//!    another machine is measured. If text would save less than measuring the server costs,
+//!    even with the link the limit, binary.
+//! 4. **The server.** What it stores of rows that do not cross the link (made on its side,
+//!    counted as binary rows). Each encoding's rate is the slower of the link's (its bytes)
+//!    and the server's (slower from text); text only when it is clearly the faster.
 
-use crate::plan::{InputSource, Plan};
+use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{Destination, Wire};
 
 /// Records sampled per table for the sizes.
 const SAMPLED_RECORDS: u64 = 1000;
 /// Text must be this much smaller than binary for the choice to matter.
 const CLEARLY_SMALLER: f64 = 0.9;
-/// A table's input below this goes binary without measuring the path.
+/// Input below this goes binary without measuring the path.
 const WORTH_MEASURING: u64 = 8 << 20;
-/// Each of the path's two measurements lasts thirty round trips, within these bounds (s).
-const MIN_MEASURE: f64 = 0.45;
-const MAX_MEASURE: f64 = 3.0;
-/// The link is the limit when it carries less than this share of what the server stores.
-const LINK_SHARE: f64 = 0.9;
+/// Each of the path's measurements lasts thirty round trips, within these bounds (s).
+pub const MIN_MEASURE: f64 = 0.45;
+pub const MAX_MEASURE: f64 = 3.0;
+/// The rows a second the server stores from text, as a share of what it stores from binary.
+const TEXT_SERVER_SHARE: f64 = 0.75;
+/// Text must be this much faster than binary to be chosen.
+const TEXT_MARGIN: f64 = 1.1;
 
 /// What `--wire auto` chose, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,11 +48,12 @@ pub struct WireChoice {
     pub why: String,
 }
 
-/// One table's encodings' sizes, bytes per input byte.
+/// One table's encodings' sizes, bytes per input byte, and the input left to load.
 struct Sizes {
     table: usize,
     binary: f64,
     text: f64,
+    input: u64,
 }
 
 /// Chooses each table's encoding under `--wire auto` and tells the destination; `None` when
@@ -67,7 +74,7 @@ pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<
     if smaller.is_empty() {
         return binary("binary: text is not clearly smaller for any table".into());
     }
-    let input: u64 = smaller.iter().map(|s| table_bytes(plan, s.table)).sum();
+    let input: u64 = smaller.iter().map(|s| s.input).sum();
     if input < WORTH_MEASURING {
         return binary(format!(
             "binary: {} of input is too little to be worth measuring the path",
@@ -81,21 +88,44 @@ pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<
         return binary("binary: the server's round trip could not be measured".into());
     };
     let seconds = (rtt.as_secs_f64() * 30.0).clamp(MIN_MEASURE, MAX_MEASURE);
-    let (link, server) = match dest.measure_path(jobs, seconds) {
-        Ok(rates) => rates,
+    // The sizes, weighted by each table's input: bytes sent per input byte.
+    let per_input = |f: fn(&Sizes) -> f64| {
+        smaller.iter().map(|s| f(s) * s.input as f64).sum::<f64>() / input as f64
+    };
+    let (g_bin, g_txt) = (per_input(|s| s.binary), per_input(|s| s.text));
+    let link = match dest.measure_link(jobs, seconds) {
+        Ok(rate) => rate.max(1.0),
         Err(e) => return binary(format!("binary: the path could not be measured ({e})")),
     };
-    let figures = format!(
-        "on {jobs} stream(s) the path carried {:.1} MB/s where the server stores {:.1} MB/s of \
-         binary rows (round trip {:.0} ms)",
+    let at_most = input as f64 * (g_bin - g_txt) / link;
+    let costs = seconds + 10.0 * rtt.as_secs_f64();
+    let on_link = format!(
+        "on {jobs} connection(s) the path carried {:.1} MB/s (round trip {:.0} ms)",
         link / 1e6,
-        server / 1e6,
         rtt.as_secs_f64() * 1e3
     );
-    if link >= LINK_SHARE * server {
+    if at_most < 2.0 * costs {
         return binary(format!(
-            "binary: {figures}: the server or the client is the limit"
+            "binary: {on_link}: text would save at most {at_most:.1} s, less than measuring \
+             the server costs"
         ));
+    }
+    let server = match dest.measure_server(jobs, seconds) {
+        Ok(rate) => rate.max(1.0),
+        Err(e) => return binary(format!("binary: the server could not be measured ({e})")),
+    };
+    // Input bytes a second each way: the slower of the link (its bytes) and the server.
+    let by_binary = link.min(server) / g_bin;
+    let by_text = (link / g_txt).min(TEXT_SERVER_SHARE * server / g_bin);
+    let figures = format!(
+        "{on_link}, the server stores {:.1} MB/s of binary rows: binary would move {:.1} MB/s \
+         of input, text {:.1} MB/s",
+        server / 1e6,
+        by_binary / 1e6,
+        by_text / 1e6
+    );
+    if by_text < TEXT_MARGIN * by_binary {
+        return binary(format!("binary: {figures}"));
     }
     let text: Vec<usize> = smaller.iter().map(|s| s.table).collect();
     for &t in &text {
@@ -121,29 +151,34 @@ pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<
     })
 }
 
-/// The table's encodings' sizes from the first records of its first file; none when it has
-/// no file to sample (standard input is read once).
+/// The table's encodings' sizes from the first records of its first file (read again from
+/// its start, whatever an earlier run of the job loaded), and the input it has left to load;
+/// none when it has no file to sample (standard input is read once).
 fn sizes<D: Destination>(plan: &Plan, dest: &D, t: usize) -> Option<Sizes> {
-    let first = plan.chunks.iter().find(|c| {
-        let input = &plan.inputs[c.input];
-        c.is_first() && input.table == t && matches!(input.source, InputSource::File(_))
-    })?;
+    let first = plan
+        .inputs
+        .iter()
+        .position(|i| i.table == t && matches!(i.source, InputSource::File(_)))?;
+    let head = Chunk {
+        id: 0,
+        input: first,
+        start: 0,
+        end: None,
+    };
     let grow = |wire| {
         let mut encoder = dest.encoder_in(t, wire);
-        crate::chunk::encoded_growth(plan, first, &mut encoder, SAMPLED_RECORDS)
+        crate::chunk::encoded_growth(plan, &head, &mut encoder, SAMPLED_RECORDS)
     };
+    let input = plan
+        .chunks
+        .iter()
+        .filter(|c| plan.inputs[c.input].table == t)
+        .map(|c| c.weight(&plan.inputs))
+        .sum();
     Some(Sizes {
         table: t,
         binary: grow(Wire::Binary)?,
         text: grow(Wire::Text)?,
+        input,
     })
-}
-
-/// The bytes of a table's inputs (on disk; standard input counts nothing).
-fn table_bytes(plan: &Plan, t: usize) -> u64 {
-    plan.inputs
-        .iter()
-        .filter(|i| i.table == t)
-        .map(|i| i.size)
-        .sum()
 }

@@ -1,8 +1,10 @@
 //! Opening connections to the server a [`ConnInfo`] names, every wait bounded: a connection
 //! attempt gives up after [`CONNECT_TIMEOUT`], and TCP keepalives notice a peer that vanished.
+//! TLS is as `ssl-mode` says ([`SslMode`]); `PREFERRED` connects again in the clear when the
+//! server offers no TLS, as the client does.
 
-use crate::conninfo::ConnInfo;
-use mysql_async::{Conn, Opts, OptsBuilder};
+use crate::conninfo::{ConnInfo, SslMode};
+use mysql_async::{Conn, DriverError, Error, Opts, OptsBuilder, SslOpts};
 use std::time::Duration;
 
 /// How long one connection attempt may take.
@@ -18,8 +20,35 @@ pub enum ConnectError {
 }
 
 /// The driver's options for `info`: TCP (or the socket it names), `LOAD DATA LOCAL` allowed
-/// (the driver advertises it; sluice installs a handler per statement), keepalives on.
+/// (the driver advertises it; sluice installs a handler per statement), keepalives on, TLS as
+/// `ssl-mode` says.
 pub fn opts(info: &ConnInfo) -> Opts {
+    opts_tls(info, tls(info))
+}
+
+/// The driver's TLS options for `ssl-mode`: none when disabled; any certificate for
+/// `PREFERRED` and `REQUIRED` (encrypted, not authenticated); the `ssl-ca` file (or the
+/// well-known authorities) for `VERIFY_CA`, with the host's name checked for `VERIFY_IDENTITY`.
+fn tls(info: &ConnInfo) -> Option<SslOpts> {
+    let roots = || {
+        let ca = info.ssl_ca.clone().map(Into::into);
+        SslOpts::default().with_root_certs(ca.into_iter().collect())
+    };
+    match info.ssl_mode {
+        SslMode::Disabled => None,
+        // A Unix socket never leaves this machine: the client encrypts it only when told to.
+        SslMode::Preferred if info.socket.is_some() => None,
+        SslMode::Preferred | SslMode::Required => Some(
+            SslOpts::default()
+                .with_danger_accept_invalid_certs(true)
+                .with_danger_skip_domain_validation(true),
+        ),
+        SslMode::VerifyCa => Some(roots().with_danger_skip_domain_validation(true)),
+        SslMode::VerifyIdentity => Some(roots()),
+    }
+}
+
+fn opts_tls(info: &ConnInfo, tls: Option<SslOpts>) -> Opts {
     let mut b = OptsBuilder::default()
         .ip_or_hostname(info.host.clone())
         .tcp_port(info.port)
@@ -32,12 +61,12 @@ pub fn opts(info: &ConnInfo) -> Opts {
     if let Some(s) = &info.socket {
         b = b.socket(Some(s.clone()));
     }
-    Opts::from(b)
+    Opts::from(b.ssl_opts(tls))
 }
 
 /// One connection to `info`'s server.
 pub async fn connect(info: &ConnInfo) -> Result<Conn, ConnectError> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts(info))).await {
+    match tokio::time::timeout(CONNECT_TIMEOUT, open(info)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(ConnectError::Failed {
             target: info.to_string(),
@@ -46,6 +75,19 @@ pub async fn connect(info: &ConnInfo) -> Result<Conn, ConnectError> {
         Err(_) => Err(ConnectError::Timeout {
             target: info.to_string(),
         }),
+    }
+}
+
+/// Connects with TLS as `ssl-mode` says; under `PREFERRED`, in the clear when the server
+/// offers no TLS.
+async fn open(info: &ConnInfo) -> Result<Conn, Error> {
+    match Conn::new(opts(info)).await {
+        Err(Error::Driver(DriverError::NoClientSslFlagFromServer))
+            if info.ssl_mode == SslMode::Preferred =>
+        {
+            Conn::new(opts_tls(info, None)).await
+        }
+        other => other,
     }
 }
 

@@ -5,6 +5,13 @@
 //! (`localhost:3306`, the login name). That is the client's own order: an option file beats the
 //! environment, the command line beats both.
 //!
+//! TLS follows the MySQL client's `--ssl-mode` (MySQL Shell's URIs take it as `ssl-mode=`):
+//! `PREFERRED` by default (encrypted when the server offers it), `DISABLED`, `REQUIRED`
+//! (encrypted, the server not authenticated), `VERIFY_CA` (its certificate signed by `ssl-ca`,
+//! or a well-known authority) and `VERIFY_IDENTITY` (and naming the host). An option file's
+//! MariaDB spellings mean the same: `ssl` is `REQUIRED`, `skip-ssl` is `DISABLED`,
+//! `ssl-verify-server-cert` is `VERIFY_IDENTITY`.
+//!
 //! The password is kept out of every rendering: [`ConnInfo`]'s `Display` and `Debug` never
 //! show it, so no message, summary or report can print it by accident.
 
@@ -21,6 +28,9 @@ pub struct ConnInfo {
     pub database: Option<String>,
     /// A Unix socket to connect through instead of TCP.
     pub socket: Option<String>,
+    pub ssl_mode: SslMode,
+    /// The certificate authority file (PEM) `VERIFY_CA` and `VERIFY_IDENTITY` trust.
+    pub ssl_ca: Option<PathBuf>,
     /// What the user should know about how the target was found (`MYSQL_PWD` is insecure, an
     /// option file was ignored).
     pub warnings: Vec<String>,
@@ -38,8 +48,18 @@ impl fmt::Display for ConnInfo {
         if let Some(db) = &self.database {
             write!(f, "/{db}")?;
         }
+        let mut query = Vec::new();
         if let Some(s) = &self.socket {
-            write!(f, "?socket={s}")?;
+            query.push(format!("socket={s}"));
+        }
+        if self.ssl_mode != SslMode::Preferred {
+            query.push(format!("ssl-mode={}", self.ssl_mode.name()));
+        }
+        if let Some(ca) = &self.ssl_ca {
+            query.push(format!("ssl-ca={}", ca.display()));
+        }
+        if !query.is_empty() {
+            write!(f, "?{}", query.join("&"))?;
         }
         Ok(())
     }
@@ -80,6 +100,48 @@ impl Env for ProcessEnv {
     }
 }
 
+/// `--ssl-mode`: whether the connection is encrypted, and how the server is authenticated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SslMode {
+    Disabled,
+    /// Encrypted where the server offers TLS, in the clear where it does not.
+    #[default]
+    Preferred,
+    /// Encrypted, or no connection; any certificate.
+    Required,
+    /// Encrypted, the certificate signed by a trusted authority (`ssl-ca`).
+    VerifyCa,
+    /// As `VerifyCa`, and the certificate names the host connected to.
+    VerifyIdentity,
+}
+
+impl SslMode {
+    /// The client's spelling, any case, `_` or `-`.
+    pub fn parse(s: &str) -> Result<SslMode, String> {
+        match s.trim().to_ascii_uppercase().replace('-', "_").as_str() {
+            "DISABLED" => Ok(SslMode::Disabled),
+            "PREFERRED" => Ok(SslMode::Preferred),
+            "REQUIRED" => Ok(SslMode::Required),
+            "VERIFY_CA" => Ok(SslMode::VerifyCa),
+            "VERIFY_IDENTITY" => Ok(SslMode::VerifyIdentity),
+            _ => Err(format!(
+                "ssl-mode {s:?} is not one of DISABLED, PREFERRED, REQUIRED, VERIFY_CA, \
+                 VERIFY_IDENTITY"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "DISABLED",
+            SslMode::Preferred => "PREFERRED",
+            SslMode::Required => "REQUIRED",
+            SslMode::VerifyCa => "VERIFY_CA",
+            SslMode::VerifyIdentity => "VERIFY_IDENTITY",
+        }
+    }
+}
+
 /// The fields a source may set; later sources fill only what earlier ones left.
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 struct Partial {
@@ -89,6 +151,8 @@ struct Partial {
     password: Option<String>,
     database: Option<String>,
     socket: Option<String>,
+    ssl_mode: Option<SslMode>,
+    ssl_ca: Option<PathBuf>,
 }
 
 impl Partial {
@@ -100,6 +164,8 @@ impl Partial {
             password: self.password.or(other.password),
             database: self.database.or(other.database),
             socket: self.socket.or(other.socket),
+            ssl_mode: self.ssl_mode.or(other.ssl_mode),
+            ssl_ca: self.ssl_ca.or(other.ssl_ca),
         }
     }
 }
@@ -133,6 +199,8 @@ impl ConnInfo {
             password: p.password,
             database: p.database,
             socket: p.socket,
+            ssl_mode: p.ssl_mode.unwrap_or_default(),
+            ssl_ca: p.ssl_ca,
             warnings,
         })
     }
@@ -168,7 +236,8 @@ fn parse_port(p: &str) -> Result<u16, String> {
     }
 }
 
-/// `mariadb://[user[:password]@]host[:port][/database][?socket=path]`; an empty string gives
+/// `mariadb://[user[:password]@]host[:port][/database][?socket=path&ssl-mode=M&ssl-ca=path]`;
+/// an empty string gives
 /// nothing (the other sources decide).
 fn parse_uri(target: &str) -> Result<Partial, String> {
     let t = target.trim();
@@ -216,9 +285,14 @@ fn parse_uri(target: &str) -> Result<Partial, String> {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         match k {
             "socket" => p.socket = Some(percent_decode(v)?),
+            "ssl-mode" | "ssl_mode" | "sslMode" => {
+                p.ssl_mode = Some(SslMode::parse(&percent_decode(v)?)?)
+            }
+            "ssl-ca" | "ssl_ca" => p.ssl_ca = Some(PathBuf::from(percent_decode(v)?)),
             other => {
                 return Err(format!(
-                    "unknown URI parameter {other:?} (sluice knows socket=)"
+                    "unknown URI parameter {other:?} (sluice knows socket=, ssl-mode= and \
+                     ssl-ca=)"
                 ))
             }
         }
@@ -325,6 +399,16 @@ fn parse_option_text(text: &str) -> Result<Partial, String> {
             "password" => p.password = Some(value),
             "database" => p.database = Some(value),
             "socket" => p.socket = Some(value),
+            "ssl-mode" => {
+                p.ssl_mode =
+                    Some(SslMode::parse(&value).map_err(|e| format!("line {}: {e}", n + 1))?)
+            }
+            "ssl-ca" => p.ssl_ca = Some(PathBuf::from(value)),
+            "ssl" if !matches!(value.as_str(), "0" | "OFF" | "off" | "FALSE" | "false") => {
+                p.ssl_mode = p.ssl_mode.or(Some(SslMode::Required))
+            }
+            "ssl" | "skip-ssl" => p.ssl_mode = Some(SslMode::Disabled),
+            "ssl-verify-server-cert" => p.ssl_mode = Some(SslMode::VerifyIdentity),
             _ => {}
         }
     }
@@ -401,6 +485,37 @@ mod tests {
         assert!(ConnInfo::resolve("mariadb://h/d?sslmode=x", &env(&[]))
             .unwrap_err()
             .contains("sslmode"));
+        assert!(
+            ConnInfo::resolve("mariadb://h/d?ssl-mode=sometimes", &env(&[]))
+                .unwrap_err()
+                .contains("VERIFY_IDENTITY")
+        );
+    }
+
+    #[test]
+    fn ssl_mode_is_the_clients_from_the_uri_or_the_option_file() {
+        let c = ConnInfo::resolve("mariadb://h/d", &env(&[])).unwrap();
+        assert_eq!((c.ssl_mode, c.ssl_ca.as_ref()), (SslMode::Preferred, None));
+        let c = ConnInfo::resolve("mysql://h/d?ssl-mode=verify_ca&ssl-ca=%2Fca.pem", &env(&[]))
+            .unwrap();
+        assert_eq!(c.ssl_mode, SslMode::VerifyCa);
+        assert_eq!(c.ssl_ca, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            c.to_string(),
+            "mariadb://root@h:3306/d?ssl-mode=VERIFY_CA&ssl-ca=/ca.pem"
+        );
+        let file = |text: &str| parse_option_text(text).unwrap().ssl_mode;
+        assert_eq!(file("[client]\nssl\n"), Some(SslMode::Required));
+        assert_eq!(file("[client]\nskip-ssl\n"), Some(SslMode::Disabled));
+        assert_eq!(file("[client]\nssl=0\n"), Some(SslMode::Disabled));
+        assert_eq!(
+            file("[client]\nssl-verify-server-cert\n"),
+            Some(SslMode::VerifyIdentity)
+        );
+        assert_eq!(
+            file("[client]\nssl_mode=REQUIRED\n"),
+            Some(SslMode::Required)
+        );
     }
 
     #[test]

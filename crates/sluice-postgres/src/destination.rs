@@ -78,6 +78,8 @@ pub struct PgDestination {
     /// The session the first connection found.
     pub session: Session,
     free_slots: Option<i64>,
+    /// The server's round trip, once measured.
+    round_trip_seen: Mutex<Option<std::time::Duration>>,
     /// Tables described so far, with PostgreSQL's own column types.
     described: Vec<Table>,
     tables: Vec<CopyTarget>,
@@ -142,6 +144,7 @@ impl PgDestination {
             zone: SessionZone::from_setting(&session.timezone),
             session,
             free_slots: free,
+            round_trip_seen: Mutex::new(None),
             described: Vec::new(),
             tables: Vec::new(),
             watchdog: Mutex::new(None),
@@ -177,10 +180,28 @@ impl PgDestination {
                 buffer: Some(n as u64),
                 why: "--socket-buffer".into(),
             },
-            SocketBuffer::Auto => auto_buffer(self.round_trip(5)?, &KernelLimits::read()),
+            SocketBuffer::Auto => {
+                let rtt = self.round_trip(5)?;
+                *lock(&self.round_trip_seen) = Some(rtt);
+                auto_buffer(rtt, &KernelLimits::read())
+            }
         };
         self.info.socket_buffer = sizing.buffer.map(|b| b as usize);
         Ok(sizing)
+    }
+
+    /// One of the probe's measurements, on a runtime of its own, bytes a second.
+    fn measure(
+        &self,
+        sink: crate::probe::Sink,
+        streams: usize,
+        seconds: f64,
+    ) -> Result<f64, String> {
+        let probe = crate::probe::Probe::connect(&self.info).map_err(|e| e.to_string())?;
+        let rate = probe
+            .measure(sink, streams.max(1), seconds)
+            .map_err(|e| e.to_string())?;
+        Ok(rate.mb_per_s() * 1e6)
     }
 
     /// The median time of `n` round trips (`SELECT 1`) on the load's own connection.
@@ -397,23 +418,23 @@ impl Destination for PgDestination {
     }
 
     fn server_round_trip(&self) -> Option<std::time::Duration> {
-        self.round_trip(5).ok()
+        let mut seen = lock(&self.round_trip_seen);
+        if seen.is_none() {
+            *seen = self.round_trip(5).ok();
+        }
+        *seen
     }
 
-    /// The probe's upload (`COPY ... WHERE false`: the network and COPY's input, nothing
-    /// stored) and its rows made and stored by the server itself (no network in the way),
-    /// counted as binary tuples, on a runtime of their own.
-    fn measure_path(&self, streams: usize, seconds: f64) -> Result<(f64, f64), String> {
-        use crate::probe::{Probe, Sink};
-        let probe = Probe::connect(&self.info).map_err(|e| e.to_string())?;
-        let streams = streams.max(1);
-        let link = probe
-            .measure(Sink::Nothing, streams, seconds)
-            .map_err(|e| e.to_string())?;
-        let server = probe
-            .measure(Sink::Generated, streams, seconds)
-            .map_err(|e| e.to_string())?;
-        Ok((link.mb_per_s() * 1e6, server.mb_per_s() * 1e6))
+    /// The probe's upload: `COPY ... WHERE false`, the network and COPY's input, nothing
+    /// stored.
+    fn measure_link(&self, streams: usize, seconds: f64) -> Result<f64, String> {
+        self.measure(crate::probe::Sink::Nothing, streams, seconds)
+    }
+
+    /// The probe's rows made and stored by the server itself, no network in the way, counted
+    /// as binary tuples.
+    fn measure_server(&self, streams: usize, seconds: f64) -> Result<f64, String> {
+        self.measure(crate::probe::Sink::Generated, streams, seconds)
     }
 
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {

@@ -165,33 +165,45 @@ impl Probe {
     }
 
     /// Sends rows into `sink` on `streams` connections at once for about `seconds`; returns
-    /// the aggregate.
+    /// the aggregate. The first stream to fail stops the others (they would wait for it at
+    /// the start for ever), and the whole is bounded by [`MEASURE_SLACK`] past `seconds`.
     pub fn measure(&self, sink: Sink, streams: usize, seconds: f64) -> Result<Rate, AdminError> {
         let info = self.info.clone();
-        self.rt.block_on(async move {
+        let bound = Duration::from_secs_f64(seconds) + MEASURE_SLACK;
+        let all = async move {
             // Every stream connects and creates its table first; then all start together.
             let barrier = Arc::new(Barrier::new(streams));
-            let mut tasks = Vec::new();
+            let mut tasks = tokio::task::JoinSet::new();
             for n in 0..streams {
                 let (info, barrier) = (info.clone(), barrier.clone());
-                tasks.push(tokio::spawn(async move {
-                    one_stream(&info, n, sink, seconds, &barrier).await
-                }));
+                tasks.spawn(async move { one_stream(&info, n, sink, seconds, &barrier).await });
             }
             // The streams start together (the barrier): the slowest one's time is the span.
             let mut total = Rate::default();
-            for t in tasks {
-                let r = t
-                    .await
+            while let Some(joined) = tasks.join_next().await {
+                let r = joined
                     .map_err(|e| AdminError::Server(format!("a probe stream failed: {e}")))??;
                 total.bytes += r.bytes;
                 total.rows += r.rows;
                 total.seconds = total.seconds.max(r.seconds);
             }
             Ok(total)
+        };
+        let measured = self
+            .rt
+            .block_on(async move { tokio::time::timeout(bound, all).await });
+        measured.unwrap_or_else(|_| {
+            Err(AdminError::Server(format!(
+                "the measurement did not end within {:.0} s",
+                bound.as_secs_f64()
+            )))
         })
     }
 }
+
+/// How long past its own time a measurement may take (connecting, creating its table,
+/// finishing) before it is given up.
+pub const MEASURE_SLACK: Duration = Duration::from_secs(30);
 
 /// Inserts the server's own rows in batches for `seconds` from the barrier; the rate counts
 /// after the first third, each row as `tuple` bytes.

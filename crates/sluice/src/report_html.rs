@@ -288,10 +288,10 @@ fn stages(r: &Report) -> String {
     out
 }
 
-/// The server's sessions by activity over time: one stacked column per sample.
 /// Each stream's TCP connection as the kernel saw it (`TCP_INFO`): what tells a window that
 /// is too small (held by the send buffer or the receiver's window) from a full link (held by
-/// congestion). Empty when no stream had a TCP connection.
+/// neither: congestion control, pacing, or little to send). Empty when no stream had a TCP
+/// connection.
 fn connections(r: &Report) -> String {
     let rows: Vec<String> = ran(r)
         .iter()
@@ -325,16 +325,17 @@ fn connections(r: &Report) -> String {
     format!(
         "<h2>Each stream's connection (the kernel's TCP_INFO)</h2><p>Of the time a connection \
          had data in flight: held by its own send buffer, by the server's receive window, or by \
-         congestion (the link). A window that holds a stream most of that time moves about a \
-         window a round trip.</p><table id=\"tcp\"><tr><th>stream</th><th>round trip ms</th>\
-         <th>MB/s in flight</th><th>busy s</th><th>send buffer MiB</th>\
+         neither (congestion control, pacing, or little to send). A window that holds a stream \
+         most of that time moves about a window a round trip.</p><table id=\"tcp\"><tr><th>stream</th><th>round trip ms</th>\
+         <th>MB/s while busy</th><th>busy s</th><th>send buffer MiB</th>\
          <th>receive window MiB</th><th>cwnd MiB</th><th>send buffer held</th>\
-         <th>receive window held</th><th>congestion held</th><th>retransmitted %</th></tr>{}\
+         <th>receive window held</th><th>neither</th><th>retransmitted %</th></tr>{}\
          </table>",
         rows.concat()
     )
 }
 
+/// The server's sessions by activity over time: one stacked column per sample.
 fn server_activity(r: &Report) -> String {
     let w = &r.server_waits;
     let (height, plot_h) = (200.0, 140.0);

@@ -70,10 +70,13 @@ fn check_streams(r: &serde_json::Value, page: &str) {
         .filter(|s| !s["chunks"].as_array().unwrap().is_empty())
         .filter(|s| s["transport"]["busy_us"].as_u64().is_some())
         .count();
-    let rows = page
-        .split(r#"id="tcp""#)
-        .nth(1)
-        .map_or(0, |t| t.split("</table>").next().unwrap().matches("<tr><td>").count());
+    let rows = page.split(r#"id="tcp""#).nth(1).map_or(0, |t| {
+        t.split("</table>")
+            .next()
+            .unwrap()
+            .matches("<tr><td>")
+            .count()
+    });
     assert_eq!(rows, over_tcp, "connection rows");
 }
 

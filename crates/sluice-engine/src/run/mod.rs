@@ -70,8 +70,8 @@ pub struct RunOptions {
     /// `--jobs auto`: start with one stream and add them while throughput rises, up to
     /// `jobs` ([`calibrate`]).
     pub calibrate: bool,
-    /// The server's round trip, when measured: `--jobs auto`'s windows are a few dozen of
-    /// them at least, so that TCP reaches its pace on a long path before a stream is judged.
+    /// The server's round trip, when measured: `--jobs auto`'s windows are ten of them at
+    /// least, so that TCP reaches its pace on a long path before a stream is judged.
     pub round_trip: Option<Duration>,
     /// How long a stream waits before its first reconnect after a lost connection (doubling
     /// with each retry, up to 16 times this).

@@ -22,7 +22,7 @@ use crate::failure::{Failure, ServerKind};
 use crate::plan::Chunk;
 use crate::strategy::{self, Unit};
 use sluice_core::destination::{
-    Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder, Transport,
+    Destination, DestinationError, DestinationStream, ErrorKind, RecordEncoder,
 };
 use sluice_core::ledger::ChunkRecord;
 use std::sync::atomic::Ordering;
@@ -588,11 +588,23 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     /// Connection `id` was lost during `unit`: retried when a retry is left.
     fn lose(&mut self, unit: &Unit, id: usize, e: DestinationError) -> UnitEnd {
         let ctx = self.ctx;
-        *self.slot(unit) = None;
+        let lost = self.slot(unit).take();
+        self.keep_transport(lost.as_ref());
         if self.lost.retry(ctx, &mut self.stats, unit, id, &e) {
             return UnitEnd::Next;
         }
         self.stop(self.lost.exhausted(&e))
+    }
+
+    /// Adds a connection's TCP figures to the stream's, before it closes or is handed on.
+    fn keep_transport(&mut self, stream: Option<&D::Stream<'d>>) {
+        let Some(t) = stream.and_then(|s| s.transport()) else {
+            return;
+        };
+        self.stats.transport = Some(match self.stats.transport {
+            Some(before) => before.then(t),
+            None => t,
+        });
     }
 
     fn stop(&self, f: Failure) -> UnitEnd {
@@ -610,7 +622,8 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         match ctx.strategy.build(s) {
             Ok(()) => BuildEnd::Done,
             Err(e) if e.kind.retried() => {
-                self.direct = None;
+                let lost = self.direct.take();
+                self.keep_transport(lost.as_ref());
                 let none = Unit {
                     chunks: Vec::new(),
                     staged: None,
@@ -646,11 +659,10 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             .sum();
         ctx.conversions.fetch_add(converted, Ordering::Relaxed);
         self.stats.seconds = t0.elapsed().as_secs_f64();
-        self.stats.transport = [&self.direct, &self.staged]
-            .into_iter()
-            .filter_map(|s| s.as_ref()?.transport())
-            .reduce(Transport::then);
-        (self.direct, self.stats)
+        let (direct, staged) = (self.direct.take(), self.staged.take());
+        self.keep_transport(staged.as_ref());
+        self.keep_transport(direct.as_ref());
+        (direct, self.stats)
     }
 }
 
