@@ -119,14 +119,19 @@ fn far() -> &'static Mutex<Option<Far>> {
     })
 }
 
-/// Runs sluice on a path's client side.
+/// Runs sluice on a path's client side, to the server at its far end.
 fn sluice_via(via: Via, args: &[&str]) -> Output {
+    sluice_as(via, |url| url, args)
+}
+
+/// Runs sluice on a path's client side, with the target's URL as `target` makes it.
+fn sluice_as(via: Via, target: impl Fn(String) -> String, args: &[&str]) -> Output {
     let guard = far().lock().unwrap();
     let far = guard.as_ref().expect("the paths are up");
     far.paths[via as usize]
         .client_command(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
-        .args(["--target", &far.url(via)])
+        .args(["--target", &target(far.url(via))])
         .output()
         .unwrap()
 }
@@ -545,5 +550,54 @@ fn wire_auto_sends_the_smaller_encoding_on_a_tight_link_and_binary_on_loopback()
     let _ = writeln!(std::io::stderr(), "--wire auto: {why}");
     assert!(why.contains("the server is on this machine"), "{why}");
     assert_eq!(r["tables"][0]["copy_format"], "binary", "{why}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn wire_auto_stays_binary_and_says_why_when_the_path_cannot_be_measured() {
+    if skipped("wire_auto_stays_binary_and_says_why_when_the_path_cannot_be_measured") {
+        return;
+    }
+    let dir = scratch("meek");
+    // A role that may insert into its table and create nothing else, not even a temporary
+    // table: the measurement's sink cannot be made.
+    psql(&format!(
+        "CREATE ROLE meek LOGIN; CREATE TABLE meek_t ({COMPACT}); \
+         CREATE TABLE meek_t_psql ({COMPACT}); GRANT SELECT, INSERT ON meek_t TO meek; \
+         DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', \
+         current_database()); END $$"
+    ));
+    let file = dir.join("meek.txt");
+    std::fs::write(&file, (0..110_000).map(compact_row).collect::<String>()).unwrap();
+    let json = dir.join("meek.json");
+    let out = sluice_as(
+        Via::Tight,
+        |url| url.replace("sluice@", "meek@"),
+        &[
+            "load",
+            "--table",
+            "meek_t",
+            "--format",
+            "text",
+            "--report-json",
+            json.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+    );
+    psql(
+        "DO $$ BEGIN EXECUTE format('GRANT TEMPORARY ON DATABASE %I TO PUBLIC', \
+         current_database()); END $$",
+    );
+    succeeded(&out);
+    let r = report(&json);
+    let why = r["wire_choice"].as_str().unwrap();
+    let _ = writeln!(std::io::stderr(), "--wire auto: {why}");
+    assert!(
+        why.starts_with("binary: the path could not be measured"),
+        "{why}"
+    );
+    assert_eq!(r["tables"][0]["copy_format"], "binary", "{why}");
+    psql_copy("meek_t_psql", file.to_str().unwrap());
+    same_rows("meek_t", "meek_t_psql");
     let _ = std::fs::remove_dir_all(&dir);
 }
