@@ -6,7 +6,7 @@
 //! Domains, enums, arrays and other types become [`PgType::Other`] and are left to the server,
 //! which also enforces domain constraints.
 
-use crate::onetrip::OneTrip;
+use crate::onetrip::{OneTrip, Param};
 use crate::types::column::{Column, PgType};
 use tokio_postgres::Client;
 
@@ -238,17 +238,23 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
     if kind != "r" && kind != "p" {
         return Err(CatalogError::NotATable(name.to_string()));
     }
-    let rows = client
-        .fetch(
+    // The columns and the references go out together: one round trip across a long path.
+    let by_oid: [&dyn Param; 1] = [&oid];
+    let (rows, references) = tokio::try_join!(
+        client.fetch(
             "SELECT a.attname::text, t.typname::text, t.typtype::text, a.atttypmod, \
                     a.attnotnull, format_type(a.atttypid, a.atttypmod) \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
                AND a.attgenerated = '' \
              ORDER BY a.attnum",
-            &[&oid],
+            &by_oid,
+        ),
+        client.fetch(
+            "SELECT DISTINCT confrelid FROM pg_constraint WHERE contype = 'f' AND conrelid = $1",
+            &by_oid,
         )
-        .await?;
+    )?;
     let columns = rows
         .iter()
         .map(|r| {
@@ -267,15 +273,7 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
             }
         })
         .collect();
-    let references = client
-        .fetch(
-            "SELECT DISTINCT confrelid FROM pg_constraint WHERE contype = 'f' AND conrelid = $1",
-            &[&oid],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let references = references.iter().map(|r| r.get(0)).collect();
     Ok(Table {
         oid,
         schema: rel.get(1),
