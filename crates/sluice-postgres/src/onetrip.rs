@@ -1,7 +1,7 @@
 //! A statement in one round trip. tokio-postgres runs `query(&str, params)` in two: it first
 //! prepares the statement (Parse, Describe, Sync) to learn its parameters' types, then binds
 //! and executes it. On loopback nobody notices; across a 200 ms path each statement costs
-//! 0.4 s, and a load's planning, ledger and publishing run a few dozen in series (12 s of a
+//! 0.4 s, and a load's planning, ledger and publishing run a few dozen in series (17 s of a
 //! 40 s load there, BENCHMARKS.md "Across a long fat path"). Here each parameter's type comes
 //! from its Rust type ([`Param`]) and the statement goes out as Parse, Bind, Execute and Sync
 //! at once (tokio-postgres' `query_typed`, an unnamed statement): one round trip.
