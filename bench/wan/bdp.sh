@@ -10,6 +10,11 @@
 #   psql-2    psql \copy, two files at a time, across the delay
 #   jobs1     sluice load --wire text --jobs 1 --socket-buffer off, across the delay
 #   off       the probe's --jobs with --socket-buffer off (autotuning), across the delay
+#   base      the probe's settings across the delay with another sluice ($BASE_BIN: an earlier
+#             build, for a before and after in one sitting)
+# CONTENDERS picks and orders them (default: "probe nodelay psql-2 jobs1 off", plus base when
+# BASE_BIN is set). TLS=1 starts the server with ssl = on and every client (sluice, psql) with
+# sslmode=require. JOBS=N overrides the probe's --jobs (the probe is still run and shown).
 # The line's bottleneck queue holds one round trip of the rate (BACKLOG_MS to change it); the
 # clients' congestion control is the machine's unless CC names another (CC=cubic: a namespace
 # may use only what net.ipv4.tcp_allowed_congestion_control lists, set in the machine's own).
@@ -25,14 +30,14 @@ rtt=${1:-200}; rate=${2:-200}; rounds=${3:-3}
 backlog=${BACKLOG_MS:-$(( rtt > 50 ? rtt : 50 ))}
 [ "$(id -u)" = 0 ] || { echo "bench/wan/bdp.sh needs root (network namespaces, TUN)" >&2; exit 2; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-bin=$CARGO_TARGET_DIR/release/sluice
+bin=${SLUICE_BIN:-$CARGO_TARGET_DIR/release/sluice}
 dl=$CARGO_TARGET_DIR/release/delayline
 [ -x "$bin" ] && [ -x "$dl" ] || cargo build --release -q -p sluice -p delayline
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
 data=/tmp/sluice-wan/sf1
 stripped=/tmp/sluice-wan/stripped
-work=/tmp/sluice-bdp
-port=5479
+work=${WORK:-/tmp/sluice-bdp}
+port=${PORT:-5479}
 mkdir -p "$work" "$stripped"
 if [ ! -e "$data/lineitem/lineitem.8.tbl" ]; then
   "$bin" gen tpch -q --scale 1 --parts 8 --out "$data" --tables lineitem
@@ -67,9 +72,10 @@ fi
 cc=$(ip netns exec "$far_ns" sysctl -n net.ipv4.tcp_congestion_control)
 . bench/wan/far-pg.sh  # (the working directory is the repository's root)
 far_pg "$work" "$pgbin" "$bin" "$port" "$far_server,$near_server"
-far_url="postgresql://sluice@$far_server:$port/postgres?sslmode=disable"
-near_url="postgresql://sluice@$near_server:$port/postgres?sslmode=disable"
-echo "far: $far_ns -> $far_server (${rtt} ms, ${rate} Mbit/s); near: $near_ns -> $near_server (0 ms, ${rate} Mbit/s); bottleneck queue ${backlog} ms; congestion control $cc"
+sslmode=disable; [ "${TLS:-0}" = 1 ] && sslmode=require
+far_url="postgresql://sluice@$far_server:$port/postgres?sslmode=$sslmode"
+near_url="postgresql://sluice@$near_server:$port/postgres?sslmode=$sslmode"
+echo "far: $far_ns -> $far_server (${rtt} ms, ${rate} Mbit/s); near: $near_ns -> $near_server (0 ms, ${rate} Mbit/s); bottleneck queue ${backlog} ms; congestion control $cc; sslmode=$sslmode"
 sql() { psql -X -q -v ON_ERROR_STOP=1 "$near_url" -c "$1" >/dev/null; }
 "$bin" ddl tpch --create --replace --target "$near_url" >/dev/null
 ip netns exec "$far_ns" "$bin" probe --target "$far_url" --upload-only --jobs 1,2,4 > "$work/probe.out" 2>&1
@@ -78,9 +84,10 @@ jobs=$(sed -n 's/^recommended: --jobs \([0-9]*\).*/\1/p' "$work/probe.out")
 buffer=$(sed -n 's/^recommended: --socket-buffer \([^ ]*\).*/\1/p' "$work/probe.out")
 # The probe measured upload only: the server's knee is not in it, so at least 2 streams.
 [ "$jobs" -ge 2 ] || jobs=2
+jobs=${JOBS:-$jobs}
 echo "probe-chosen: --jobs $jobs --socket-buffer $buffer"
 declare -A times
-contenders="probe nodelay psql-2 jobs1 off"
+contenders=${CONTENDERS:-probe nodelay psql-2 jobs1 off${BASE_BIN:+ base}}
 for r in $(seq 1 "$rounds"); do
   for who in $contenders; do
     sql "TRUNCATE lineitem"; sql "DROP SCHEMA IF EXISTS sluice_ledger CASCADE"; sql "CHECKPOINT"
@@ -97,6 +104,9 @@ for r in $(seq 1 "$rounds"); do
       off) ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
           --jobs "$jobs" --socket-buffer off --strategy direct "$data"/lineitem/*.tbl \
           > "$work/$who.out" ;;
+      base) ip netns exec "$far_ns" "$BASE_BIN" load -q --target "$far_url" --wire text \
+          --jobs "$jobs" --socket-buffer "$buffer" --strategy direct "$data"/lineitem/*.tbl \
+          > "$work/$who.out" ;;
       jobs1) ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
           --jobs 1 --socket-buffer off --strategy direct "$data"/lineitem/*.tbl > "$work/$who.out" ;;
     esac
@@ -108,5 +118,5 @@ for r in $(seq 1 "$rounds"); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 for who in $contenders; do echo "median $who $(echo "${times[$who]}" | median)s"; done
-for who in probe nodelay off jobs1; do echo "== $who"; grep -h "verdict\|bound\|wire:" "$work/$who.out" | head -4; done
+for who in $contenders; do [ -e "$work/$who.out" ] || continue; echo "== $who"; grep -h "verdict\|bound\|wire:" "$work/$who.out" | head -4; done
 for n in far near; do echo "line $n: $(cat "$work/$n.err" 2>/dev/null)"; done

@@ -21,8 +21,8 @@ bin=$CARGO_TARGET_DIR/release/sluice
 [ -x "$dl" ] || cargo build --release -q -p delayline
 [ -x "$bin" ] || cargo build --release -q -p sluice
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
-work=/tmp/sluice-delay
-port=5478
+work=${WORK:-/tmp/sluice-delay}
+port=${PORT:-5478}
 mkdir -p "$work"
 rate_flag=()
 # With a rate, the bottleneck's queue holds one round trip of it (at least 50 ms).

@@ -6,6 +6,7 @@
 //! Domains, enums, arrays and other types become [`PgType::Other`] and are left to the server,
 //! which also enforces domain constraints.
 
+use crate::onetrip::{OneTrip, Param};
 use crate::types::column::{Column, PgType};
 use tokio_postgres::Client;
 
@@ -92,22 +93,19 @@ impl Session {
 }
 
 pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> {
-    let row = client
-        .query_one(
+    // Both go out together: one round trip across a long path.
+    let (row, tablespaces) = tokio::try_join!(
+        client.fetch_one(
             "SELECT current_setting('TimeZone'), current_setting('server_version'), \
              current_setting('server_version_num')::int, \
              current_setting('max_connections')::int, current_setting('server_encoding'), \
              pg_is_in_recovery(), current_setting('transaction_read_only') = 'on', \
              current_setting('max_prepared_transactions')::int",
             &[],
-        )
-        .await?;
-    let tablespaces = client
-        .query("SELECT oid, spcname FROM pg_tablespace", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        ),
+        client.fetch("SELECT oid, spcname FROM pg_tablespace", &[])
+    )?;
+    let tablespaces = tablespaces.iter().map(|r| (r.get(0), r.get(1))).collect();
     Ok(Session {
         tablespaces,
         timezone: row.get(0),
@@ -128,7 +126,7 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
 /// superusers, as the server checks them at connection time.
 pub async fn free_slots(client: &Client) -> Option<i64> {
     client
-        .query_one(
+        .fetch_one(
             "WITH me AS (SELECT oid, rolsuper, rolconnlimit FROM pg_roles \
                          WHERE rolname = session_user), \
                   db AS (SELECT oid, datconnlimit FROM pg_database \
@@ -156,7 +154,7 @@ pub async fn free_slots(client: &Client) -> Option<i64> {
 /// start time stands in for it, and a restart then looks like another server.
 pub async fn server_identity(client: &Client) -> Result<String, tokio_postgres::Error> {
     let row = client
-        .query_one(
+        .fetch_one(
             "SELECT system_identifier::text || \
                     CASE WHEN pg_is_in_recovery() THEN '/standby' ELSE '' END \
              FROM pg_control_system()",
@@ -168,7 +166,7 @@ pub async fn server_identity(client: &Client) -> Result<String, tokio_postgres::
         // Some managed services revoke pg_control_system: the start time alone must do.
         Err(e) if e.as_db_error().is_some() => {
             let r = client
-                .query_one("SELECT pg_postmaster_start_time()::text", &[])
+                .fetch_one("SELECT pg_postmaster_start_time()::text", &[])
                 .await?;
             Ok(r.get(0))
         }
@@ -181,7 +179,7 @@ pub async fn server_identity(client: &Client) -> Result<String, tokio_postgres::
 /// to the first visible on the search path, then any.
 pub async fn index_key(client: &Client, index: &str) -> Option<(String, Vec<String>)> {
     let row = client
-        .query_opt(
+        .fetch_opt(
             "SELECT i.indrelid::regclass::text, \
                     array(SELECT a.attname::text \
                           FROM unnest(i.indkey[0:i.indnkeyatts - 1]) WITH ORDINALITY k(n, o) \
@@ -219,7 +217,7 @@ pub enum CatalogError {
 /// Describes `name` (as SQL spells a table name: `t`, `s.t`, `"My T"`).
 pub async fn describe_table(client: &Client, name: &str) -> Result<Table, CatalogError> {
     let rel = client
-        .query_opt(
+        .fetch_opt(
             "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.oid = to_regclass($1)",
@@ -240,17 +238,23 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
     if kind != "r" && kind != "p" {
         return Err(CatalogError::NotATable(name.to_string()));
     }
-    let rows = client
-        .query(
+    // The columns and the references go out together: one round trip across a long path.
+    let by_oid: [&dyn Param; 1] = [&oid];
+    let (rows, references) = tokio::try_join!(
+        client.fetch(
             "SELECT a.attname::text, t.typname::text, t.typtype::text, a.atttypmod, \
                     a.attnotnull, format_type(a.atttypid, a.atttypmod) \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
                AND a.attgenerated = '' \
              ORDER BY a.attnum",
-            &[&oid],
+            &by_oid,
+        ),
+        client.fetch(
+            "SELECT DISTINCT confrelid FROM pg_constraint WHERE contype = 'f' AND conrelid = $1",
+            &by_oid,
         )
-        .await?;
+    )?;
     let columns = rows
         .iter()
         .map(|r| {
@@ -269,15 +273,7 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
             }
         })
         .collect();
-    let references = client
-        .query(
-            "SELECT DISTINCT confrelid FROM pg_constraint WHERE contype = 'f' AND conrelid = $1",
-            &[&oid],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let references = references.iter().map(|r| r.get(0)).collect();
     Ok(Table {
         oid,
         schema: rel.get(1),
@@ -296,7 +292,7 @@ pub async fn table_costs(
 ) -> Result<sluice_core::destination::TableCosts, tokio_postgres::Error> {
     let list: Vec<i64> = oids.iter().map(|&o| i64::from(o)).collect();
     let rows = client
-        .query(
+        .fetch(
             "SELECT c.relname::text, k.kind, k.name
                FROM pg_class c
                CROSS JOIN LATERAL (

@@ -15,6 +15,7 @@
 //! would otherwise end a long COPY, or a stream waiting at the commit barrier.
 
 use crate::conninfo::{ConnInfo, HostSpec, SessionAttrs, SslMode};
+use crate::onetrip::OneTrip;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -382,7 +383,7 @@ fn no_password(info: &ConnInfo, h: &HostSpec) -> String {
 /// the `target_session_attrs` check.
 async fn prepare_session(client: &Client, attrs: SessionAttrs) -> Result<(), String> {
     let row = client
-        .query_one(
+        .fetch_one(
             "SELECT count(set_config(name, '0', false)), pg_is_in_recovery(), \
                     current_setting('transaction_read_only') = 'on' \
              FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout', \

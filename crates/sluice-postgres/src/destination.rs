@@ -16,6 +16,7 @@ use crate::catalog::{
 use crate::condition;
 use crate::connect::{connect, connect_host, ConnectError};
 use crate::conninfo::ConnInfo;
+use crate::onetrip::OneTrip;
 use crate::oracle::Oracle;
 use crate::stage::{self, PublishError, Staged, TablePartitions};
 use crate::stream::{CopyWriter, ServerError, Stream, StreamOpenError};
@@ -125,9 +126,13 @@ impl PgDestination {
             let info = target.pinned(connected.host);
             let client = connected.client;
             let server = |e: tokio_postgres::Error| OpenError::Server(e.to_string());
-            let identity = server_identity(&client).await.map_err(server)?;
-            let session = session(&client).await.map_err(server)?;
-            let free = free_slots(&client).await;
+            // Independent questions, pipelined: one round trip across a long path, not four.
+            let (identity, session, free) = tokio::join!(
+                server_identity(&client),
+                session(&client),
+                free_slots(&client)
+            );
+            let (identity, session) = (identity.map_err(server)?, session.map_err(server)?);
             Ok::<_, OpenError>((info, client, identity, session, free))
         })?;
         if session.server_encoding != "UTF8" && session.server_encoding != "SQL_ASCII" {
@@ -522,7 +527,7 @@ impl Destination for PgDestination {
         );
         self.on_client(|c| async move {
             let rows = c
-                .query(
+                .fetch(
                     "SELECT gid FROM pg_prepared_xacts \
                      WHERE database = current_database() AND gid LIKE $1 ORDER BY gid",
                     &[&pattern],
@@ -630,9 +635,10 @@ impl Destination for PgDestination {
         let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
         self.rt
             .block_on(async {
-                let client = connect(&self.info).await.ok()?;
+                // The load's own connection: a new one costs a handshake and a few round trips.
+                let client = self.live().await.ok()?;
                 let rows = client
-                    .query(
+                    .fetch(
                         "SELECT name, current_setting(name) FROM pg_settings \
                          WHERE name = ANY($1) ORDER BY array_position($1, name)",
                         &[&names],
@@ -691,7 +697,7 @@ impl Destination for PgDestination {
     fn log_position(&self) -> Option<u64> {
         let lsn: String = self
             .on_client(|c| async move {
-                c.query_one("SELECT pg_current_wal_lsn()::text", &[])
+                c.fetch_one("SELECT pg_current_wal_lsn()::text", &[])
                     .await
                     .map_err(db_error)
             })
@@ -1131,7 +1137,7 @@ impl Ledger for PgDestination {
             // The staging tables of loads that no longer run go with it (they may be this
             // job's, or another dead load's: none can be published any more).
             let staging: bool = c
-                .query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&stage::SCHEMA])
+                .fetch_one("SELECT to_regnamespace($1) IS NOT NULL", &[&stage::SCHEMA])
                 .await
                 .map_err(db_error)?
                 .get(0);

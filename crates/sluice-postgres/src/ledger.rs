@@ -13,6 +13,7 @@
 //! take its rows with it. A running job holds a session advisory lock on its id (class
 //! [`LOCK_CLASS`]); a job marked running whose lock nobody holds was interrupted.
 
+use crate::onetrip::{OneTrip, Param};
 use sluice_core::ledger::{
     ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
     RelationState,
@@ -100,25 +101,17 @@ pub enum LedgerError {
 pub async fn open(client: &Client) -> Result<(), LedgerError> {
     // A schema the role may not use fails every query below with "permission denied for
     // schema": say so with the GRANT that fixes it instead.
-    let usable: bool = client
-        .query_one(
+    // Both questions go out together (one round trip across a long path); the second's
+    // answer counts only where the schema is usable.
+    let (usable, present) = tokio::join!(
+        client.fetch_one(
             "SELECT NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = 'sluice_ledger') \
                 OR has_schema_privilege('sluice_ledger', 'USAGE')",
             &[],
-        )
-        .await?
-        .get(0);
-    if !usable {
-        return Err(LedgerError::Refused(format!(
-            "the role may not use the ledger's schema `sluice_ledger`, which another role made. \
-             Its owner (or a superuser) can let it: {}",
-            grant(client).await?
-        )));
-    }
-    // Whether every table is there, and whether what is there has a version (a ledger of an
-    // unknown shape is refused below, never created over).
-    let row = client
-        .query_one(
+        ),
+        // Whether every table is there, and whether what is there has a version (a ledger of
+        // an unknown shape is refused below, never created over).
+        client.fetch_one(
             "SELECT to_regclass('sluice_ledger.job_chunks') IS NOT NULL \
                 AND to_regclass('sluice_ledger.job_files') IS NOT NULL \
                 AND to_regclass('sluice_ledger.jobs') IS NOT NULL \
@@ -127,13 +120,23 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
                 OR to_regclass('sluice_ledger.ledger_version') IS NOT NULL",
             &[],
         )
-        .await?;
+    );
+    let usable: bool = usable?.get(0);
+    if !usable {
+        return Err(LedgerError::Refused(format!(
+            "the role may not use the ledger's schema `sluice_ledger`, which another role made. \
+             Its owner (or a superuser) can let it: {}",
+            grant(client).await?
+        )));
+    }
+    let row = present?;
     let (present, versioned): (bool, bool) = (row.get(0), row.get(1));
     let current = match present {
         true => version(client).await?,
         false => None,
     };
-    if (!present && versioned) || current == Some(1) {
+    let create = (!present && versioned) || current == Some(1);
+    if create {
         let created = client
             .batch_execute(&format!(
                 "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); {CREATE} {UPGRADE_TO_2} \
@@ -152,10 +155,25 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
             });
         }
     }
-    let version: Option<i32> = match versioned {
-        true => version(client).await?,
-        false => None,
-    };
+    // The version (read again only where the ledger was just made or upgraded) and the
+    // role's rights go out together; the rights count only in a ledger of this version (the
+    // check fails on tables that are not there).
+    let (version, may) = tokio::join!(
+        async {
+            match (versioned, create) {
+                (false, _) => Ok(None),
+                (true, false) => Ok(current),
+                (true, true) => version(client).await,
+            }
+        },
+        client.fetch_one(
+            "SELECT has_table_privilege('sluice_ledger.jobs', 'INSERT, UPDATE, SELECT') \
+                AND has_table_privilege('sluice_ledger.job_files', 'INSERT, SELECT') \
+                AND has_table_privilege('sluice_ledger.job_chunks', 'INSERT, SELECT')",
+            &[],
+        )
+    );
+    let version: Option<i32> = version?;
     if version != Some(VERSION) {
         return Err(LedgerError::Refused(format!(
             "the ledger in schema `sluice_ledger` has version {} where this sluice reads version \
@@ -164,15 +182,7 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
             version.map_or("unknown".to_string(), |v| v.to_string())
         )));
     }
-    let may: bool = client
-        .query_one(
-            "SELECT has_table_privilege('sluice_ledger.jobs', 'INSERT, UPDATE, SELECT') \
-                AND has_table_privilege('sluice_ledger.job_files', 'INSERT, SELECT') \
-                AND has_table_privilege('sluice_ledger.job_chunks', 'INSERT, SELECT')",
-            &[],
-        )
-        .await?
-        .get(0);
+    let may: bool = may?.get(0);
     if !may {
         return Err(LedgerError::Refused(format!(
             "the role may not write the ledger's tables in schema `sluice_ledger`. Their owner \
@@ -187,7 +197,7 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
 /// and `sluice jobs forget`'s deletes), ready to paste into psql.
 async fn grant(client: &Client) -> Result<String, tokio_postgres::Error> {
     let role: String = client
-        .query_one("SELECT quote_ident(current_user)", &[])
+        .fetch_one("SELECT quote_ident(current_user)", &[])
         .await?
         .get(0);
     Ok(format!(
@@ -199,7 +209,7 @@ async fn grant(client: &Client) -> Result<String, tokio_postgres::Error> {
 /// The ledger's version, as its table says.
 async fn version(client: &Client) -> Result<Option<i32>, tokio_postgres::Error> {
     Ok(client
-        .query_opt("SELECT max(version) FROM sluice_ledger.ledger_version", &[])
+        .fetch_opt("SELECT max(version) FROM sluice_ledger.ledger_version", &[])
         .await?
         .and_then(|r| r.get(0)))
 }
@@ -211,7 +221,7 @@ pub async fn decide_commit(
     gids: &[String],
 ) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .run(
             "INSERT INTO sluice_ledger.job_commits (job, gid) SELECT $1, unnest($2::text[]) \
              ON CONFLICT DO NOTHING",
             &[&job, &gids],
@@ -223,7 +233,7 @@ pub async fn decide_commit(
 /// The prepared transactions job `job` decided to commit.
 pub async fn decided(client: &Client, job: i64) -> Result<Vec<String>, tokio_postgres::Error> {
     let rows = client
-        .query(
+        .fetch(
             "SELECT gid FROM sluice_ledger.job_commits WHERE job = $1",
             &[&job],
         )
@@ -261,7 +271,7 @@ pub enum Standing {
 /// Where job `job` stands.
 pub async fn standing(client: &Client, job: i64) -> Result<Standing, tokio_postgres::Error> {
     let ledger = client
-        .query_one(
+        .fetch_one(
             "SELECT to_regclass('sluice_ledger.jobs') IS NOT NULL, \
                     to_regclass('sluice_ledger.jobs') IS NULL \
                     OR has_table_privilege('sluice_ledger.jobs', 'SELECT')",
@@ -277,7 +287,7 @@ pub async fn standing(client: &Client, job: i64) -> Result<Standing, tokio_postg
     }
     // Its state and start only: this runs in every staging table's transaction.
     let row = client
-        .query_opt(
+        .fetch_opt(
             "SELECT j.state IN ('running', 'failed'), \
                     (extract(epoch FROM j.started) * 1000000)::bigint \
              FROM sluice_ledger.jobs j WHERE j.id = $1",
@@ -323,7 +333,7 @@ fn job_of(r: &tokio_postgres::Row) -> Job {
 /// Jobs, newest first: with this key, or all.
 pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_postgres::Error> {
     let rows = client
-        .query(
+        .fetch(
             &format!(
                 "SELECT {JOB_COLUMNS} FROM sluice_ledger.jobs j \
                  WHERE $1::text IS NULL OR j.key = $1 ORDER BY j.id DESC"
@@ -352,7 +362,7 @@ pub async fn job_files(
     job: i64,
 ) -> Result<Vec<FileRecord>, tokio_postgres::Error> {
     let rows = client
-        .query(
+        .fetch(
             "SELECT path, tbl, tbl_id, size, modified_ns, fingerprint, settings \
              FROM sluice_ledger.job_files \
              WHERE job = $1 ORDER BY n",
@@ -378,7 +388,7 @@ pub async fn job_chunks(
     job: i64,
 ) -> Result<Vec<ChunkRecord>, tokio_postgres::Error> {
     let rows = client
-        .query(
+        .fetch(
             "SELECT file, start_byte, end_byte, rows FROM sluice_ledger.job_chunks WHERE job = $1 \
              ORDER BY file, start_byte",
             &[&job],
@@ -410,7 +420,7 @@ pub async fn loaded_by(
     let fingerprint: Vec<&str> = files.iter().map(|f| f.fingerprint.as_str()).collect();
     let settings: Vec<&str> = files.iter().map(|f| f.settings.as_str()).collect();
     let rows = client
-        .query(
+        .fetch(
             "SELECT DISTINCT ON (q.i) q.i::int, j.id, \
                 to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), f.n \
              FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], \
@@ -448,7 +458,7 @@ pub async fn relation_state(
     relation: &str,
 ) -> Result<Option<RelationState>, tokio_postgres::Error> {
     let row = client
-        .query_opt(
+        .fetch_opt(
             "SELECT c.oid::text, c.oid::regclass::text, CASE WHEN c.relkind = 'p' THEN \
                 (SELECT string_agg(t.relid::oid::text || ':' || \
                     coalesce(pg_relation_filenode(t.relid)::text, '-'), ',' ORDER BY t.relid::oid) \
@@ -460,20 +470,22 @@ pub async fn relation_state(
         .await?;
     let Some(row) = row else { return Ok(None) };
     let name: String = row.get(1);
-    client
-        .batch_execute(&format!(
-            "BEGIN READ ONLY; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'"
-        ))
-        .await?;
-    let has_rows = match client
-        .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {name})"), &[])
-        .await
-    {
+    // The three go out together (tokio-postgres sends each when first polled, in order): one
+    // round trip, not three; a failed look leaves the transaction aborted and ROLLBACK ends it.
+    let begin = format!("BEGIN READ ONLY; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'");
+    let look = format!("SELECT EXISTS (SELECT 1 FROM {name})");
+    let (began, looked, ended) = tokio::join!(
+        client.batch_execute(&begin),
+        client.fetch_one(&look, &[]),
+        client.batch_execute("ROLLBACK")
+    );
+    began?;
+    let has_rows = match looked {
         Ok(r) => Some(r.get(0)),
         Err(e) if e.as_db_error().is_some() => None,
         Err(e) => return Err(e),
     };
-    client.batch_execute("ROLLBACK").await?;
+    ended?;
     Ok(Some(RelationState {
         name: name.clone(),
         id: row.get(0),
@@ -505,7 +517,7 @@ pub async fn placements(
 ) -> Result<Vec<PlacementCheck>, tokio_postgres::Error> {
     let files: Vec<i32> = files.iter().map(|&f| f as i32).collect();
     let rows = client
-        .query(
+        .fetch(
             "SELECT f.n, coalesce(p.relation, f.tbl), coalesce(p.rel_id, f.tbl_id), \
                 p.generation, p.has_rows \
              FROM sluice_ledger.job_files f LEFT JOIN LATERAL ( \
@@ -540,7 +552,7 @@ pub async fn placements(
 /// Takes job `job`'s lock for this session, or says who holds it.
 async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     let got: bool = client
-        .query_one(
+        .fetch_one(
             "SELECT pg_try_advisory_lock($1, $2)",
             &[&LOCK_CLASS, &(job as i32)],
         )
@@ -550,7 +562,7 @@ async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
         return Ok(());
     }
     let who = client
-        .query_opt(
+        .fetch_opt(
             "SELECT a.pid, format('process %s of %s (%s), connected since %s, %s for %s s', \
                     a.pid, coalesce(a.client_addr::text, 'a local socket'), a.application_name, \
                     to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS'), \
@@ -582,7 +594,7 @@ async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
 /// Releases job `job`'s lock held by this session.
 async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .run(
             "SELECT pg_advisory_unlock($1, $2)",
             &[&LOCK_CLASS, &(job as i32)],
         )
@@ -592,24 +604,31 @@ async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> 
 
 /// Records a new job and its files, and takes its lock.
 pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result<i64, LedgerError> {
-    client.batch_execute("BEGIN").await?;
     let done = async {
-        let id: i64 = client
-            .query_one(
+        // BEGIN and the job's row go out together: one round trip across a long path.
+        let (chunk_size, chunks, bytes) = (
+            spec.chunk_size as i64,
+            spec.chunks_total as i64,
+            spec.bytes_total as i64,
+        );
+        let job: [&dyn Param; 6] = [
+            &spec.key,
+            &tables,
+            &chunk_size,
+            &spec.settings,
+            &chunks,
+            &bytes,
+        ];
+        let (_, job) = tokio::try_join!(
+            client.batch_execute("BEGIN"),
+            client.fetch_one(
                 "INSERT INTO sluice_ledger.jobs (key, state, tables, chunk_size, settings, \
                     chunks_total, bytes_total) \
                  VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
-                &[
-                    &spec.key,
-                    &tables,
-                    &(spec.chunk_size as i64),
-                    &spec.settings,
-                    &(spec.chunks_total as i64),
-                    &(spec.bytes_total as i64),
-                ],
+                &job,
             )
-            .await?
-            .get(0);
+        )?;
+        let id: i64 = job.get(0);
         // Every file in one statement.
         let f = &spec.files;
         let n: Vec<i32> = (0..f.len() as i32).collect();
@@ -621,7 +640,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
         let fingerprint: Vec<&str> = f.iter().map(|f| f.fingerprint.as_str()).collect();
         let settings: Vec<&str> = f.iter().map(|f| f.settings.as_str()).collect();
         client
-            .execute(
+            .run(
                 "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, \
                     modified_ns, fingerprint, settings) \
                  SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
@@ -658,7 +677,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
 pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
     take_lock(client, job).await?;
     client
-        .execute(
+        .run(
             "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
              WHERE id = $1",
             &[&job],
@@ -675,7 +694,7 @@ pub async fn end(
     message: Option<&str>,
 ) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .run(
             "UPDATE sluice_ledger.jobs SET state = $2, message = $3, updated = now(), \
                 finished = CASE WHEN $2 = 'finished' THEN now() END \
              WHERE id = $1",
@@ -744,32 +763,29 @@ pub async fn finish(
         generations.push(state.generation.clone());
         has_rows.push(state.has_rows);
     }
-    client.batch_execute("BEGIN").await?;
-    let done = async {
-        client
-            .execute(
-                "DELETE FROM sluice_ledger.job_places WHERE job = $1",
-                &[&job],
-            )
-            .await?;
-        client
-            .execute(
-                "INSERT INTO sluice_ledger.job_places \
-                    (job, file, relation, rel_id, generation, has_rows) \
-                 SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
-                    $6::boolean[]) ON CONFLICT DO NOTHING",
-                &[&job, &files, &relations, &ids, &generations, &has_rows],
-            )
-            .await?;
-        client
-            .execute(
-                "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
-                    updated = now(), finished = now() WHERE id = $1",
-                &[&job],
-            )
-            .await
-    }
-    .await;
+    // Pipelined: the four go out together, one round trip across a long path, not four. A
+    // statement that fails aborts the transaction, the ones after it fail too, and the first
+    // error is the one returned.
+    let places: [&dyn Param; 6] = [&job, &files, &relations, &ids, &generations, &has_rows];
+    let done = tokio::try_join!(
+        client.batch_execute("BEGIN"),
+        client.run(
+            "DELETE FROM sluice_ledger.job_places WHERE job = $1",
+            &places[..1],
+        ),
+        client.run(
+            "INSERT INTO sluice_ledger.job_places \
+                (job, file, relation, rel_id, generation, has_rows) \
+             SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
+                $6::boolean[]) ON CONFLICT DO NOTHING",
+            &places,
+        ),
+        client.run(
+            "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
+                updated = now(), finished = now() WHERE id = $1",
+            &places[..1],
+        )
+    );
     if let Err(e) = done {
         let _ = client.batch_execute("ROLLBACK").await;
         return Err(e);
@@ -781,7 +797,7 @@ pub async fn finish(
 /// Removes a job that no process runs, with its files and chunk records.
 pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
     let exists: bool = client
-        .query_one(
+        .fetch_one(
             "SELECT EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE id = $1)",
             &[&job],
         )
@@ -824,7 +840,7 @@ pub async fn record(
     let ends: Vec<Option<i64>> = chunks.iter().map(|c| c.end.map(|e| e as i64)).collect();
     let rows: Vec<i64> = chunks.iter().map(|c| c.rows as i64).collect();
     client
-        .execute(
+        .run(
             "INSERT INTO sluice_ledger.job_chunks (job, file, start_byte, end_byte, rows) \
              SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bigint[])",
             &[&job, &files, &starts, &ends, &rows],

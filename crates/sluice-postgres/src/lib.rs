@@ -28,6 +28,7 @@ pub mod destination;
 pub mod hash;
 pub mod ledger;
 pub mod network;
+pub(crate) mod onetrip;
 pub mod oracle;
 pub mod probe;
 pub mod stage;

@@ -31,6 +31,7 @@
 
 use crate::catalog::quote_ident;
 use crate::ledger::{standing, Standing};
+use crate::onetrip::OneTrip;
 use sluice_core::destination::{KeyBound, KeyPartition, Partitioning, PublishTimes};
 use sluice_core::ledger::ChunkRecord;
 use std::time::{Duration, Instant};
@@ -256,7 +257,7 @@ pub async fn describe_partitions(
         details: Vec::new(),
     };
     let key = client
-        .query_opt(
+        .fetch_opt(
             "SELECT p.partstrat::text, p.partnatts::int, \
                     (SELECT a.attname::text FROM pg_attribute a \
                      WHERE a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]), \
@@ -297,7 +298,7 @@ pub async fn describe_partitions(
     // Rows attached by a switch fire no triggers, and ATTACH validates foreign keys with an
     // error that names the staging table.
     let guards = client
-        .query_one(
+        .fetch_one(
             "SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::text::regclass \
                      AND NOT tgisinternal AND (tgtype & 1) = 1), \
                     (SELECT count(*) FROM pg_constraint WHERE conrelid = $1::text::regclass \
@@ -330,7 +331,7 @@ pub async fn describe_partitions(
         return Ok(unroutable("it has an identity column".into()));
     }
     let rows = client
-        .query(
+        .fetch(
             "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
                     pg_get_expr(c.relpartbound, c.oid), \
                     coalesce(pg_get_partition_constraintdef(c.oid), ''), \
@@ -370,7 +371,7 @@ pub async fn describe_partitions(
             )),
             _ => {
                 let has_rows: bool = client
-                    .query_one(
+                    .fetch_one(
                         &format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})"),
                         &[],
                     )
@@ -434,7 +435,7 @@ pub async fn prepare(
     // A DBA may create the schema and grant CREATE on it to a role that may not create
     // schemas: use it as it is when it exists.
     let exists: bool = client
-        .query_one(
+        .fetch_one(
             "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
             &[&SCHEMA],
         )
@@ -449,14 +450,14 @@ pub async fn prepare(
             .await?;
     }
     let may_create: bool = client
-        .query_one("SELECT has_schema_privilege($1, 'CREATE')", &[&SCHEMA])
+        .fetch_one("SELECT has_schema_privilege($1, 'CREATE')", &[&SCHEMA])
         .await?
         .get(0);
     if !may_create {
         return Err(PrepareError::NoPrivilege);
     }
     client
-        .execute(
+        .run(
             "SELECT pg_advisory_lock($1, $2)",
             &[&LOCK_CLASS, &(load_id as i32)],
         )
@@ -476,7 +477,7 @@ pub async fn prepare(
             Some((_, g)) => *g,
             None => {
                 let got: bool = client
-                    .query_one(
+                    .fetch_one(
                         "SELECT pg_try_advisory_lock($1, $2)",
                         &[&LOCK_CLASS, &(id as i32)],
                     )
@@ -484,7 +485,7 @@ pub async fn prepare(
                     .get(0);
                 if got {
                     client
-                        .execute(
+                        .run(
                             "SELECT pg_advisory_unlock($1, $2)",
                             &[&LOCK_CLASS, &(id as i32)],
                         )
@@ -549,7 +550,7 @@ pub async fn waiting(client: &Client) -> Result<Vec<StagedMeta>, tokio_postgres:
 /// The tables in [`SCHEMA`], by name, each with its comment.
 async fn staging_tables(client: &Client) -> Result<Vec<(String, String)>, tokio_postgres::Error> {
     let rows = client
-        .query(
+        .fetch(
             "SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), '') \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname",
@@ -582,7 +583,7 @@ pub async fn still_fits(
         )
     };
     let row = client
-        .query_one(
+        .fetch_one(
             &format!(
                 "SELECT {} = {}, EXISTS (SELECT 1 FROM pg_stats \
                                          WHERE schemaname = $3 AND tablename = $4)",
@@ -690,7 +691,7 @@ pub async fn build_indexes(
 ) -> Result<(), tokio_postgres::Error> {
     let table = staging_qualified(staging);
     let rows = client
-        .query(
+        .fetch(
             "SELECT pg_get_indexdef(i.indexrelid), coalesce(con.contype::text, ''), \
                     array(SELECT quote_ident(a.attname::text) \
                           FROM unnest(i.indkey[0:i.indnkeyatts - 1]) WITH ORDINALITY k(n, o) \
@@ -803,7 +804,7 @@ async fn publish_once(
         let old = p.qualified();
         let staging = staging_qualified(&s.staging);
         let has_rows: bool = client
-            .query_one(&format!("SELECT EXISTS (SELECT 1 FROM ONLY {old})"), &[])
+            .fetch_one(&format!("SELECT EXISTS (SELECT 1 FROM ONLY {old})"), &[])
             .await?
             .get(0);
         if has_rows {
@@ -819,7 +820,7 @@ async fn publish_once(
         // The old partition's index names, by the parent index each is attached to, so that
         // the switched-in table's indexes get them.
         let names = client
-            .query(
+            .fetch(
                 "SELECT h.inhparent, c.relname::text FROM pg_index x \
                  JOIN pg_inherits h ON h.inhrelid = x.indexrelid \
                  JOIN pg_class c ON c.oid = x.indexrelid \
@@ -849,7 +850,7 @@ async fn publish_once(
         for r in names {
             let (parent_index, name): (u32, String) = (r.get(0), r.get(1));
             let new = client
-                .query_opt(
+                .fetch_opt(
                     "SELECT c.relname::text FROM pg_index x \
                      JOIN pg_inherits h ON h.inhrelid = x.indexrelid \
                      JOIN pg_class c ON c.oid = x.indexrelid \
@@ -997,7 +998,7 @@ async fn hold_analyzed(info: &crate::conninfo::ConnInfo, partitions: &[String]) 
 /// The sessions holding locks on `table`, for a message.
 async fn blockers(client: &Client, table: &str) -> String {
     let rows = client
-        .query(
+        .fetch(
             "SELECT a.pid, coalesce(a.usename::text, ''), coalesce(a.application_name, ''), \
                     coalesce(left(a.query, 60), '') \
              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \

@@ -8,6 +8,7 @@
 
 use crate::catalog::quote_ident;
 use crate::conninfo::ConnInfo;
+use crate::onetrip::OneTrip;
 use crate::types::column::Column;
 use bytes::Bytes;
 use futures_util::SinkExt;
@@ -200,18 +201,17 @@ impl Stream {
     pub async fn open(info: &ConnInfo, identity: &str) -> Result<Stream, StreamOpenError> {
         let connected = crate::connect::connect_host(info).await?;
         let (client, socket) = (connected.client, connected.socket);
-        let row = client
-            .query_one(
+        // Both go out together: one round trip across a long path, not two.
+        let (row, here) = tokio::try_join!(
+            client.fetch_one(
                 "SELECT pid, backend_start::text FROM pg_stat_activity \
                  WHERE pid = pg_backend_pid()",
                 &[],
-            )
-            .await
-            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
+            ),
+            crate::catalog::server_identity(&client)
+        )
+        .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
         let (pid, started): (i32, String) = (row.get(0), row.get(1));
-        let here = crate::catalog::server_identity(&client)
-            .await
-            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
         if here != identity {
             return Err(StreamOpenError::OtherServer {
                 target: info.to_string(),
