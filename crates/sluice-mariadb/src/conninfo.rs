@@ -7,8 +7,9 @@
 //!
 //! TLS follows the MySQL client's `--ssl-mode` (MySQL Shell's URIs take it as `ssl-mode=`):
 //! `PREFERRED` by default (encrypted when the server offers it), `DISABLED`, `REQUIRED`
-//! (encrypted, the server not authenticated), `VERIFY_CA` (its certificate signed by `ssl-ca`,
-//! or a well-known authority) and `VERIFY_IDENTITY` (and naming the host). An option file's
+//! (encrypted, the server not authenticated) and `VERIFY_IDENTITY` (its certificate signed by
+//! `ssl-ca`, or a well-known authority, and naming the host). `VERIFY_CA` is refused with a
+//! message: the driver cannot check the authority without the name. An option file's
 //! MariaDB spellings mean the same: `ssl` is `REQUIRED`, `skip-ssl` is `DISABLED`,
 //! `ssl-verify-server-cert` is `VERIFY_IDENTITY`.
 //!
@@ -100,6 +101,12 @@ impl Env for ProcessEnv {
     }
 }
 
+/// Why `VERIFY_CA` is refused rather than done differently from the client.
+pub const VERIFY_CA_UNSUPPORTED: &str = "ssl-mode=VERIFY_CA is not supported yet: the driver \
+     (mysql_async 0.37 with rustls) cannot check the certificate's authority without also \
+     checking the host's name; use ssl-mode=VERIFY_IDENTITY and connect by the name the \
+     certificate holds, or ssl-mode=REQUIRED to encrypt without authenticating the server";
+
 /// `--ssl-mode`: whether the connection is encrypted, and how the server is authenticated.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SslMode {
@@ -189,6 +196,9 @@ impl ConnInfo {
         };
         let from_env = environment(env, &mut warnings)?;
         let p = uri.or(file).or(from_env);
+        if p.ssl_mode == Some(SslMode::VerifyCa) {
+            return Err(VERIFY_CA_UNSUPPORTED.into());
+        }
         Ok(ConnInfo {
             host: p.host.unwrap_or_else(|| "localhost".into()),
             port: p.port.unwrap_or(3306),
@@ -496,14 +506,19 @@ mod tests {
     fn ssl_mode_is_the_clients_from_the_uri_or_the_option_file() {
         let c = ConnInfo::resolve("mariadb://h/d", &env(&[])).unwrap();
         assert_eq!((c.ssl_mode, c.ssl_ca.as_ref()), (SslMode::Preferred, None));
-        let c = ConnInfo::resolve("mysql://h/d?ssl-mode=verify_ca&ssl-ca=%2Fca.pem", &env(&[]))
-            .unwrap();
-        assert_eq!(c.ssl_mode, SslMode::VerifyCa);
+        let c = ConnInfo::resolve(
+            "mysql://h/d?ssl-mode=verify_identity&ssl-ca=%2Fca.pem",
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(c.ssl_mode, SslMode::VerifyIdentity);
         assert_eq!(c.ssl_ca, Some(PathBuf::from("/ca.pem")));
         assert_eq!(
             c.to_string(),
-            "mariadb://root@h:3306/d?ssl-mode=VERIFY_CA&ssl-ca=/ca.pem"
+            "mariadb://root@h:3306/d?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem"
         );
+        let refused = ConnInfo::resolve("mysql://h/d?ssl-mode=VERIFY_CA", &env(&[]));
+        assert_eq!(refused.unwrap_err(), VERIFY_CA_UNSUPPORTED);
         let file = |text: &str| parse_option_text(text).unwrap().ssl_mode;
         assert_eq!(file("[client]\nssl\n"), Some(SslMode::Required));
         assert_eq!(file("[client]\nskip-ssl\n"), Some(SslMode::Disabled));

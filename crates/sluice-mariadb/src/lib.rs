@@ -16,7 +16,7 @@
 //! - [`cluster`]: a private MariaDB server in a directory, for tests.
 //!
 //! Not here yet (the README's "not on MariaDB yet"): staging and `EXCHANGE PARTITION`, XA
-//! prepare, the server's activity classes for the verdict, `probe`, TLS.
+//! prepare, the server's activity classes for the verdict, `probe`.
 
 pub mod catalog;
 pub mod cluster;
