@@ -55,8 +55,12 @@ pub fn render(report: &Report) -> String {
     }
     for t in &report.tables {
         if t.copy_format == "text" && t.server_converted_columns.is_empty() {
+            let asked = match report.wire_choice {
+                Some(_) => "chosen by --wire auto, below",
+                None => "--wire text",
+            };
             out.push_str(&format!(
-                "note: {} loads through text COPY (--wire text): fewer bytes on the wire, every \
+                "note: {} loads through text COPY ({asked}): fewer bytes on the wire, every \
                  value validated by sluice, converted again by the server\n",
                 t.table
             ));

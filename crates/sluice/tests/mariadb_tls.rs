@@ -25,16 +25,6 @@ extern "C" fn stop_server() {
     }
 }
 
-fn authority(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    (params.self_signed(&key).unwrap(), key)
-}
-
 /// Writes `text` to `dir/name`, readable by the server's user.
 fn write_for_server(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
@@ -52,8 +42,8 @@ fn secure() -> &'static Secure {
         let root = std::env::temp_dir().join(format!("sluice-mariadb-tls-{}", std::process::id()));
         let cluster = Cluster::new(&root).expect("a directory for the server");
         cluster.init().expect("mariadb-install-db");
-        let (ca_cert, ca_key) = authority("sluice test CA");
-        let (other, _) = authority("another CA");
+        let (ca_cert, ca_key) = common::test_authority("sluice test CA");
+        let (other, _) = common::test_authority("another CA");
         let key = rcgen::KeyPair::generate().unwrap();
         let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
         let cert = params.signed_by(&key, &ca_cert, &ca_key).unwrap();

@@ -12,22 +12,12 @@ struct Certs {
     other_ca: PathBuf,
 }
 
-fn ca(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    (params.self_signed(&key).unwrap(), key)
-}
-
 /// Turns TLS on in this test binary's cluster, once.
 fn enable_tls() -> Certs {
     let dir = pg().root.join("tls");
     std::fs::create_dir_all(&dir).unwrap();
-    let (ca_cert, ca_key) = ca("sluice test CA");
-    let (other, _) = ca("another CA");
+    let (ca_cert, ca_key) = common::test_authority("sluice test CA");
+    let (other, _) = common::test_authority("another CA");
     let key = rcgen::KeyPair::generate().unwrap();
     let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
     let cert = params.signed_by(&key, &ca_cert, &ca_key).unwrap();

@@ -409,3 +409,14 @@ pub fn details_path(rejects: &Path) -> PathBuf {
     p.push(".jsonl");
     PathBuf::from(p)
 }
+
+/// A self-signed certificate authority named `name`, for the TLS tests' servers.
+pub fn test_authority(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    (params.self_signed(&key).unwrap(), key)
+}
