@@ -382,7 +382,7 @@ impl Load<'_> {
         let spec = self.spec;
         let jobs = self.choose_jobs(&*dest, stager, &plan);
         let wire = match spec.dry_run {
-            true => None,
+            true => crate::wire::dry_run_note(&plan, &*dest),
             false => crate::wire::choose(&plan, dest, jobs),
         };
         if let Some(w) = wire.as_ref().filter(|w| !w.text.is_empty()) {

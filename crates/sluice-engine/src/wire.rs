@@ -56,6 +56,19 @@ struct Sizes {
     input: u64,
 }
 
+/// What a dry run says of `--wire auto`, when some table could go either way: it measures
+/// nothing, so it encodes binary, and a real load may send text.
+pub fn dry_run_note<D: Destination>(plan: &Plan, dest: &D) -> Option<WireChoice> {
+    (0..plan.tables.len())
+        .any(|t| dest.wire_choice(t))
+        .then(|| WireChoice {
+            text: vec![],
+            why: "binary in a dry run, which measures no path: a load may send text where the \
+                  link is the limit"
+                .into(),
+        })
+}
+
 /// Chooses each table's encoding under `--wire auto` and tells the destination; `None` when
 /// no table could go either way.
 pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<WireChoice> {

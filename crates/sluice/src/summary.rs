@@ -184,6 +184,9 @@ pub fn render(report: &Report) -> String {
     }
     if report.dry_run {
         out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");
+        if let Some(why) = &report.wire_choice {
+            out.push_str(&format!("dry run: --wire auto: {why}\n"));
+        }
     }
     out
 }

@@ -141,3 +141,33 @@ fn a_bad_value_is_still_named_by_its_line_under_text() {
     assert_has(&err, &["line 2", "2024-02-30"]);
     assert_eq!(d.count("t"), 0);
 }
+
+/// A dry run measures no path: under `--wire auto` it says that it encoded binary, and that
+/// a load may send text, in its summary and its JSON.
+#[test]
+fn a_dry_run_says_what_wire_auto_would_still_decide() {
+    let d = db("wire_dry");
+    d.psql("CREATE TABLE t (id int, v numeric(12,2))");
+    let file = d.file("t.csv", b"1,2.50\n2,3.75\n");
+    let json = d.dir.join("dry.json");
+    let out = d.sluice(&[
+        "load",
+        "--table",
+        "t",
+        "--dry-run",
+        "--report-json",
+        json.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_has(&stdout, &["dry run: --wire auto: binary in a dry run"]);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(r["wire_choice"].as_str().unwrap().contains("may send text"));
+    assert_eq!(d.count("t"), 0);
+}
