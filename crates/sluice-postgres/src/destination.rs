@@ -195,16 +195,19 @@ impl PgDestination {
         Ok(sizing)
     }
 
-    /// One of the probe's measurements, on a runtime of its own, bytes a second.
+    /// One of the probe's measurements, on a runtime of its own, bytes a second; on no more
+    /// connections than the server had free beside the load's own.
     fn measure(
         &self,
         sink: crate::probe::Sink,
         streams: usize,
         seconds: f64,
     ) -> Result<f64, String> {
-        let probe = crate::probe::Probe::connect(&self.info).map_err(|e| e.to_string())?;
+        let free = self.free_slots.map_or(usize::MAX, |n| n.max(0) as usize);
+        let streams = streams.min(free).max(1);
+        let probe = crate::probe::Probe::of(&self.info).map_err(|e| e.to_string())?;
         let rate = probe
-            .measure(sink, streams.max(1), seconds)
+            .measure(sink, streams, seconds)
             .map_err(|e| e.to_string())?;
         Ok(rate.mb_per_s() * 1e6)
     }

@@ -132,14 +132,22 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// A probe of `info`'s server, connected once now so that a bad target fails here with
+    /// the usual message.
     pub fn connect(info: &ConnInfo) -> Result<Probe, AdminError> {
+        let probe = Probe::of(info)?;
+        probe.rt.block_on(connect(info))?;
+        Ok(probe)
+    }
+
+    /// A probe of a server already reached (a load's): its measurements connect for
+    /// themselves, and a connection made only to check the target would cost a handshake.
+    pub fn of(info: &ConnInfo) -> Result<Probe, AdminError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .map_err(AdminError::Runtime)?;
-        // Connect once now, so that a bad target fails here with the usual message.
-        rt.block_on(connect(info))?;
         Ok(Probe {
             rt,
             info: info.clone(),
@@ -205,8 +213,52 @@ impl Probe {
 /// finishing) before it is given up.
 pub const MEASURE_SLACK: Duration = Duration::from_secs(30);
 
-/// Inserts the server's own rows in batches for `seconds` from the barrier; the rate counts
-/// after the first third, each row as `tuple` bytes.
+/// A measurement's clock, from the barrier: it runs for its time, and its rate counts from the
+/// end of the first third, the warm-up (TCP's slow start, the socket buffer filling, the
+/// server's caches).
+struct Meter {
+    start: Instant,
+    warm: Instant,
+    deadline: Instant,
+    /// When the warm-up ended, and the bytes and rows by then.
+    mark: Option<(Instant, u64, u64)>,
+}
+
+impl Meter {
+    fn start(seconds: f64) -> Meter {
+        let start = Instant::now();
+        Meter {
+            start,
+            warm: start + Duration::from_secs_f64(seconds / 3.0),
+            deadline: start + Duration::from_secs_f64(seconds),
+            mark: None,
+        }
+    }
+
+    fn running(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// Notes the totals so far, the first time the warm-up is over.
+    fn tick(&mut self, bytes: u64, rows: u64) {
+        if self.mark.is_none() && Instant::now() >= self.warm {
+            self.mark = Some((Instant::now(), bytes, rows));
+        }
+    }
+
+    /// What went through since the warm-up, given the totals at the end.
+    fn rate(&self, bytes: u64, rows: u64) -> Rate {
+        let (from, bytes_before, rows_before) = self.mark.unwrap_or((self.start, 0, 0));
+        Rate {
+            bytes: bytes - bytes_before,
+            rows: rows - rows_before,
+            seconds: from.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// Inserts the server's own rows in batches for `seconds` from the barrier, each row counted
+/// as `tuple` bytes.
 async fn generated(
     client: &tokio_postgres::Client,
     insert: &str,
@@ -216,26 +268,15 @@ async fn generated(
 ) -> Result<Rate, DbError> {
     let statement = client.prepare(insert).await?;
     barrier.wait().await;
-    let start = Instant::now();
-    let (deadline, warm) = (
-        start + Duration::from_secs_f64(seconds),
-        start + Duration::from_secs_f64(seconds / 3.0),
-    );
-    let (mut rows, mut next, mut mark) = (0u64, 1i64, None);
-    while Instant::now() < deadline {
+    let mut meter = Meter::start(seconds);
+    let (mut rows, mut next) = (0u64, 1i64);
+    while meter.running() {
         let last = next + GENERATED_BATCH - 1;
         rows += client.execute(&statement, &[&next, &last]).await?;
         next = last + 1;
-        if mark.is_none() && Instant::now() >= warm {
-            mark = Some((Instant::now(), rows));
-        }
+        meter.tick(rows * tuple, rows);
     }
-    let (from, before) = mark.unwrap_or((start, 0));
-    Ok(Rate {
-        bytes: (rows - before) * tuple,
-        rows: rows - before,
-        seconds: from.elapsed().as_secs_f64(),
-    })
+    Ok(meter.rate(rows * tuple, rows))
 }
 
 /// One stream of a measurement: what it sent, from the barrier to the end of its COPY.
@@ -296,8 +337,7 @@ async fn one_stream(
     }
     let msg = Bytes::from(msg);
     barrier.wait().await;
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut meter = Meter::start(seconds);
     let copy = client.copy_in::<_, Bytes>(&sql).await.map_err(server)?;
     let mut copy = Box::pin(copy);
     if sink != Sink::Text {
@@ -305,17 +345,13 @@ async fn one_stream(
             .await
             .map_err(server)?;
     }
-    // The first third is the warm-up (TCP's slow start, the socket buffer filling): the rate
-    // counts from its end to the end of the COPY.
-    let warm = start + Duration::from_secs_f64(seconds / 3.0);
-    let (mut rows, mut bytes, mut mark) = (0u64, 0u64, None);
-    while Instant::now() < deadline {
+    // The rate counts to the end of the COPY.
+    let (mut rows, mut bytes) = (0u64, 0u64);
+    while meter.running() {
         copy.send(msg.clone()).await.map_err(server)?;
         bytes += msg.len() as u64;
         rows += per_message;
-        if mark.is_none() && Instant::now() >= warm {
-            mark = Some((Instant::now(), bytes, rows));
-        }
+        meter.tick(bytes, rows);
     }
     if sink != Sink::Text {
         copy.send(Bytes::from_static(TRAILER))
@@ -323,12 +359,7 @@ async fn one_stream(
             .map_err(server)?;
     }
     copy.as_mut().finish().await.map_err(server)?;
-    let (from, bytes_before, rows_before) = mark.unwrap_or((start, 0, 0));
-    let elapsed = from.elapsed().as_secs_f64();
+    let rate = meter.rate(bytes, rows);
     client.batch_execute("ROLLBACK").await.map_err(server)?;
-    Ok(Rate {
-        bytes: bytes - bytes_before,
-        rows: rows - rows_before,
-        seconds: elapsed,
-    })
+    Ok(rate)
 }
