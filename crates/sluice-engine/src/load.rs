@@ -419,6 +419,7 @@ impl Load<'_> {
             }
             _ => None,
         };
+        let calibrate = spec.jobs == Jobs::Auto && !spec.dry_run;
         let opts = RunOptions {
             jobs,
             copy_buffer: spec.copy_buffer,
@@ -426,11 +427,8 @@ impl Load<'_> {
             job: job.clone(),
             retries: spec.retries,
             rejects: rejects.clone(),
-            calibrate: spec.jobs == Jobs::Auto && !spec.dry_run,
-            round_trip: match spec.jobs == Jobs::Auto && !spec.dry_run {
-                true => dest.server_round_trip(),
-                false => None,
-            },
+            calibrate,
+            round_trip: calibrate.then(|| dest.server_round_trip()).flatten(),
             retry_pause: spec.retry_pause,
             prepare: self.prepare(&*dest, job.as_ref(), jobs)?,
         };

@@ -506,21 +506,18 @@ fn window_bound(
 ) -> Verdict {
     t.record(&mut figures);
     let (window, servers) = t.holding_window();
-    let own_buffer = !servers;
-    let held = match servers {
-        true => "the server's receive window",
-        false => "its own send buffer",
-    };
-    let next_step = match own_buffer {
-        true => {
+    let (held, next_step) = match servers {
+        true => (
+            "the server's receive window",
+            "more streams (--jobs), each with its own window, or a larger net.ipv4.tcp_rmem \
+             on the server's host; `sluice probe` measures the path and recommends the streams",
+        ),
+        false => (
+            "its own send buffer",
             "a bigger send buffer (--socket-buffer; the kernel grants up to twice \
              net.core.wmem_max) or more streams (--jobs), each with its own window; `sluice \
-             probe` measures the path and recommends both"
-        }
-        false => {
-            "more streams (--jobs), each with its own window, or a larger net.ipv4.tcp_rmem \
-             on the server's host; `sluice probe` measures the path and recommends the streams"
-        }
+             probe` measures the path and recommends both",
+        ),
     };
     Verdict {
         kind: "window-bound".into(),
@@ -552,7 +549,7 @@ fn link_bound(
     mut figures: BTreeMap<&'static str, f64>,
 ) -> Verdict {
     figures.insert("wire_per_input_byte", sent.ratio());
-    let congestion = match tcp {
+    let unheld = match tcp {
         Some(t) => {
             t.record(&mut figures);
             format!(
@@ -581,7 +578,7 @@ fn link_bound(
     Verdict {
         kind: "link-bound".into(),
         because: format!(
-            "streams spent {} sending (waiting on their sockets) and {} converting{congestion}; \
+            "streams spent {} sending (waiting on their sockets) and {} converting{unheld}; \
              {seen}",
             pct(s.send),
             pct(s.convert)

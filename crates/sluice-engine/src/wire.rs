@@ -24,6 +24,7 @@
 
 use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{Destination, Wire};
+use std::time::Duration;
 
 /// Records sampled per table for the sizes.
 const SAMPLED_RECORDS: u64 = 1000;
@@ -100,49 +101,12 @@ pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<
     let Some(rtt) = dest.server_round_trip() else {
         return binary("binary: the server's round trip could not be measured".into());
     };
-    let seconds = (rtt.as_secs_f64() * 30.0).clamp(MIN_MEASURE, MAX_MEASURE);
-    // The sizes, weighted by each table's input: bytes sent per input byte.
-    let per_input = |f: fn(&Sizes) -> f64| {
-        smaller.iter().map(|s| f(s) * s.input as f64).sum::<f64>() / input as f64
+    let figures = match by_the_path(dest, jobs, rtt, &smaller, input) {
+        Ok(figures) => figures,
+        Err(why) => return binary(why),
     };
-    let (g_bin, g_txt) = (per_input(|s| s.binary), per_input(|s| s.text));
-    let link = match dest.measure_link(jobs, seconds) {
-        Ok(rate) => rate.max(1.0),
-        Err(e) => return binary(format!("binary: the path could not be measured ({e})")),
-    };
-    let at_most = input as f64 * (g_bin - g_txt) / link;
-    let costs = seconds + 10.0 * rtt.as_secs_f64();
-    let on_link = format!(
-        "on {jobs} connection(s) the path carried {:.1} MB/s (round trip {:.0} ms)",
-        link / 1e6,
-        rtt.as_secs_f64() * 1e3
-    );
-    if at_most < 2.0 * costs {
-        return binary(format!(
-            "binary: {on_link}: text would save at most {at_most:.1} s, less than measuring \
-             the server costs"
-        ));
-    }
-    let server = match dest.measure_server(jobs, seconds) {
-        Ok(rate) => rate.max(1.0),
-        Err(e) => return binary(format!("binary: the server could not be measured ({e})")),
-    };
-    // Input bytes a second each way: the slower of the link (its bytes) and the server.
-    let by_binary = link.min(server) / g_bin;
-    let by_text = (link / g_txt).min(TEXT_SERVER_SHARE * server / g_bin);
-    let figures = format!(
-        "{on_link}, the server stores {:.1} MB/s of binary rows: binary would move {:.1} MB/s \
-         of input, text {:.1} MB/s",
-        server / 1e6,
-        by_binary / 1e6,
-        by_text / 1e6
-    );
-    if by_text < TEXT_MARGIN * by_binary {
-        return binary(format!("binary: {figures}"));
-    }
-    let text: Vec<usize> = smaller.iter().map(|s| s.table).collect();
-    for &t in &text {
-        dest.set_wire(t, Wire::Text);
+    for s in &smaller {
+        dest.set_wire(s.table, Wire::Text);
     }
     let ratios: Vec<String> = smaller
         .iter()
@@ -155,13 +119,66 @@ pub fn choose<D: Destination>(plan: &Plan, dest: &mut D, jobs: usize) -> Option<
         })
         .collect();
     Some(WireChoice {
-        text,
+        text: smaller.iter().map(|s| s.table).collect(),
         why: format!(
             "text: {figures}: the link is the limit, and text is the smaller encoding ({} the \
              bytes of binary)",
             ratios.join(", ")
         ),
     })
+}
+
+/// Measures the link, and the server where text could save more than that costs, and
+/// compares each encoding's rate for the tables whose text is the smaller (`input` bytes of
+/// them): the figures when text is clearly the faster, else why binary.
+fn by_the_path<D: Destination>(
+    dest: &D,
+    jobs: usize,
+    rtt: Duration,
+    smaller: &[Sizes],
+    input: u64,
+) -> Result<String, String> {
+    let seconds = (rtt.as_secs_f64() * 30.0).clamp(MIN_MEASURE, MAX_MEASURE);
+    // The sizes, weighted by each table's input: bytes sent per input byte.
+    let per_input = |f: fn(&Sizes) -> f64| {
+        smaller.iter().map(|s| f(s) * s.input as f64).sum::<f64>() / input as f64
+    };
+    let (g_bin, g_txt) = (per_input(|s| s.binary), per_input(|s| s.text));
+    let link = dest
+        .measure_link(jobs, seconds)
+        .map_err(|e| format!("binary: the path could not be measured ({e})"))?
+        .max(1.0);
+    let at_most = input as f64 * (g_bin - g_txt) / link;
+    let costs = seconds + 10.0 * rtt.as_secs_f64();
+    let on_link = format!(
+        "on {jobs} connection(s) the path carried {:.1} MB/s (round trip {:.0} ms)",
+        link / 1e6,
+        rtt.as_secs_f64() * 1e3
+    );
+    if at_most < 2.0 * costs {
+        return Err(format!(
+            "binary: {on_link}: text would save at most {at_most:.1} s, less than measuring \
+             the server costs"
+        ));
+    }
+    let server = dest
+        .measure_server(jobs, seconds)
+        .map_err(|e| format!("binary: the server could not be measured ({e})"))?
+        .max(1.0);
+    // Input bytes a second each way: the slower of the link (its bytes) and the server.
+    let by_binary = link.min(server) / g_bin;
+    let by_text = (link / g_txt).min(TEXT_SERVER_SHARE * server / g_bin);
+    let figures = format!(
+        "{on_link}, the server stores {:.1} MB/s of binary rows: binary would move {:.1} MB/s \
+         of input, text {:.1} MB/s",
+        server / 1e6,
+        by_binary / 1e6,
+        by_text / 1e6
+    );
+    match by_text >= TEXT_MARGIN * by_binary {
+        true => Ok(figures),
+        false => Err(format!("binary: {figures}")),
+    }
 }
 
 /// The table's encodings' sizes from the first records of its first file (read again from
