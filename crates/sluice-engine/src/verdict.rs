@@ -119,6 +119,15 @@ struct Shares {
     waiting: f64,
 }
 
+impl Shares {
+    /// The streams' time waiting on their sockets or on the server's answer. With the server
+    /// waiting for sluice meanwhile, both are the path: a stream whose send fits its socket
+    /// buffer waits for the answer while its bytes still cross the link.
+    fn in_flight(&self) -> f64 {
+        self.send + self.server
+    }
+}
+
 /// Judges a load, or `None` when it was too short (or sent nothing) to judge.
 pub fn judge(
     plan: &Plan,
@@ -151,7 +160,7 @@ pub fn judge(
     };
     let sent = Sent::of(&streams);
     Some(match client_side {
-        true if shares.sampled && shares.send > shares.read.max(shares.convert) => {
+        true if shares.sampled && shares.in_flight() > shares.read.max(shares.convert) => {
             let tcp = Tcp::of(&streams, elapsed);
             match tcp {
                 Some(t) if t.window_held() => window_bound(&t, &shares, &seen, figures),
@@ -522,10 +531,10 @@ fn window_bound(
     Verdict {
         kind: "window-bound".into(),
         because: format!(
-            "streams spent {} sending; each of {} stream(s) moved {:.1} MB/s at a round trip \
+            "streams spent {} sending or waiting on answers; each of {} stream(s) moved {:.1} MB/s at a round trip \
              of {:.0} ms, {} of {held} ({}) a round trip, and the kernel counted it held by a \
              window {} of the time it had data in flight; {seen}",
-            pct(s.send),
+            pct(s.in_flight()),
             t.streams,
             t.per_stream_rate() / 1e6,
             t.rtt * 1e3,
@@ -578,9 +587,9 @@ fn link_bound(
     Verdict {
         kind: "link-bound".into(),
         because: format!(
-            "streams spent {} sending (waiting on their sockets) and {} converting{unheld}; \
-             {seen}",
-            pct(s.send),
+            "streams spent {} sending (waiting on their sockets, or on answers while their \
+             bytes crossed the path) and {} converting{unheld}; {seen}",
+            pct(s.in_flight()),
             pct(s.convert)
         ),
         next_step,
@@ -963,10 +972,21 @@ mod tests {
         let v = judge(&plan, &out, 2, 2, &Plain).unwrap();
         assert_eq!(v.kind, "link-bound", "{v:?}");
         assert!(
-            v.because.contains("sending (waiting on their sockets)"),
+            v.because.contains("sending (waiting on their sockets"),
             "{}",
             v.because
         );
+        // Streams whose sends fit their socket buffers wait for the server's answer while
+        // their bytes cross the link: with the server waiting for them, the link still.
+        let buffered = StreamTiming {
+            convert_seconds: 0.4,
+            send_seconds: 0.3,
+            server_seconds: 9.3,
+            ..SENDING
+        };
+        let w = waits(&[(Activity::WaitingForClient, "ClientRead", 65)]);
+        let (plan, out) = load(&[10.0, 10.2], buffered, w);
+        assert_eq!(judge(&plan, &out, 3, 2, &Plain).unwrap().kind, "link-bound");
         // The same server waiting on streams that convert is the client's limit.
         let converting = StreamTiming {
             convert_seconds: 9.0,
