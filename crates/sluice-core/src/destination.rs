@@ -13,7 +13,8 @@
 
 use crate::error::RecordError;
 use crate::ledger::{
-    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+    ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, FileRecord, Job, JobSpec, JobState, Joined,
+    LoadedBy, Placement, PlacementCheck, WorkerPart,
 };
 use crate::records::{Fields, RecordParser};
 use serde::{Deserialize, Serialize};
@@ -780,6 +781,18 @@ pub trait DestinationStream: Send {
         None
     }
 
+    /// Claims `chunks` of crew job `job` for worker `worker` in the stream's open transaction
+    /// ([`Claim`]): a claim lasts as long as the transaction, so a worker that dies gives its
+    /// chunks back, and a prepared one keeps them until the job commits.
+    fn claim(
+        &mut self,
+        _job: i64,
+        _worker: u32,
+        _chunks: &[ChunkRecord],
+    ) -> Result<Vec<Claim>, DestinationError> {
+        Err(no_crews())
+    }
+
     /// Commits the stream's transaction.
     fn commit(self) -> Result<(), DestinationError>;
 
@@ -847,6 +860,53 @@ pub trait Ledger: Destination {
     /// Removes a job that is not running, with its records; returns the staging tables of
     /// dead loads it dropped with it.
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError>;
+
+    /// Joins crew `join`'s job, creating it for its first worker (with `spec`: its chunk
+    /// size, settings and tables), takes the worker's slot for as long as the destination
+    /// lives, and registers its files; one transaction. [`ErrorKind::Usage`] when the slot's
+    /// process still runs, or the job has another number of workers.
+    fn join_crew(&self, _join: &CrewJoin, _spec: &JobSpec) -> Result<Joined, DestinationError> {
+        Err(no_crews())
+    }
+
+    /// Registers the chunks a worker plans to load as claimable (a shared file's chunk that
+    /// another worker registered stays as it is).
+    fn add_claims(&self, _job: i64, _chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
+        Err(no_crews())
+    }
+
+    /// Hands over worker `worker`'s part, loaded and prepared as `prepared` (or committed,
+    /// when empty and the load does not prepare); when every slot has done so, records the
+    /// decision to commit all of them, in the same transaction.
+    fn hand_over(
+        &self,
+        _job: i64,
+        _worker: u32,
+        _prepared: &[String],
+        _part: &WorkerPart,
+    ) -> Result<CrewTurn, DestinationError> {
+        Err(no_crews())
+    }
+
+    /// Where a crew's job stands, for its waiting workers and `sluice jobs`.
+    fn crew_status(&self, _job: i64) -> Result<CrewStatus, DestinationError> {
+        Err(no_crews())
+    }
+
+    /// Fails a crew's job for every worker (why: a worker's failure, or a wait that ran out),
+    /// unless its commit is decided already (false then). The caller then rolls back every
+    /// prepared transaction of the job.
+    fn fail_crew(&self, _job: i64, _worker: u32, _why: &str) -> Result<bool, DestinationError> {
+        Err(no_crews())
+    }
+}
+
+/// The refusal of a destination that cannot run a job with several workers.
+fn no_crews() -> DestinationError {
+    DestinationError::new(
+        ErrorKind::Usage,
+        "this destination cannot run a job with several workers (--workers)",
+    )
 }
 
 /// What kind of failure a destination reports.

@@ -188,3 +188,105 @@ pub struct PlacementCheck {
     pub then: RelationState,
     pub now: Option<RelationState>,
 }
+
+/// One worker's place in a *crew*: a job that several `sluice load` processes, on one host or
+/// many, load together (`--job NAME --workers N --worker K`). The target's own transactions
+/// coordinate them, where the ledger lives: no side channel between the workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrewJoin {
+    /// The job's name, the same on every worker (`--job`).
+    pub name: String,
+    /// How many workers the job has (`--workers`).
+    pub workers: u32,
+    /// This worker's slot, 1 to `workers` (`--worker`): a restarted worker takes its slot
+    /// back, and a second process in a live slot is refused.
+    pub worker: u32,
+    /// This worker's host name and process id, for `sluice jobs` and the errors.
+    pub host: String,
+    pub pid: u32,
+}
+
+impl CrewJoin {
+    /// The ledger key of a crew's job: its name, not its paths (hosts see different paths).
+    pub fn key(&self) -> String {
+        format!("crew:{}", self.name)
+    }
+}
+
+/// What joining a crew's job found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Joined {
+    pub job: i64,
+    /// The chunk size the job's first worker cut its files with: every worker cuts with it, so
+    /// that a chunk of a shared file is the same chunk on every host.
+    pub chunk_size: u64,
+    /// Each of this worker's files' index among the job's files (a file another worker
+    /// registered, the same path and content, keeps its index: a shared file).
+    pub files: Vec<u32>,
+    /// This slot's earlier run prepared its part, which stands: this run only waits for the
+    /// others (these are its prepared transactions).
+    pub prepared: Vec<String>,
+}
+
+/// Whether a chunk is this worker's to load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Claimed by the stream's transaction: it loads the chunk, and the claim commits (or
+    /// prepares, or rolls back) with its rows.
+    Mine,
+    /// Another worker loaded it: committed, or prepared to commit with the job.
+    Done,
+    /// Another worker's open transaction holds it now: ask again later (it is freed if that
+    /// worker dies).
+    Busy,
+}
+
+/// What a worker's turn at the end of its part gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CrewTurn {
+    /// Every slot has prepared its part, and this worker recorded the decision to commit all
+    /// of these prepared transactions: it commits them.
+    Decided(Vec<String>),
+    /// Slots still loading (or not started): this worker waits for them.
+    Waiting { prepared: u32, workers: u32 },
+}
+
+/// One worker of a crew, as the ledger holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerRecord {
+    pub worker: u32,
+    pub host: String,
+    pub pid: u32,
+    /// `loading`, `prepared`, `committed` or `failed`.
+    pub state: String,
+    /// Whether its process holds the slot now.
+    pub live: bool,
+    pub streams: u32,
+    pub rows: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// The verdict's kind for its part of the load (`link-bound`...), once it has one.
+    pub verdict: Option<String>,
+    pub message: Option<String>,
+}
+
+/// What a worker reports of its own part when it hands it over.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkerPart {
+    pub streams: u32,
+    pub rows: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub verdict: Option<String>,
+}
+
+/// A crew's job as its workers poll it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CrewStatus {
+    pub state: JobState,
+    pub message: Option<String>,
+    pub workers: u32,
+    /// The decision's prepared transactions, once a worker recorded it.
+    pub decided: Vec<String>,
+    pub slots: Vec<WorkerRecord>,
+}

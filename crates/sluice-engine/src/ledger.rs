@@ -99,7 +99,7 @@ fn input_settings(plan: &Plan, i: usize) -> String {
 /// The settings the plan's inputs use, each once, in the order of first use: the job's record
 /// for people to read. Resuming compares each file's own settings (`job_files`), so 100,000
 /// files with one dialect make one line here, not 100,000.
-fn settings(plan: &Plan) -> String {
+pub(crate) fn settings(plan: &Plan) -> String {
     let mut seen = std::collections::HashSet::new();
     (0..plan.inputs.len())
         .map(|i| input_settings(plan, i))
@@ -109,7 +109,7 @@ fn settings(plan: &Plan) -> String {
 }
 
 /// The ledger's record of each input file, as it is now.
-fn file_records(plan: &Plan) -> Result<Vec<FileRecord>, Failure> {
+pub(crate) fn file_records(plan: &Plan) -> Result<Vec<FileRecord>, Failure> {
     plan.inputs
         .iter()
         .enumerate()
@@ -147,6 +147,8 @@ pub struct JobRun {
     pub resumed: bool,
     /// Files a finished job loaded that this run leaves out, and why.
     pub skipped: Vec<Skipped>,
+    /// The worker's place, in a job that several workers load together.
+    pub crew: Option<Box<crate::crew::CrewRun>>,
 }
 
 impl JobRun {
@@ -470,6 +472,7 @@ pub fn start<D: Ledger>(
             note,
             resumed: false,
             skipped: rerun.skipped,
+            crew: None,
         },
     ))
 }
@@ -672,6 +675,7 @@ fn resume_as_planned<D: Ledger>(
             note: Some(note),
             resumed: true,
             skipped: Vec::new(),
+            crew: None,
         },
     ))
 }

@@ -6,13 +6,15 @@
 //! line, no database client and no async runtime (`tests/architecture.rs` holds that).
 //!
 //! The data path: a [`spec::LoadSpec`] -> [`load::load`] (describe the tables, [`plan::build`]
-//! a checked plan, the ledger's decision in [`ledger::start`], a strategy) ->
+//! a checked plan, the ledger's decision in [`ledger::start`] (or, for a job several workers
+//! load together, [`crew::join`]), a strategy) ->
 //! [`run::execute`] (streams on threads: read, split, convert, send; the barrier; the
 //! strategy's publish) -> [`report::Report`] with its [`verdict::Verdict`].
 
 pub mod calibrate;
 pub mod chunk;
 pub mod conflict;
+pub mod crew;
 pub mod events;
 pub mod failure;
 pub mod ledger;

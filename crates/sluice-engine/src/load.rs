@@ -125,9 +125,17 @@ impl Load<'_> {
             again.chunk_size = Some(size);
             plan::build(&again, &file_tables, &described, columns.clone())
         };
-        let (plan, job) = match self.keeps_ledger(&plan, &*dest) {
-            false => (plan, None),
-            true => match ledger::start(&*dest, plan, spec.restart, &replan)? {
+        let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
+        let (plan, job) = match (self.keeps_ledger(&plan, &*dest), crew) {
+            (false, Some(c)) => return Err(no_ledger_for_a_crew(c)),
+            (true, Some(c)) => match crate::crew::join(&*dest, plan, c, &replan)? {
+                ledger::Start::Run(plan, job) => (plan, Some(job)),
+                ledger::Start::Nothing(why, skipped) => {
+                    return Ok(self.nothing_to_load(&*dest, why, skipped))
+                }
+            },
+            (false, None) => (plan, None),
+            (true, None) => match ledger::start(&*dest, plan, spec.restart, &replan)? {
                 ledger::Start::Run(plan, job) => (plan, Some(job)),
                 ledger::Start::Nothing(why, skipped) => {
                     return Ok(self.nothing_to_load(&*dest, why, skipped))
@@ -186,6 +194,9 @@ impl Load<'_> {
         }
         self.host.event(Event::Point("planned"));
         let resumed = job.as_ref().is_some_and(|j| j.resumed);
+        if let Some((id, crew)) = job.as_ref().and_then(|j| Some((j.job, j.crew.as_ref()?))) {
+            return self.run_crew_job(dest, stager, plan, job.clone(), id, crew);
+        }
         let result = match (job_id, resumed && plan.chunks.is_empty()) {
             (Some(id), true) => Ok((
                 self.nothing_to_load(
@@ -227,6 +238,57 @@ impl Load<'_> {
             }
             _ => f,
         })
+    }
+
+    /// Runs a crew worker's part and settles it with the other workers ([`crate::crew`]): a
+    /// part an earlier run of the slot prepared is only handed over again. Any failure fails
+    /// the whole job, for every worker, and rolls back everything the job prepared.
+    fn run_crew_job<D: Destination + Ledger>(
+        &self,
+        dest: &mut D,
+        stager: Option<&dyn StagePlanner<D>>,
+        plan: Plan,
+        job: Option<JobRun>,
+        id: i64,
+        crew: &crate::crew::CrewRun,
+    ) -> Result<Report, Failure> {
+        let result = match crew.standing.is_empty() {
+            true => self
+                .run_plan(dest, stager, plan, job)
+                .and_then(|(report, _)| {
+                    let part = report.worker_part();
+                    crate::crew::settle(&*dest, self.host, id, crew, &report.prepared, &part)
+                        .map(|()| report)
+                }),
+            false => crate::crew::settle(
+                &*dest,
+                self.host,
+                id,
+                crew,
+                &crew.standing,
+                &Default::default(),
+            )
+            .map(|()| {
+                self.nothing_to_load(
+                    &*dest,
+                    format!(
+                        "job {}: worker {}'s part was in already; the job is finished",
+                        crew.crew.join.name,
+                        crew.worker()
+                    ),
+                    Vec::new(),
+                )
+            }),
+        };
+        if let Err(f) = &result {
+            if let Err(e) = crate::crew::fail(&*dest, id, crew, &f.to_string()) {
+                self.host.event(Event::Warning(format!(
+                    "could not record in the ledger that job {} failed ({e}): its other                      workers give up when their --wait-workers runs out",
+                    crew.crew.join.name
+                )));
+            }
+        }
+        result
     }
 
     /// Whether this load keeps a ledger: not a dry run, not standard input (read once, it
@@ -296,6 +358,8 @@ impl Load<'_> {
             strategy: "direct",
             server_waits: Default::default(),
             calibration: None,
+            prepared: Vec::new(),
+            elsewhere: 0,
         };
         let facts = report::Facts {
             target: dest.target(),
@@ -396,8 +460,16 @@ impl Load<'_> {
         // Routing reads each partitioned input's first row, and may say what earlier loads
         // left; the chunks an earlier run of the job staged leave the plan, their tables
         // published as they are.
+        let crew = job.as_ref().is_some_and(|j| j.crew.is_some());
         let mode = match (spec.strategy, spec.dry_run) {
+            (StrategyChoice::Stage, false) if crew => {
+                return Err(Failure::Usage(
+                    "--strategy stage: a job with several workers (--workers) loads directly,                      its workers' transactions prepared until all are done; give --strategy                      direct or auto"
+                        .into(),
+                ))
+            }
             (StrategyChoice::Direct, _) | (_, true) => None,
+            (StrategyChoice::Auto, false) if crew => None,
             (StrategyChoice::Auto, false) => Some(Mode::Auto),
             (StrategyChoice::Stage, false) => Some(Mode::Required),
         };
@@ -484,6 +556,15 @@ impl Load<'_> {
                 true => Vec::new(),
                 false => dest.settings(),
             },
+            crew: job
+                .as_ref()
+                .and_then(|j| j.crew.as_ref())
+                .map(|c| report::CrewReport {
+                    job: c.crew.join.name.clone(),
+                    worker: c.worker(),
+                    workers: c.crew.join.workers,
+                    chunks_loaded_elsewhere: outcome.elsewhere,
+                }),
         };
         let relations = (0..plan.inputs.len())
             .map(|i| {
@@ -519,6 +600,7 @@ impl Load<'_> {
         if choice == PrepareChoice::Off || self.spec.dry_run {
             return Ok(None);
         }
+        let crew = job.and_then(|j| Some((j.job, j.crew.as_ref()?)));
         let able = dest
             .capabilities()
             .prepare
@@ -530,7 +612,14 @@ impl Load<'_> {
             )),
             });
         match (choice, job, able) {
-            (_, Some(job), Ok(())) => Ok(Some(prepared_prefix(job.job))),
+            (_, Some(job), Ok(())) => Ok(Some(prepared_prefix(job.job, crew.map(|c| &**c.1)))),
+            (PrepareChoice::Auto, _, Err(why)) if crew.is_some() => Err(Failure::Usage(format!(
+                "--workers: {why}. A job of several workers keeps every worker's rows \
+                 invisible until all are done through prepared transactions: set the server's \
+                 max_prepared_transactions to at least the workers times --jobs (a restart), \
+                 or give --prepare off, and each worker commits its own rows when it finishes \
+                 (visible worker by worker; each chunk still loaded exactly once)"
+            ))),
             (PrepareChoice::On, None, _) => Err(Failure::Usage(
                 "--prepare on needs the resume ledger, where the commit decision is kept (this \
                  load keeps none: standard input, or a role that cannot create it)"
@@ -558,15 +647,28 @@ impl Load<'_> {
 
 /// The names of a run's prepared transactions: the job's, and this process's, so that a later
 /// run of the job finds them by the job's prefix ([`ledger::prepared_prefix_of`]).
-fn prepared_prefix(job: i64) -> String {
+fn prepared_prefix(job: i64, crew: Option<&crate::crew::CrewRun>) -> String {
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
+    let worker = crew
+        .map(|c| format!("w{}_", c.worker()))
+        .unwrap_or_default();
     format!(
-        "{}{}_{nonce}",
+        "{}{worker}{}_{nonce}",
         ledger::prepared_prefix_of(job),
         std::process::id()
     )
+}
+
+/// A crew's worker without a ledger: standard input, or a role that cannot keep one.
+fn no_ledger_for_a_crew(crew: &crate::crew::Crew) -> Failure {
+    Failure::Usage(format!(
+        "--job {}: the workers of a job coordinate through the ledger in the target database, \
+         and this load keeps none (standard input cannot be claimed chunk by chunk, or the \
+         role cannot write the ledger: the warning above says which)",
+        crew.join.name
+    ))
 }
 
 /// What a progress display shows of a plan.

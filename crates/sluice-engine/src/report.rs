@@ -64,6 +64,36 @@ pub struct Report {
     pub calibration: Option<crate::calibrate::Calibration>,
     /// The server settings that matter to a bulk load, as the server reported them.
     pub server_settings: Vec<(String, String)>,
+    /// This load as one worker of a job several load together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crew: Option<CrewReport>,
+    /// The transactions the streams prepared and left for the crew's decision.
+    #[serde(skip)]
+    pub prepared: Vec<String>,
+}
+
+/// A crew worker's place and share, in the report.
+#[derive(Serialize, Debug, Clone)]
+pub struct CrewReport {
+    pub job: String,
+    pub worker: u32,
+    pub workers: u32,
+    /// Chunks of this worker's files that other workers had loaded, or were loading, when its
+    /// streams came to them.
+    pub chunks_loaded_elsewhere: u64,
+}
+
+impl Report {
+    /// What this worker reports of its part to its crew.
+    pub fn worker_part(&self) -> sluice_core::ledger::WorkerPart {
+        sluice_core::ledger::WorkerPart {
+            streams: self.jobs as u32,
+            rows: self.total.rows,
+            bytes: self.total.bytes,
+            seconds: self.elapsed_seconds,
+            verdict: self.verdict.as_ref().map(|v| v.kind.clone()),
+        }
+    }
 }
 
 /// The server's side of where the time went.
@@ -131,6 +161,7 @@ pub struct Facts {
     /// Why `--wire auto` chose the encodings it did.
     pub wire: Option<String>,
     pub server_settings: Vec<(String, String)>,
+    pub crew: Option<CrewReport>,
 }
 
 /// The report of a load from its plan and outcome.
@@ -315,6 +346,8 @@ pub fn build_judged(
             .flatten(),
         calibration: outcome.calibration.clone(),
         server_settings: facts.server_settings,
+        crew: facts.crew,
+        prepared: outcome.prepared.clone(),
         server_waits: ServerWaitsReport {
             classes: sluice_core::destination::Activity::ALL
                 .iter()

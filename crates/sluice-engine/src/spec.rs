@@ -85,6 +85,8 @@ pub struct LoadSpec {
     /// Where rows routed to their partitions on the client wait for their partition's load
     /// (`None`: the system's temporary directory).
     pub temp_dir: Option<PathBuf>,
+    /// This load is one worker of a job several load together (`--job`, `--workers`).
+    pub crew: Option<crate::crew::Crew>,
 }
 
 impl LoadSpec {
@@ -115,6 +117,7 @@ impl LoadSpec {
             prepare: PrepareChoice::Auto,
             wire: Wire::Auto,
             temp_dir: None,
+            crew: None,
             checked: CheckedInputs::default(),
         }
     }

@@ -135,6 +135,10 @@ pub struct Commit<'a> {
     /// every stream prepared, the decision recorded in the ledger, then each committed; a
     /// rerun finishes what a crash left prepared. `None`: plain COMMITs, back to back.
     pub prepare: Option<String>,
+    /// A crew's worker: its prepared transactions are left for the crew's decision (in
+    /// `prepared`), not decided here ([`crate::crew::settle`]).
+    pub hand_over: bool,
+    pub prepared: std::sync::Mutex<Vec<String>>,
 }
 
 /// A chunk smaller than this (and than a quarter of the plan's chunk size) may share a load
@@ -220,6 +224,11 @@ pub fn commit_all<D: Destination>(
     let host = commit.host;
     let phase = CommitPhase::begin(host);
     match (&commit.prepare, commit.job) {
+        (Some(prefix), Some(_)) if commit.hand_over => {
+            let ids = prepare_all(dest, streams, prefix)?;
+            host.event(Event::Point("prepared"));
+            *crate::run::lock(&commit.prepared) = ids;
+        }
         (Some(prefix), Some(job)) => commit_prepared(dest, streams, host, job, prefix)?,
         _ => commit_back_to_back::<D>(streams, host)?,
     }
@@ -256,6 +265,39 @@ fn commit_back_to_back<D: Destination>(
     Ok(())
 }
 
+/// Rolls back prepared transactions after `e` stopped the commit, and says so.
+fn undo<D: Destination>(
+    dest: &D,
+    prepared: &[String],
+    e: sluice_core::destination::DestinationError,
+    what: &str,
+) -> Failure {
+    for id in prepared {
+        let _ = dest.finish_prepared(id, false);
+    }
+    crate::run::destination_failure(
+        &e,
+        format!("{what}: {e}; every stream's transaction was rolled back, nothing committed"),
+    )
+}
+
+/// Prepares every stream's transaction, named from `prefix`; on a failure, rolls back those
+/// prepared (and the rest with their connections).
+fn prepare_all<D: Destination>(
+    dest: &D,
+    streams: Vec<D::Stream<'_>>,
+    prefix: &str,
+) -> Result<Vec<String>, Failure> {
+    let ids: Vec<String> = (0..streams.len())
+        .map(|n| format!("{prefix}_{n}"))
+        .collect();
+    for (n, s) in streams.into_iter().enumerate() {
+        s.prepare(&ids[n])
+            .map_err(|e| undo(dest, &ids[..n], e, "preparing a stream's transaction"))?;
+    }
+    Ok(ids)
+}
+
 /// Two-phase commit: every stream prepared (nothing visible yet), the decision to commit them
 /// recorded in the ledger, then each committed. Before the decision, a failure rolls every
 /// prepared stream back; after it, a rerun of the same command commits what is still
@@ -267,25 +309,10 @@ fn commit_prepared<D: Destination>(
     job: i64,
     prefix: &str,
 ) -> Result<(), Failure> {
-    let ids: Vec<String> = (0..streams.len())
-        .map(|n| format!("{prefix}_{n}"))
-        .collect();
-    let undo = |prepared: &[String], e: sluice_core::destination::DestinationError, what: &str| {
-        for id in prepared {
-            let _ = dest.finish_prepared(id, false);
-        }
-        crate::run::destination_failure(
-            &e,
-            format!("{what}: {e}; every stream's transaction was rolled back, nothing committed"),
-        )
-    };
-    for (n, s) in streams.into_iter().enumerate() {
-        s.prepare(&ids[n])
-            .map_err(|e| undo(&ids[..n], e, "preparing a stream's transaction"))?;
-    }
+    let ids = prepare_all(dest, streams, prefix)?;
     host.event(Event::Point("prepared"));
     dest.decide_commit(job, &ids)
-        .map_err(|e| undo(&ids, e, "recording the commit decision in the ledger"))?;
+        .map_err(|e| undo(dest, &ids, e, "recording the commit decision in the ledger"))?;
     host.event(Event::Point("decided"));
     for (committed, id) in ids.iter().enumerate() {
         if committed == 1 {

@@ -833,6 +833,8 @@ mod tests {
             strategy: "direct",
             server_waits: waits,
             calibration: None,
+            prepared: Vec::new(),
+            elsewhere: 0,
         };
         (plan, outcome)
     }

@@ -12,7 +12,10 @@
 //! `target_session_attrs` is passed over. Every session is then made fit for a bulk load, as
 //! pg_dump and pg_restore do: `statement_timeout`, `lock_timeout`,
 //! `idle_in_transaction_session_timeout` and `idle_session_timeout` set by a role or database
-//! would otherwise end a long COPY, or a stream waiting at the commit barrier.
+//! would otherwise end a long COPY, or a stream waiting at the commit barrier. The server's
+//! own keepalives are shortened (30 s idle, then 3 probes 10 s apart, where the server's are
+//! longer or the system's): a client cut off from the server loses its sessions, and with
+//! them its locks and a crew worker's claims, within about a minute, not two hours.
 
 use crate::conninfo::{ConnInfo, HostSpec, SessionAttrs, SslMode};
 use crate::onetrip::OneTrip;
@@ -384,11 +387,14 @@ fn no_password(info: &ConnInfo, h: &HostSpec) -> String {
 async fn prepare_session(client: &Client, attrs: SessionAttrs) -> Result<(), String> {
     let row = client
         .fetch_one(
-            "SELECT count(set_config(name, '0', false)), pg_is_in_recovery(), \
-                    current_setting('transaction_read_only') = 'on' \
-             FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout', \
-               'idle_in_transaction_session_timeout', 'idle_session_timeout', \
-               'transaction_timeout')",
+            "SELECT count(set_config(p.name, CASE WHEN s.value = '0' OR p.setting = '0' \
+                        THEN s.value ELSE least(p.setting::int, s.value::int)::text END, false)), \
+                    pg_is_in_recovery(), current_setting('transaction_read_only') = 'on' \
+             FROM (VALUES ('statement_timeout', '0'), ('lock_timeout', '0'), \
+                    ('idle_in_transaction_session_timeout', '0'), ('idle_session_timeout', '0'), \
+                    ('transaction_timeout', '0'), ('tcp_keepalives_idle', '30'), \
+                    ('tcp_keepalives_interval', '10'), ('tcp_keepalives_count', '3')) \
+                AS s(name, value) JOIN pg_settings p ON p.name = s.name",
             &[],
         )
         .await

@@ -34,7 +34,8 @@ use sluice_core::destination::{
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{
-    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
+    ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, FileRecord, Job, JobSpec, JobState, Joined,
+    LoadedBy, Placement, PlacementCheck, WorkerPart,
 };
 use sluice_core::records::{Fields, RecordParser};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -1151,6 +1152,55 @@ impl Ledger for PgDestination {
             Ok(found.dropped)
         })
     }
+
+    fn join_crew(&self, join: &CrewJoin, spec: &JobSpec) -> Result<Joined, DestinationError> {
+        if join.workers > crate::crew::MAX_WORKERS {
+            return Err(DestinationError::new(
+                ErrorKind::Usage,
+                format!("--workers: at most {}", crate::crew::MAX_WORKERS),
+            ));
+        }
+        let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        self.on_client(|c| async move {
+            crate::crew::join(&c, join, spec, &tables)
+                .await
+                .map_err(ledger_error)
+        })
+    }
+
+    fn add_claims(&self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
+        self.on_client(|c| async move {
+            crate::crew::add_claims(&c, job, chunks)
+                .await
+                .map_err(db_error)
+        })
+    }
+
+    fn hand_over(
+        &self,
+        job: i64,
+        worker: u32,
+        prepared: &[String],
+        part: &WorkerPart,
+    ) -> Result<CrewTurn, DestinationError> {
+        self.on_client(|c| async move {
+            crate::crew::hand_over(&c, job, worker, prepared, part)
+                .await
+                .map_err(ledger_error)
+        })
+    }
+
+    fn crew_status(&self, job: i64) -> Result<CrewStatus, DestinationError> {
+        self.on_client(|c| async move { crate::crew::status(&c, job).await.map_err(db_error) })
+    }
+
+    fn fail_crew(&self, job: i64, worker: u32, why: &str) -> Result<bool, DestinationError> {
+        self.on_client(|c| async move {
+            crate::crew::fail(&c, job, worker, why)
+                .await
+                .map_err(db_error)
+        })
+    }
 }
 
 /// One table's records to binary COPY tuples (or text COPY lines, for a table with a column
@@ -1386,6 +1436,23 @@ impl DestinationStream for PgStream<'_> {
 
     fn transport(&self) -> Option<Transport> {
         self.tcp
+    }
+
+    fn claim(
+        &mut self,
+        job: i64,
+        worker: u32,
+        chunks: &[ChunkRecord],
+    ) -> Result<Vec<Claim>, DestinationError> {
+        self.dest
+            .rt
+            .block_on(crate::crew::claim(
+                self.stream.client(),
+                job,
+                worker,
+                chunks,
+            ))
+            .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))
     }
 
     fn commit(mut self) -> Result<(), DestinationError> {

@@ -24,7 +24,7 @@ use tokio_postgres::Client;
 pub const SCHEMA: &str = "sluice_ledger";
 /// The shape of the ledger's tables; a ledger of another shape is refused with advice, not
 /// misread.
-pub const VERSION: i32 = 2;
+pub const VERSION: i32 = 3;
 /// The advisory lock class of running jobs ('sljb').
 pub const LOCK_CLASS: i32 = 0x736c_6a62;
 
@@ -87,6 +87,34 @@ CREATE TABLE IF NOT EXISTS sluice_ledger.job_places (
 UPDATE sluice_ledger.ledger_version SET version = 2 WHERE version = 1;
 ";
 
+/// What version 3 adds: crews, jobs that several workers load together (`crate::crew`).
+const UPGRADE_TO_3: &str = "
+ALTER TABLE sluice_ledger.jobs ADD COLUMN IF NOT EXISTS workers int;
+CREATE TABLE IF NOT EXISTS sluice_ledger.job_workers (
+    job bigint NOT NULL,
+    worker int NOT NULL,
+    host text NOT NULL,
+    pid int NOT NULL,
+    state text NOT NULL CHECK (state IN ('loading', 'prepared', 'committed', 'failed')),
+    gids text[] NOT NULL DEFAULT '{}',
+    streams int,
+    rows bigint,
+    bytes bigint,
+    seconds float8,
+    verdict text,
+    message text,
+    started timestamptz NOT NULL DEFAULT now(),
+    updated timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job, worker));
+CREATE TABLE IF NOT EXISTS sluice_ledger.job_claims (
+    job bigint NOT NULL,
+    file int NOT NULL,
+    start_byte bigint NOT NULL,
+    worker int,
+    PRIMARY KEY (job, file, start_byte));
+UPDATE sluice_ledger.ledger_version SET version = 3 WHERE version = 2;
+";
+
 /// Why the ledger cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -135,14 +163,9 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
         true => version(client).await?,
         false => None,
     };
-    let create = (!present && versioned) || current == Some(1);
+    let create = (!present && versioned) || current.is_some_and(|v| v < VERSION);
     if create {
-        let created = client
-            .batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); {CREATE} {UPGRADE_TO_2} \
-                 COMMIT"
-            ))
-            .await;
+        let created = create_or_upgrade(client).await;
         if let Err(e) = created {
             let _ = client.batch_execute("ROLLBACK").await;
             return Err(match e.as_db_error() {
@@ -191,6 +214,46 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
         )));
     }
     Ok(())
+}
+
+/// Creates the ledger, or upgrades it, under its lock: another session may have done so
+/// between this one's look and the lock (two workers starting at once), and the upgrade's
+/// `ALTER TABLE` must not run again under sessions already using the tables.
+async fn create_or_upgrade(client: &Client) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)"
+        ))
+        .await?;
+    let done = async {
+        // pg_class read as a table, in this statement's snapshot: a name lookup may use a
+        // catalog snapshot older than the lock, and miss the ledger another session has just
+        // made.
+        let present: bool = client
+            .fetch_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n \
+                    ON n.oid = c.relnamespace \
+                 WHERE n.nspname = 'sluice_ledger' AND c.relname = 'ledger_version')",
+                &[],
+            )
+            .await?
+            .get(0);
+        let current = match present {
+            true => version(client).await?,
+            false => None,
+        };
+        if current.is_none_or(|v| v < VERSION) {
+            client
+                .batch_execute(&format!("{CREATE} {UPGRADE_TO_2} {UPGRADE_TO_3}"))
+                .await?;
+        }
+        client.batch_execute("COMMIT").await
+    }
+    .await;
+    if done.is_err() {
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    done
 }
 
 /// The statements that let the session's role use the ledger (reading and writing its jobs,
@@ -814,6 +877,8 @@ pub async fn forget(client: &Client, job: i64) -> Result<(), LedgerError> {
             "BEGIN; DELETE FROM sluice_ledger.job_chunks WHERE job = {job}; \
              DELETE FROM sluice_ledger.job_commits WHERE job = {job}; \
              DELETE FROM sluice_ledger.job_places WHERE job = {job}; \
+             DELETE FROM sluice_ledger.job_claims WHERE job = {job}; \
+             DELETE FROM sluice_ledger.job_workers WHERE job = {job}; \
              DELETE FROM sluice_ledger.job_files WHERE job = {job}; \
              DELETE FROM sluice_ledger.jobs WHERE id = {job}; COMMIT"
         ))

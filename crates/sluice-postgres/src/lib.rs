@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod condition;
 pub mod connect;
 pub mod conninfo;
+pub mod crew;
 pub mod destination;
 pub mod hash;
 pub mod ledger;

@@ -69,3 +69,13 @@ impl Host for CliHost {
         crate::signals::leave_commit()
     }
 }
+
+/// This machine's name, as `hostname` prints it, for a crew's ledger rows and messages.
+pub fn name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown host".into())
+}

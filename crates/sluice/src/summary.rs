@@ -182,6 +182,13 @@ pub fn render(report: &Report) -> String {
     if let Some(v) = &report.verdict {
         out.push_str(&format!("verdict: {}\n", v.line()));
     }
+    if let Some(c) = &report.crew {
+        out.push_str(&format!(
+            "job {}: worker {} of {} loaded the rows above; {} chunk(s) of its files were \
+             other workers'; every worker's part is committed (`sluice jobs` lists them)\n",
+            c.job, c.worker, c.workers, c.chunks_loaded_elsewhere
+        ));
+    }
     if report.dry_run {
         out.push_str("dry run: every row was read, converted and encoded; nothing was sent\n");
         if let Some(why) = &report.wire_choice {

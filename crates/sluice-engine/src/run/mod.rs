@@ -192,6 +192,10 @@ pub struct RunOutcome {
     pub server_waits: ServerWaits,
     /// `--jobs auto`'s curve and choice.
     pub calibration: Option<Calibration>,
+    /// The streams' prepared transactions, left for a crew's decision (`opts.hand_over`).
+    pub prepared: Vec<String>,
+    /// Chunks a crew's other workers loaded, or were loading, when a stream came to them.
+    pub elsewhere: u64,
 }
 
 /// What every stream of a run shares.
@@ -221,6 +225,11 @@ pub(crate) struct RunContext<'a, D: Destination> {
     gate: Gate,
     /// Rows the streams loaded, once they have all finished (for `--max-errors` shares).
     streams_loaded: AtomicU64,
+    /// A crew's chunks that other workers loaded, or were loading, when a stream came to them.
+    elsewhere: AtomicU64,
+    /// Since when every chunk a stream came to was another worker's, still loading (`None`
+    /// once a claim succeeds): bounded by the crew's `--wait-workers`.
+    busy_since: Mutex<Option<Instant>>,
     started: Instant,
 }
 
@@ -307,6 +316,8 @@ pub fn execute<D: Destination>(
         conversions: AtomicU64::new(0),
         gate: Gate::new(jobs, opts.calibrate && jobs > 1),
         streams_loaded: AtomicU64::new(0),
+        elsewhere: AtomicU64::new(0),
+        busy_since: Mutex::new(None),
         started,
     };
     // The watch catches streams waiting on each other, and samples what every stream's
@@ -322,7 +333,7 @@ pub fn execute<D: Destination>(
         true => ServerWaits::default(),
     };
     let (streams, mut stats) = barrier(&ctx, results)?;
-    let late = publish::publish(&ctx, streams)?;
+    let (late, prepared) = publish::publish(&ctx, streams)?;
     // The publish stream's chunks are counted with the first stream's.
     if let Some(first) = stats.first_mut() {
         for c in late {
@@ -338,6 +349,8 @@ pub fn execute<D: Destination>(
         strategy: strategy.name(),
         server_waits,
         calibration: (opts.calibrate && jobs > 1).then(|| ctx.gate.result()),
+        prepared,
+        elsewhere: ctx.elsewhere.into_inner(),
     })
 }
 

@@ -13,11 +13,12 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Publishes the load through the strategy; returns the chunks loaded in the publish, which
-/// the report counts with the first stream's.
+/// the report counts with the first stream's, and the transactions prepared and left for a
+/// crew's decision.
 pub(super) fn publish<'d, D: Destination>(
     ctx: &RunContext<'d, D>,
     streams: Vec<D::Stream<'d>>,
-) -> Result<Vec<ChunkStat>, Failure> {
+) -> Result<(Vec<ChunkStat>, Vec<String>), Failure> {
     let mut late: Vec<ChunkStat> = Vec::new();
     let mut run = |s: &mut D::Stream<'d>, chunks: &[usize], records: Vec<ChunkRecord>| {
         load_in_publish(ctx, s, chunks, records, &mut late)
@@ -26,13 +27,15 @@ pub(super) fn publish<'d, D: Destination>(
         host: ctx.host,
         job: ctx.opts.job.as_ref().map(|j| j.job),
         prepare: ctx.opts.prepare.clone(),
+        hand_over: ctx.opts.job.as_ref().is_some_and(|j| j.crew.is_some()),
+        prepared: Default::default(),
     };
     let published = ctx.strategy.publish(ctx.dest, streams, &mut run, &commit);
     if let Err(e) = published {
         ctx.strategy.abandon(ctx.dest, &e, ctx.host);
         return Err(e);
     }
-    Ok(late)
+    Ok((late, commit.prepared.into_inner().unwrap_or_default()))
 }
 
 /// Loads `chunks` on the publish stream `s`, then writes in its transaction their ledger rows

@@ -698,6 +698,8 @@ mod tests {
             verdict: None,
             calibration: None,
             server_settings: Vec::new(),
+            crew: None,
+            prepared: Vec::new(),
             server_waits: Default::default(),
         };
         let counts: Vec<(String, u64)> = tpch::TABLES

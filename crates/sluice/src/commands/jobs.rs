@@ -7,7 +7,7 @@ use crate::destination::{self, WithDestination};
 use crate::failure::Failure;
 use clap::{Args, Subcommand};
 use sluice_core::destination::Ledger;
-use sluice_core::ledger::{Job, JobState};
+use sluice_core::ledger::{CrewStatus, Job, JobState, WorkerRecord};
 use sluice_engine::ledger::ledger_failure;
 use std::path::PathBuf;
 
@@ -90,14 +90,27 @@ fn jobs<D: Ledger>(args: JobsArgs, dest: &D) -> Result<(), Failure> {
             let jobs = dest
                 .jobs(None)
                 .map_err(|e| ledger_failure("reading the ledger", e))?;
+            let crews = crews(dest, &jobs)?;
             if args.json {
-                let list: Vec<serde_json::Value> = jobs.iter().map(json).collect();
+                let list: Vec<serde_json::Value> = jobs
+                    .iter()
+                    .map(|j| {
+                        let mut v = json(j);
+                        if let Some((_, s)) = crews.iter().find(|(id, _)| *id == j.id) {
+                            v["workers"] = s.slots.iter().map(worker_json).collect();
+                        }
+                        v
+                    })
+                    .collect();
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&list).expect("jobs serialize")
                 );
             } else {
                 print!("{}", render(&jobs));
+                for (id, s) in &crews {
+                    print!("{}", render_workers(*id, s));
+                }
             }
             Ok(())
         }
@@ -119,6 +132,67 @@ fn json(j: &Job) -> serde_json::Value {
         "finished": j.finished,
         "message": j.message,
     })
+}
+
+/// The workers of each job that several load together (`--job`), newest job first.
+fn crews<D: Ledger>(dest: &D, jobs: &[Job]) -> Result<Vec<(i64, CrewStatus)>, Failure> {
+    jobs.iter()
+        .filter(|j| j.key.starts_with("crew:"))
+        .map(|j| {
+            dest.crew_status(j.id)
+                .map(|s| (j.id, s))
+                .map_err(|e| ledger_failure("reading a job's workers", e))
+        })
+        .collect()
+}
+
+fn worker_json(w: &WorkerRecord) -> serde_json::Value {
+    serde_json::json!({
+        "worker": w.worker,
+        "host": w.host,
+        "pid": w.pid,
+        "state": w.state,
+        "live": w.live,
+        "streams": w.streams,
+        "rows": w.rows,
+        "bytes": w.bytes,
+        "seconds": w.seconds,
+        "verdict": w.verdict,
+        "message": w.message,
+    })
+}
+
+/// A crew's workers, a line each: host, state, streams, rows, rate and verdict.
+fn render_workers(id: i64, s: &CrewStatus) -> String {
+    let mut out = String::new();
+    for w in &s.slots {
+        let rate = match w.seconds > 0.0 {
+            true => format!(", {:.1} MB/s", w.bytes as f64 / w.seconds / 1e6),
+            false => String::new(),
+        };
+        out.push_str(&format!(
+            "job {id} worker {} of {} on {} (process {}{}): {}, {} stream(s), {} rows in {:.1} \
+             s{rate}{}{}\n",
+            w.worker,
+            s.workers,
+            w.host,
+            w.pid,
+            if w.live { ", running" } else { "" },
+            w.state,
+            w.streams,
+            crate::progress::thousands(w.rows),
+            w.seconds,
+            w.verdict
+                .as_deref()
+                .map(|v| format!(", {v}"))
+                .unwrap_or_default(),
+            w.message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
 }
 
 /// What staging tables hold for a job, beside what it committed: `" (+8 staged)"`.

@@ -197,6 +197,35 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value = "auto", value_name = "auto|on|off")]
     pub prepare: PrepareArg,
 
+    /// Name a job that several workers load together, each a `sluice load` with the same
+    /// --job, --workers and target, on its own host with its own files (or all with the same
+    /// shared ones: each chunk is loaded once). The target's ledger coordinates them: each
+    /// stream claims its chunks there, and nothing is visible until every worker is done (the
+    /// last one commits every worker's prepared transactions). Each worker exits 0 only once
+    /// the whole job is in. A worker run again after a crash takes its slot back.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "workers",
+        conflicts_with = "restart"
+    )]
+    pub job: Option<String>,
+
+    /// How many workers --job has, the same on every worker.
+    #[arg(long, value_name = "N", requires_all = ["job", "worker"], value_parser = clap::value_parser!(u32).range(1..=4095))]
+    pub workers: Option<u32>,
+
+    /// This worker's slot, 1 to --workers: a launcher's task index (a Slurm array's
+    /// SLURM_ARRAY_TASK_ID, a Kubernetes indexed Job's JOB_COMPLETION_INDEX plus 1, GNU
+    /// parallel's {%}). Each slot is one process at a time.
+    #[arg(long, value_name = "K", requires = "workers", value_parser = clap::value_parser!(u32).range(1..=4095))]
+    pub worker: Option<u32>,
+
+    /// How long a worker of --job waits for the others, to start and to finish, before it
+    /// fails the job (nothing committed) instead. PostgreSQL's units (`30s`, `10min`).
+    #[arg(long, value_parser = parse_lock_wait, value_name = "DURATION", default_value = "10min", requires = "job")]
+    pub wait_workers: std::time::Duration,
+
     /// How rows travel to the server. `binary`: binary COPY tuples, the least work for the
     /// server. `text`: text COPY lines, fewer bytes for most tables (binary lineitem is about
     /// 1.66x its input), for a link that is the bottleneck; sluice validates every value either
@@ -283,6 +312,10 @@ impl LoadArgs {
             restart: false,
             prepare: PrepareArg::Auto,
             wire: WireArg::Auto,
+            job: None,
+            workers: None,
+            worker: None,
+            wait_workers: std::time::Duration::from_secs(600),
             temp_dir: None,
             quiet: true,
             report_json: None,
@@ -331,7 +364,23 @@ impl LoadArgs {
                 WireArg::Text => Wire::Text,
             },
             temp_dir: self.temp_dir.clone(),
+            crew: self.crew(),
         }
+    }
+
+    /// The crew this worker joins, when --job names one.
+    fn crew(&self) -> Option<sluice_engine::crew::Crew> {
+        let (name, workers, worker) = (self.job.clone()?, self.workers?, self.worker?);
+        Some(sluice_engine::crew::Crew {
+            join: sluice_core::ledger::CrewJoin {
+                name,
+                workers,
+                worker,
+                host: crate::host::name(),
+                pid: std::process::id(),
+            },
+            wait: self.wait_workers,
+        })
     }
 }
 

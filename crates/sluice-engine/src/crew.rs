@@ -1,0 +1,326 @@
+//! A job that several workers load together: `sluice load --job NAME --workers N --worker K`
+//! on each host, each with its own files (or all with the same shared ones).
+//!
+//! The target's ledger is the only coordinator. A worker joins the job by name ([`join`]),
+//! takes its slot and registers its files and chunks; its streams claim each chunk in their
+//! own transactions before loading it (`run::worker`), so a chunk of a shared file is loaded
+//! by one worker, and a killed worker's claims come back when the server ends its session.
+//! Nothing is visible until every slot is done: each worker prepares its streams'
+//! transactions and hands its part over ([`settle`]); the hand-over that completes the last
+//! slot records the decision to commit every slot's prepared transactions, and that worker
+//! commits them. The others wait for the job to finish, so that every worker's exit 0 means the
+//! whole job is in. A failure of any worker, or a wait past `--wait-workers`, fails the job
+//! and rolls back everything prepared: all or nothing, across hosts.
+
+use crate::events::{Event, Host};
+use crate::failure::{Failure, ServerKind};
+use crate::ledger::{file_records, ledger_failure, prepared_prefix_of, settings, JobRun, Start};
+use crate::plan::Plan;
+use sluice_core::destination::Ledger;
+use sluice_core::ledger::{CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, WorkerPart};
+use std::time::{Duration, Instant};
+
+/// What a worker is asked to be (`--job`, `--workers`, `--worker`, `--wait-workers`).
+#[derive(Clone, Debug)]
+pub struct Crew {
+    pub join: CrewJoin,
+    /// How long the job waits for its other workers (to start, to finish) before it gives up.
+    pub wait: Duration,
+}
+
+/// A worker's run of a crew's job.
+#[derive(Clone, Debug)]
+pub struct CrewRun {
+    pub crew: Crew,
+    /// Transactions an earlier run of this slot prepared, which stand: this run loads nothing
+    /// and hands them over.
+    pub standing: Vec<String>,
+}
+
+impl CrewRun {
+    pub fn worker(&self) -> u32 {
+        self.crew.join.worker
+    }
+
+    fn name(&self) -> &str {
+        &self.crew.join.name
+    }
+}
+
+/// How often a waiting worker polls the job, and says what it waits for.
+const POLL: Duration = Duration::from_millis(500);
+const SAY_EVERY: Duration = Duration::from_secs(10);
+/// How long a decided commit may stay unfinished before a waiting worker finishes it (the
+/// worker that decided died while committing).
+const DECIDER_GRACE: Duration = Duration::from_secs(30);
+
+/// Joins the crew's job: the slot, the files (numbered across the workers) and the chunks to
+/// claim. `replan` cuts the files with the job's chunk size, when its first worker's differs.
+pub fn join<D: Ledger>(
+    dest: &D,
+    plan: Plan,
+    crew: &Crew,
+    replan: &dyn Fn(u64) -> Result<Plan, Failure>,
+) -> Result<Start, Failure> {
+    let spec = JobSpec {
+        key: crew.join.key(),
+        files: file_records(&plan)?,
+        chunk_size: plan.chunk_size,
+        settings: settings(&plan),
+        chunks_total: 0,
+        bytes_total: 0,
+    };
+    let joined = dest
+        .join_crew(&crew.join, &spec)
+        .map_err(|e| ledger_failure("joining the job", e))?;
+    let mut plan = match plan.chunk_size == joined.chunk_size {
+        true => plan,
+        false => replan(joined.chunk_size)?,
+    };
+    let mut run = JobRun {
+        job: joined.job,
+        files: joined.files.iter().map(|&n| Some(n)).collect(),
+        note: None,
+        resumed: false,
+        skipped: Vec::new(),
+        crew: Some(Box::new(CrewRun {
+            crew: crew.clone(),
+            standing: joined.prepared.clone(),
+        })),
+    };
+    let (j, w) = (&crew.join, crew.join.worker);
+    if !joined.prepared.is_empty() {
+        plan.retain_chunks(|_| false);
+        run.note = Some(format!(
+            "job {}: worker {w}'s part was prepared by its earlier run and stands; this run \
+             waits for the other workers",
+            j.name
+        ));
+        return Ok(Start::Run(plan, run));
+    }
+    let records: Vec<_> = plan
+        .chunks
+        .iter()
+        .filter_map(|c| run.record(c, 0))
+        .collect();
+    dest.add_claims(joined.job, &records)
+        .map_err(|e| ledger_failure("registering the chunks in the ledger", e))?;
+    run.note = Some(format!(
+        "job {} (ledger job {}): worker {w} of {} on {}, {} chunk(s) of {} file(s) to claim",
+        j.name,
+        joined.job,
+        j.workers,
+        j.host,
+        records.len(),
+        plan.inputs.len()
+    ));
+    Ok(Start::Run(plan, run))
+}
+
+/// After this worker's streams prepared (`prepared`) or committed (empty): hands its part over
+/// and, when it completes the last slot, commits every slot's prepared transactions; else
+/// waits until the job is finished, failed, or the wait runs out.
+pub fn settle<D: Ledger>(
+    dest: &D,
+    host: &dyn Host,
+    job: i64,
+    crew: &CrewRun,
+    prepared: &[String],
+    part: &WorkerPart,
+) -> Result<(), Failure> {
+    let turn = dest
+        .hand_over(job, crew.worker(), prepared, part)
+        .map_err(|e| {
+            roll_back(dest, prepared);
+            Failure::server_kind(
+                ServerKind::Other,
+                format!(
+                    "job {}: handing worker {}'s part over: {e}",
+                    crew.name(),
+                    crew.worker()
+                ),
+            )
+        })?;
+    match turn {
+        CrewTurn::Decided(all) => commit_decided(dest, host, job, crew, &all),
+        CrewTurn::Waiting { .. } if prepared.is_empty() => {
+            host.event(Event::Notice(format!(
+                "job {}: worker {}'s rows are committed (--prepare off: visible now, before the \
+                 other workers' are); the job finishes when every worker has committed",
+                crew.name(),
+                crew.worker()
+            )));
+            Ok(())
+        }
+        CrewTurn::Waiting { .. } => wait_for_the_others(dest, host, job, crew, prepared),
+    }
+}
+
+/// The decision is recorded: commits every prepared transaction of it, then marks the job
+/// finished.
+fn commit_decided<D: Ledger>(
+    dest: &D,
+    host: &dyn Host,
+    job: i64,
+    crew: &CrewRun,
+    all: &[String],
+) -> Result<(), Failure> {
+    host.event(Event::Point("decided"));
+    for id in all {
+        dest.finish_prepared(id, true).map_err(|e| {
+            Failure::server_kind(
+                ServerKind::Lost,
+                format!(
+                    "job {}: committing the workers' prepared transaction {id} failed: {e}. The \
+                     decision to commit is in the ledger: any worker's command, run again, \
+                     commits the rest",
+                    crew.name()
+                ),
+            )
+        })?;
+    }
+    dest.finish_job(job, &[])
+        .map_err(|e| ledger_failure("recording that the job finished", e))?;
+    host.event(Event::Notice(format!(
+        "job {}: every worker's part is in; this worker (worker {}) committed the job's {} \
+         prepared transaction(s)",
+        crew.name(),
+        crew.worker(),
+        all.len()
+    )));
+    Ok(())
+}
+
+/// Waits until the job finishes (another worker commits it), fails, or `--wait-workers` runs
+/// out (then fails it).
+fn wait_for_the_others<D: Ledger>(
+    dest: &D,
+    host: &dyn Host,
+    job: i64,
+    crew: &CrewRun,
+    prepared: &[String],
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut said = started - SAY_EVERY;
+    let mut decided_at: Option<Instant> = None;
+    loop {
+        let s = dest
+            .crew_status(job)
+            .map_err(|e| ledger_failure("reading the job's workers", e))?;
+        match s.state {
+            JobState::Finished => return Ok(()),
+            JobState::Failed | JobState::Abandoned => {
+                roll_back(dest, prepared);
+                return Err(failed(crew, &s));
+            }
+            _ => {}
+        }
+        if !s.decided.is_empty() {
+            // The decision stands: whoever made it commits; if it died doing so, this worker
+            // finishes the commit after a grace.
+            let at = *decided_at.get_or_insert_with(Instant::now);
+            if at.elapsed() > DECIDER_GRACE {
+                return commit_decided(dest, host, job, crew, &s.decided);
+            }
+        } else if started.elapsed() > crew.crew.wait {
+            return give_up(dest, job, crew, &s);
+        }
+        if said.elapsed() >= SAY_EVERY {
+            said = Instant::now();
+            host.event(Event::Notice(waiting_for(crew, &s, started.elapsed())));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// What a waiting worker waits for, in words.
+fn waiting_for(crew: &CrewRun, s: &CrewStatus, waited: Duration) -> String {
+    let done = s
+        .slots
+        .iter()
+        .filter(|w| matches!(w.state.as_str(), "prepared" | "committed"))
+        .count();
+    let others: Vec<String> = (1..=s.workers)
+        .filter_map(|k| {
+            let slot = s.slots.iter().find(|w| w.worker == k);
+            match slot {
+                None => Some(format!("{k} (not started)")),
+                Some(w) if matches!(w.state.as_str(), "prepared" | "committed") => None,
+                Some(w) if w.live => Some(format!("{k} ({} on {})", w.state, w.host)),
+                Some(w) => Some(format!(
+                    "{k} (gone from {}{}: run it again)",
+                    w.host,
+                    w.message
+                        .as_deref()
+                        .map(|m| format!(", {m}"))
+                        .unwrap_or_default()
+                )),
+            }
+        })
+        .collect();
+    let left = crew.crew.wait.saturating_sub(waited);
+    format!(
+        "job {}: worker {}'s part is prepared ({done} of {} workers); waiting for worker(s) {}; \
+         gives up in {:.0} s (--wait-workers)",
+        crew.name(),
+        crew.worker(),
+        s.workers,
+        others.join(", "),
+        left.as_secs_f64()
+    )
+}
+
+/// The wait ran out: fails the job (unless a decision came first) and rolls back everything
+/// it prepared.
+fn give_up<D: Ledger>(dest: &D, job: i64, crew: &CrewRun, s: &CrewStatus) -> Result<(), Failure> {
+    let why = format!(
+        "worker {} waited {:.0} s (--wait-workers) for the others: {}",
+        crew.worker(),
+        crew.crew.wait.as_secs_f64(),
+        waiting_for(crew, s, crew.crew.wait)
+    );
+    fail(dest, job, crew, &why)?;
+    Err(Failure::server_kind(
+        ServerKind::Other,
+        format!(
+            "{why}. Nothing of the job is committed: every worker's prepared transactions were \
+             rolled back. Run every worker's command again (a longer --wait-workers if they \
+             start far apart)"
+        ),
+    ))
+}
+
+/// Fails the crew's job for every worker (unless its commit is decided) and rolls back every
+/// transaction the job's workers prepared.
+pub fn fail<D: Ledger>(dest: &D, job: i64, crew: &CrewRun, why: &str) -> Result<(), Failure> {
+    let failed = dest
+        .fail_crew(job, crew.worker(), why)
+        .map_err(|e| ledger_failure("recording that the job failed", e))?;
+    if failed {
+        let left = dest
+            .prepared(&prepared_prefix_of(job))
+            .map_err(|e| ledger_failure("reading the job's prepared transactions", e))?;
+        roll_back(dest, &left);
+    }
+    Ok(())
+}
+
+/// Rolls back prepared transactions, as far as it can (one already finished is no error).
+fn roll_back<D: Ledger>(dest: &D, prepared: &[String]) {
+    for id in prepared {
+        let _ = dest.finish_prepared(id, false);
+    }
+}
+
+/// The job failed under another worker.
+fn failed(crew: &CrewRun, s: &CrewStatus) -> Failure {
+    Failure::server_kind(
+        ServerKind::Other,
+        format!(
+            "job {} failed: {}. Nothing of it is committed (this worker's part was rolled back); \
+             fix what it says, and run every worker's command again",
+            crew.name(),
+            s.message.as_deref().unwrap_or("another worker stopped it")
+        ),
+    )
+}

@@ -1,0 +1,294 @@
+//! A job several workers load together (`--job NAME --workers N --worker K`): worker processes
+//! started at once against one real PostgreSQL, each with its own files or all with the same
+//! shared ones. The result equals a psql `\copy` of the files, row for row, and nothing is
+//! visible until every worker is done; a killed worker run again completes the job exactly
+//! once; a worker that never starts fails the job after `--wait-workers`, with nothing left
+//! committed or prepared; a second process in a live slot is refused.
+
+mod common;
+
+use common::{db, sluice_cmd, Db};
+use std::path::PathBuf;
+use std::process::{Child, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `n` rows `id,text` with ids from `first`.
+fn rows(first: u32, n: u32) -> Vec<u8> {
+    (first..first + n)
+        .map(|i| format!("{i},row {i} of the crew's test\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// Three files of `n` rows each, with distinct ids, and the table `t` (and `reference`, loaded
+/// by psql `\copy` from the same files).
+fn three_files(d: &Db, n: u32) -> Vec<PathBuf> {
+    sql(d, "CREATE TABLE t (id int PRIMARY KEY, v text)");
+    sql(d, "CREATE TABLE reference (id int PRIMARY KEY, v text)");
+    let files: Vec<PathBuf> = (0..3)
+        .map(|k| d.file(&format!("part{k}.csv"), &rows(k * n, n)))
+        .collect();
+    for f in &files {
+        d.psql_copy("reference", f, "FORMAT csv").unwrap();
+    }
+    files
+}
+
+/// Starts worker `k` of `workers` of job `job`, loading `files` into `t`.
+fn worker(d: &Db, job: &str, workers: u32, k: u32, files: &[PathBuf], extra: &[&str]) -> Child {
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "--target", &d.url, "--table", "t", "--format", "csv",
+    ])
+    .args(["--jobs", "2", "--chunk-size", "64k", "--job", job])
+    .args([
+        "--workers",
+        &workers.to_string(),
+        "--worker",
+        &k.to_string(),
+    ])
+    .args(extra)
+    .args(files)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+/// Waits for a worker, failing the test after `secs` seconds (a hang).
+fn finish(mut child: Child, secs: u64) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("a worker still ran after {secs} s:\n{}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn succeeded(o: &Output) {
+    assert!(o.status.success(), "{}", text(o));
+}
+
+/// Polls `t`'s row count until stopped: every count a reader saw.
+struct Reader {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<u64>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Reader {
+    fn start(d: &Db) -> Reader {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (s, v, url) = (stop.clone(), seen.clone(), d.url.clone());
+        let name = d.name.clone();
+        let thread = std::thread::spawn(move || {
+            let reader = Db {
+                name,
+                url,
+                dir: std::env::temp_dir(),
+            };
+            while !s.load(Ordering::SeqCst) {
+                v.lock().unwrap().push(reader.count("t"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Reader { stop, seen, thread }
+    }
+
+    fn counts(self) -> Vec<u64> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap();
+        let seen = self.seen.lock().unwrap().clone();
+        seen
+    }
+}
+
+/// psql's answer, without its last newline.
+fn sql(d: &Db, q: &str) -> String {
+    d.psql(q).trim().to_string()
+}
+
+fn try_sql(d: &Db, q: &str) -> Result<String, String> {
+    d.try_psql(q).map(|s| s.trim().to_string())
+}
+
+/// The job's prepared transactions still waiting in the server (in this test's database).
+fn prepared_left(d: &Db) -> String {
+    sql(
+        d,
+        "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()",
+    )
+}
+
+/// What the ledger says of the job's workers: (worker, state), in order.
+fn slots(d: &Db) -> Vec<String> {
+    sql(
+        d,
+        "SELECT string_agg(worker || ':' || state, ',' ORDER BY worker) \
+         FROM sluice_ledger.job_workers",
+    )
+    .split(',')
+    .map(str::to_string)
+    .collect()
+}
+
+#[test]
+fn three_workers_with_their_own_files_load_the_job_once_and_all_at_once() {
+    let d = &db("crew_own");
+    let files = three_files(d, 20_000);
+    let reader = Reader::start(d);
+    let children: Vec<Child> = (0..3)
+        .map(|k| worker(d, "nightly", 3, k + 1, &files[k as usize..=k as usize], &[]))
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
+    let seen = reader.counts();
+    for o in &outs {
+        succeeded(o);
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("job nightly: worker"),
+            "{}",
+            text(o)
+        );
+    }
+    d.assert_same_rows("t", "reference");
+    // Nothing was visible before every worker was done.
+    assert!(
+        seen.iter().all(|&c| c == 0 || c == 60_000),
+        "a reader saw part of the job: {seen:?}"
+    );
+    assert_eq!(slots(d), ["1:prepared", "2:prepared", "3:prepared"]);
+    // `sluice jobs` shows each worker: its host, state, streams and rows.
+    let listed = d.sluice_ok(&["jobs"]);
+    for k in 1..=3 {
+        assert!(
+            listed.contains(&format!("worker {k} of 3 on ")) && listed.contains("20,000 rows"),
+            "{listed}"
+        );
+    }
+    assert_eq!(
+        sql(d, "SELECT state || ' ' || workers FROM sluice_ledger.jobs"),
+        "finished 3"
+    );
+    assert_eq!(prepared_left(d), "0");
+}
+
+#[test]
+fn workers_that_share_their_files_load_each_chunk_once() {
+    let d = &db("crew_shared");
+    let files = three_files(d, 20_000);
+    let children: Vec<Child> = (0..3)
+        .map(|k| worker(d, "shared", 3, k + 1, &files, &[]))
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
+    for o in &outs {
+        succeeded(o);
+    }
+    d.assert_same_rows("t", "reference");
+    // Three workers registered each file once, and each chunk.
+    assert_eq!(sql(d, "SELECT count(*) FROM sluice_ledger.job_files"), "3");
+    assert_eq!(
+        sql(
+            d,
+            "SELECT count(*) = count(DISTINCT (file, start_byte)) \
+             AND bool_and(worker IS NOT NULL) FROM sluice_ledger.job_claims"
+        ),
+        "t"
+    );
+    assert_eq!(
+        sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks"),
+        "60000"
+    );
+}
+
+#[test]
+fn a_killed_worker_run_again_completes_the_job_exactly_once() {
+    let d = &db("crew_killed");
+    let files = three_files(d, 40_000);
+    let first = worker(d, "killed", 2, 1, &files[..1], &[]);
+    let mut second = worker(d, "killed", 2, 2, &files[1..], &[]);
+    // Killed as soon as it has joined: mid-load, or (on a fast machine) while it waits with
+    // its part prepared; either way the same command completes the job.
+    common::wait_until("worker 2 joins", 60, || {
+        try_sql(
+            d,
+            "SELECT count(*) FROM sluice_ledger.job_workers WHERE worker = 2",
+        )
+        .is_ok_and(|n| n == "1")
+    });
+    second.kill().unwrap();
+    let _ = second.wait();
+    // Its slot comes back once the server ends its session; the same command completes it.
+    let again = finish(worker(d, "killed", 2, 2, &files[1..], &[]), 180);
+    succeeded(&again);
+    succeeded(&finish(first, 180));
+    d.assert_same_rows("t", "reference");
+    assert_eq!(prepared_left(d), "0");
+}
+
+#[test]
+fn a_worker_that_never_starts_fails_the_job_after_the_wait() {
+    let d = &db("crew_missing");
+    let files = three_files(d, 5_000);
+    let started = Instant::now();
+    let out = finish(
+        worker(d, "lonely", 2, 1, &files, &["--wait-workers", "3s"]),
+        120,
+    );
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2 (not started)"), "{err}");
+    assert!(err.contains("Nothing of the job is committed"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(prepared_left(d), "0");
+    assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "failed");
+    // The same two commands, both run this time, complete the job.
+    let children: Vec<Child> = (1..=2)
+        .map(|k| worker(d, "lonely", 2, k, &files, &[]))
+        .collect();
+    for c in children {
+        succeeded(&finish(c, 180));
+    }
+    d.assert_same_rows("t", "reference");
+}
+
+#[test]
+fn a_second_process_in_a_live_slot_is_refused() {
+    let d = &db("crew_slot");
+    let files = three_files(d, 5_000);
+    // Worker 1 of 2 waits for worker 2, holding its slot.
+    let waiting = worker(d, "twice", 2, 1, &files[..1], &["--wait-workers", "30s"]);
+    common::wait_until("worker 1 prepares", 60, || {
+        try_sql(
+            d,
+            "SELECT state FROM sluice_ledger.job_workers WHERE worker = 1",
+        )
+        .is_ok_and(|s| s == "prepared")
+    });
+    let again = finish(worker(d, "twice", 2, 1, &files[1..2], &[]), 60);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("worker 1 of job twice runs already"),
+        "{}",
+        text(&again)
+    );
+    let last = finish(worker(d, "twice", 2, 2, &files[1..], &[]), 180);
+    succeeded(&last);
+    succeeded(&finish(waiting, 180));
+    d.assert_same_rows("t", "reference");
+}
