@@ -236,8 +236,8 @@ pub enum Claim {
     Mine,
     /// Another worker loaded it: committed, or prepared to commit with the job.
     Done,
-    /// Another worker's open transaction holds it now: ask again later (it is freed if that
-    /// worker dies).
+    /// Another worker's open transaction holds it now: that worker loads it (if it dies, the
+    /// claim comes back, and its slot's rerun loads it).
     Busy,
 }
 
@@ -252,7 +252,7 @@ pub enum CrewTurn {
 }
 
 /// One worker of a crew, as the ledger holds it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct WorkerRecord {
     pub worker: u32,
     pub host: String,
@@ -268,6 +268,10 @@ pub struct WorkerRecord {
     /// The verdict's kind for its part of the load (`link-bound`...), once it has one.
     pub verdict: Option<String>,
     pub message: Option<String>,
+    /// When its run joined, and when its slot last changed (its hand-over, for a worker
+    /// done), seconds since the Unix epoch by the server's clock.
+    pub joined_at: f64,
+    pub updated_at: f64,
 }
 
 /// What a worker reports of its own part when it hands it over.
@@ -289,4 +293,6 @@ pub struct CrewStatus {
     /// The decision's prepared transactions, once a worker recorded it.
     pub decided: Vec<String>,
     pub slots: Vec<WorkerRecord>,
+    /// When the job finished, seconds since the Unix epoch by the server's clock.
+    pub finished_at: Option<f64>,
 }

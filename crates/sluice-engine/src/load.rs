@@ -255,10 +255,15 @@ impl Load<'_> {
         let result = match crew.standing.is_empty() {
             true => self
                 .run_plan(dest, stager, plan, job)
-                .and_then(|(report, _)| {
+                .and_then(|(mut report, _)| {
                     let part = report.worker_part();
-                    crate::crew::settle(&*dest, self.host, id, crew, &report.prepared, &part)
-                        .map(|()| report)
+                    crate::crew::settle(&*dest, self.host, id, crew, &report.prepared, &part)?;
+                    // Every worker, for the report's per-worker timeline.
+                    if let (Some(c), Ok(s)) = (report.crew.as_mut(), dest.crew_status(id)) {
+                        c.slots = s.slots;
+                        c.finished_at = s.finished_at;
+                    }
+                    Ok(report)
                 }),
             false => crate::crew::settle(
                 &*dest,
@@ -564,6 +569,8 @@ impl Load<'_> {
                     worker: c.worker(),
                     workers: c.crew.join.workers,
                     chunks_loaded_elsewhere: outcome.elsewhere,
+                    slots: Vec::new(),
+                    finished_at: None,
                 }),
         };
         let relations = (0..plan.inputs.len())

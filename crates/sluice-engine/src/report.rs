@@ -81,6 +81,11 @@ pub struct CrewReport {
     /// Chunks of this worker's files that other workers had loaded, or were loading, when its
     /// streams came to them.
     pub chunks_loaded_elsewhere: u64,
+    /// Every worker of the job, as the ledger held them once the job finished (for the
+    /// per-worker timeline).
+    pub slots: Vec<sluice_core::ledger::WorkerRecord>,
+    /// When the job finished, seconds since the Unix epoch by the server's clock.
+    pub finished_at: Option<f64>,
 }
 
 impl Report {

@@ -13,9 +13,10 @@
 //! pg_dump and pg_restore do: `statement_timeout`, `lock_timeout`,
 //! `idle_in_transaction_session_timeout` and `idle_session_timeout` set by a role or database
 //! would otherwise end a long COPY, or a stream waiting at the commit barrier. The server's
-//! own keepalives are shortened (30 s idle, then 3 probes 10 s apart, where the server's are
-//! longer or the system's): a client cut off from the server loses its sessions, and with
-//! them its locks and a crew worker's claims, within about a minute, not two hours.
+//! own keepalives are shortened (30 s idle, then 3 probes 10 s apart, and data unacknowledged
+//! for 60 s ends the connection: `tcp_user_timeout`), where the server's are longer or the
+//! system's: a client cut off from the server loses its sessions, and with them its locks
+//! and a crew worker's claims, within about a minute, not two hours.
 
 use crate::conninfo::{ConnInfo, HostSpec, SessionAttrs, SslMode};
 use crate::onetrip::OneTrip;
@@ -393,7 +394,8 @@ async fn prepare_session(client: &Client, attrs: SessionAttrs) -> Result<(), Str
              FROM (VALUES ('statement_timeout', '0'), ('lock_timeout', '0'), \
                     ('idle_in_transaction_session_timeout', '0'), ('idle_session_timeout', '0'), \
                     ('transaction_timeout', '0'), ('tcp_keepalives_idle', '30'), \
-                    ('tcp_keepalives_interval', '10'), ('tcp_keepalives_count', '3')) \
+                    ('tcp_keepalives_interval', '10'), ('tcp_keepalives_count', '3'), \
+                    ('tcp_user_timeout', '60000')) \
                 AS s(name, value) JOIN pg_settings p ON p.name = s.name",
             &[],
         )

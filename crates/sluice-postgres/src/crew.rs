@@ -464,7 +464,8 @@ pub async fn status(client: &Client, job: i64) -> Result<CrewStatus, tokio_postg
     let row = client
         .fetch_one(
             "SELECT state, message, coalesce(workers, 1), \
-                ARRAY(SELECT gid FROM sluice_ledger.job_commits WHERE job = $1 ORDER BY gid) \
+                ARRAY(SELECT gid FROM sluice_ledger.job_commits WHERE job = $1 ORDER BY gid), \
+                extract(epoch FROM finished)::float8 \
              FROM sluice_ledger.jobs WHERE id = $1",
             &[&job],
         )
@@ -474,7 +475,8 @@ pub async fn status(client: &Client, job: i64) -> Result<CrewStatus, tokio_postg
             &format!(
                 "SELECT w.worker, w.host, w.pid, w.state, {SLOT_LIVE}, coalesce(w.streams, 0), \
                     coalesce(w.rows, 0), coalesce(w.bytes, 0), coalesce(w.seconds, 0), \
-                    w.verdict, w.message \
+                    w.verdict, w.message, extract(epoch FROM w.started)::float8, \
+                    extract(epoch FROM w.updated)::float8 \
                  FROM sluice_ledger.job_workers w WHERE w.job = $1 ORDER BY w.worker"
             ),
             &[&job],
@@ -486,6 +488,7 @@ pub async fn status(client: &Client, job: i64) -> Result<CrewStatus, tokio_postg
         workers: row.get::<_, i32>(2) as u32,
         decided: row.get(3),
         slots: slots.iter().map(worker_of).collect(),
+        finished_at: row.get(4),
     })
 }
 
@@ -502,6 +505,8 @@ fn worker_of(r: &tokio_postgres::Row) -> WorkerRecord {
         seconds: r.get(8),
         verdict: r.get(9),
         message: r.get(10),
+        joined_at: r.get(11),
+        updated_at: r.get(12),
     }
 }
 

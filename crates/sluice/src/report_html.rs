@@ -335,6 +335,89 @@ fn connections(r: &Report) -> String {
     )
 }
 
+/// A crew's workers: a bar each from when it joined to its hand-over, on one time axis with
+/// the job's commit, and a table of each worker's host, state, rows, rate and verdict.
+fn workers(r: &Report) -> String {
+    let Some(c) = r.crew.as_ref().filter(|c| !c.slots.is_empty()) else {
+        return String::new();
+    };
+    let start = c
+        .slots
+        .iter()
+        .map(|w| w.joined_at)
+        .fold(f64::INFINITY, f64::min);
+    let end = c
+        .slots
+        .iter()
+        .map(|w| w.updated_at)
+        .chain(c.finished_at)
+        .fold(start, f64::max);
+    let span = (end - start).max(1e-3);
+    let (width, lane) = (900.0, 22.0);
+    let height = lane * c.slots.len() as f64 + 30.0;
+    let mut svg = format!(
+        r#"<svg id="workers" width="{}" height="{height}" xmlns="http://www.w3.org/2000/svg">"#,
+        width + 120.0
+    );
+    for (i, w) in c.slots.iter().enumerate() {
+        let y = i as f64 * lane + 4.0;
+        let x = 110.0 + (w.joined_at - start) / span * width;
+        let len = ((w.updated_at - w.joined_at) / span * width).max(1.0);
+        svg.push_str(&format!(
+            r#"<text x="0" y="{}" font-size="12">worker {} {}</text><rect x="{x:.1}" y="{y}" width="{len:.1}" height="{}" fill="{}"><title>worker {}: {} on {}, {} rows in {:.1} s</title></rect>"#,
+            y + 13.0,
+            w.worker,
+            esc(&w.host),
+            lane - 6.0,
+            PALETTE[(w.worker as usize - 1) % PALETTE.len()],
+            w.worker,
+            esc(&w.state),
+            esc(&w.host),
+            w.rows,
+            w.seconds
+        ));
+    }
+    if let Some(f) = c.finished_at {
+        let x = 110.0 + (f - start) / span * width;
+        svg.push_str(&format!(
+            "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"0\" y2=\"{:.0}\" stroke=\"#222\" \
+             stroke-dasharray=\"4 3\"/><text x=\"{x:.1}\" y=\"{:.0}\" font-size=\"12\">\
+             committed, {:.1} s after the first worker joined</text>",
+            height - 18.0,
+            height - 4.0,
+            f - start
+        ));
+    }
+    svg.push_str("</svg>");
+    let rows: Vec<String> = c
+        .slots
+        .iter()
+        .map(|w| {
+            format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td>\
+                 <td>{:.1}</td><td>{}</td></tr>",
+                w.worker,
+                esc(&w.host),
+                esc(&w.state),
+                w.streams,
+                w.rows,
+                w.seconds,
+                w.bytes as f64 / w.seconds.max(1e-9) / 1e6,
+                esc(w.verdict.as_deref().unwrap_or("-"))
+            )
+        })
+        .collect();
+    format!(
+        "<h2>Workers of job {} ({} of them)</h2><p>Each bar runs from when the worker joined to \
+         when it handed its prepared part over; the dashed line is the job's commit.</p>{svg}\
+         <table id=\"crew\"><tr><th>worker</th><th>host</th><th>state</th><th>streams</th>\
+         <th>rows</th><th>seconds</th><th>MB/s</th><th>verdict</th></tr>{}</table>",
+        esc(&c.job),
+        c.workers,
+        rows.concat()
+    )
+}
+
 /// The server's sessions by activity over time: one stacked column per sample.
 fn server_activity(r: &Report) -> String {
     let w = &r.server_waits;
@@ -525,6 +608,7 @@ td:first-child,th:first-child{{text-align:left}}
         .enumerate()
         .map(|(i, t)| (t.as_str(), PALETTE[i % PALETTE.len()]))
         .collect();
+    h.push_str(&workers(r));
     h.push_str("<h2>Timeline: each stream's chunks</h2>");
     h.push_str(&legend(&table_legend));
     h.push_str(&timeline(r, &tables));

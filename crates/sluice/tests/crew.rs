@@ -152,11 +152,33 @@ fn three_workers_with_their_own_files_load_the_job_once_and_all_at_once() {
     let d = &db("crew_own");
     let files = three_files(d, 20_000);
     let reader = Reader::start(d);
+    let html = |k: u32| d.dir.join(format!("worker{k}.html"));
     let children: Vec<Child> = (0..3)
-        .map(|k| worker(d, "nightly", 3, k + 1, &files[k as usize..=k as usize], &[]))
+        .map(|k| {
+            let report = html(k + 1);
+            let extra = ["--report-html", report.to_str().unwrap()];
+            worker(
+                d,
+                "nightly",
+                3,
+                k + 1,
+                &files[k as usize..=k as usize],
+                &extra,
+            )
+        })
         .collect();
     let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
     let seen = reader.counts();
+    // Every worker's HTML report draws the whole job: a bar per worker, and the commit.
+    for k in 1..=3 {
+        let page = std::fs::read_to_string(html(k)).unwrap();
+        assert!(
+            page.contains("Workers of job nightly (3 of them)"),
+            "{page}"
+        );
+        assert_eq!(page.matches("<title>worker ").count(), 3, "{page}");
+        assert!(page.contains("committed, "), "{page}");
+    }
     for o in &outs {
         succeeded(o);
         assert!(

@@ -227,9 +227,6 @@ pub(crate) struct RunContext<'a, D: Destination> {
     streams_loaded: AtomicU64,
     /// A crew's chunks that other workers loaded, or were loading, when a stream came to them.
     elsewhere: AtomicU64,
-    /// Since when every chunk a stream came to was another worker's, still loading (`None`
-    /// once a claim succeeds): bounded by the crew's `--wait-workers`.
-    busy_since: Mutex<Option<Instant>>,
     started: Instant,
 }
 
@@ -317,7 +314,6 @@ pub fn execute<D: Destination>(
         gate: Gate::new(jobs, opts.calibrate && jobs > 1),
         streams_loaded: AtomicU64::new(0),
         elsewhere: AtomicU64::new(0),
-        busy_since: Mutex::new(None),
         started,
     };
     // The watch catches streams waiting on each other, and samples what every stream's

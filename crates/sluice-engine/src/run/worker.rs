@@ -28,9 +28,6 @@ use sluice_core::ledger::{ChunkRecord, Claim};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// How long a stream pauses when every chunk it came to is another worker's, still loading.
-const BUSY_PAUSE: Duration = Duration::from_millis(250);
-
 /// A stream's lost connections: what each takes with it, and how many more it may survive.
 struct LostConnections {
     stream: usize,
@@ -305,9 +302,10 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     }
 
     /// A crew's direct unit: claims its chunks in the stream's transaction ([`Claim`]) and
-    /// returns the unit of those this worker loads (`None`: none). Chunks another worker's
-    /// live transaction holds go back on the queue, after a pause when nothing else was
-    /// claimed; waiting on them longer than the crew's `--wait-workers` stops the load.
+    /// returns the unit of those this worker loads (`None`: none). A chunk another worker
+    /// holds is that worker's to finish, never waited for (two workers each waiting for a
+    /// chunk the other holds until it prepares would wait for ever): if that worker dies, its
+    /// claim comes back, and its slot, which the job needs prepared, is run again and loads it.
     fn claim(&mut self, unit: &Unit, id: usize) -> Result<Option<Unit>, UnitEnd> {
         let ctx = self.ctx;
         let (Some(job), None) = (ctx.opts.job.as_ref(), unit.staged) else {
@@ -329,52 +327,20 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             Err(e) if e.kind.retried() => return Err(self.lose(unit, id, e)),
             Err(e) => return Err(self.stop(server_failure(&e, self.n))),
         };
-        let pick = |want: Claim| -> Vec<usize> {
-            (unit.chunks.iter().zip(&claims))
-                .filter(|(_, &c)| c == want)
-                .map(|(&k, _)| k)
-                .collect()
-        };
-        let (mine, busy, done) = (pick(Claim::Mine), pick(Claim::Busy), pick(Claim::Done));
-        for &c in &done {
+        let mine: Vec<usize> = (unit.chunks.iter().zip(&claims))
+            .filter(|(_, &c)| c == Claim::Mine)
+            .map(|(&k, _)| k)
+            .collect();
+        // The others' chunks count as done in this worker's progress.
+        for (&c, _) in (unit.chunks.iter().zip(&claims)).filter(|(_, &c)| c != Claim::Mine) {
             let t = ctx.plan.inputs[ctx.plan.chunks[c].input].table;
             ctx.counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
-        }
-        ctx.elsewhere
-            .fetch_add(done.len() as u64, Ordering::Relaxed);
-        if busy.is_empty() || !mine.is_empty() || !done.is_empty() {
-            *lock(&ctx.busy_since) = None;
-        }
-        if !busy.is_empty() {
-            if let Some(waited) = self.waited_on_others(crew.crew.wait) {
-                return Err(self.stop(Failure::server_kind(
-                    ServerKind::Other,
-                    format!(
-                        "every chunk left was held by another worker's open transaction for {:.0}                          s (--wait-workers): a worker that hangs holds its chunks until the                          server ends its session",
-                        waited.as_secs_f64()
-                    ),
-                )));
-            }
-            lock(&ctx.queue).push_back(Unit {
-                chunks: busy,
-                ..unit.clone()
-            });
-            if mine.is_empty() && !ctx.pause(BUSY_PAUSE) {
-                return Err(UnitEnd::Stop);
-            }
+            ctx.elsewhere.fetch_add(1, Ordering::Relaxed);
         }
         Ok((!mine.is_empty()).then(|| Unit {
             chunks: mine,
             ..unit.clone()
         }))
-    }
-
-    /// How long every chunk a stream came to has been another worker's, once that is longer
-    /// than `bound`.
-    fn waited_on_others(&self, bound: Duration) -> Option<Duration> {
-        let mut since = lock(&self.ctx.busy_since);
-        let waited = since.get_or_insert_with(Instant::now).elapsed();
-        (waited > bound).then_some(waited)
     }
 
     /// Runs a route unit: converts its chunks and routes their rows to the partitions'
