@@ -14,6 +14,8 @@
 # (from `sluice jobs --json`) for the crews. Needs root, ip, tc.
 #
 #   bench/hosts/run.sh [RATE] [ROUNDS]       (defaults: 200mbit, 3)
+# Environment: WIRE=auto|binary|text (every sluice run's --wire; default auto), WAYS="crew-3
+# separate-3" (a subset of the ways, in that order).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rate=${1:-200mbit}; rounds=${2:-3}
@@ -79,21 +81,22 @@ for k in 1 2 3; do for p in 1 2 3; do
   [ -e "$work/host$k/lineitem.$p.tbl" ] || ln "$work/host$p/lineitem.$p.tbl" "$work/host$k/lineitem.$p.tbl"
 done; done
 declare -A times
-ways="crew-1 crew-2 crew-3 separate-3 psql-3 unshaped"
+ways=${WAYS:-crew-1 crew-2 crew-3 separate-3 psql-3 unshaped}
+wire=${WIRE:-auto}
 for r in $(seq 1 "$rounds"); do
   for who in $ways; do
-    sql "TRUNCATE lineitem"; sql "DROP SCHEMA IF EXISTS sluice_ledger CASCADE"; sql "CHECKPOINT"
+    sql "TRUNCATE lineitem"; sql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS sluice_ledger CASCADE"; sql "CHECKPOINT"
     t0=$(date +%s.%N)
     case $who in
       crew-*) n=${who#crew-}
         for k in $(seq 1 "$n"); do
           # shellcheck disable=SC2046
-          on "$k" "$bin" load -q --target "$(url 10.98.$k.1)" --jobs 2 --job "bench-$r-$n" \
+          on "$k" "$bin" load -q --target "$(url 10.98.$k.1)" --jobs 2 --wire "$wire" --job "bench-$r-$n" \
             --workers "$n" --worker "$k" $(parts_of "$n" "$k") > "$work/$who.$k.out" 2>&1 &
         done
         wait ;;
       separate-3) for k in 1 2 3; do
-          on "$k" "$bin" load -q --target "$(url 10.98.$k.1)" --jobs 2 --strategy direct \
+          on "$k" "$bin" load -q --target "$(url 10.98.$k.1)" --jobs 2 --wire "$wire" --strategy direct \
             "$work/host$k/lineitem.$k.tbl" > "$work/$who.$k.out" 2>&1 &
         done
         wait ;;
@@ -102,7 +105,7 @@ for r in $(seq 1 "$rounds"); do
             -c "\\copy lineitem from '$work/host$k/stripped.tbl' with (delimiter '|')" &
         done
         wait ;;
-      unshaped) "$bin" load -q --target "$local_url" --jobs 2 --strategy direct \
+      unshaped) "$bin" load -q --target "$local_url" --jobs 2 --wire "$wire" --strategy direct \
           "$data"/lineitem/*.tbl > "$work/$who.out" 2>&1 ;;
     esac
     t=$(echo "$(date +%s.%N) - $t0" | bc)

@@ -48,7 +48,7 @@ impl CrewRun {
 }
 
 /// How often a waiting worker polls the job, and says what it waits for.
-const POLL: Duration = Duration::from_millis(500);
+const POLL: Duration = Duration::from_millis(100);
 const SAY_EVERY: Duration = Duration::from_secs(10);
 /// How long a decided commit may stay unfinished before a waiting worker finishes it (the
 /// worker that decided died while committing).
