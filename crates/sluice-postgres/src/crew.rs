@@ -54,12 +54,20 @@ pub async fn join(
     spec: &JobSpec,
     tables: &[String],
 ) -> Result<Joined, LedgerError> {
+    in_transaction(client, join_in_transaction(client, join, spec, tables)).await
+}
+
+/// Runs `work` (statements on `client`) in one transaction: committed when it succeeds,
+/// rolled back when it fails.
+async fn in_transaction<T, E: From<tokio_postgres::Error>>(
+    client: &Client,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     client.batch_execute("BEGIN").await?;
-    let joined = join_in_transaction(client, join, spec, tables).await;
-    match joined {
-        Ok(j) => {
+    match work.await {
+        Ok(t) => {
             client.batch_execute("COMMIT").await?;
-            Ok(j)
+            Ok(t)
         }
         Err(e) => {
             let _ = client.batch_execute("ROLLBACK").await;
@@ -375,18 +383,11 @@ pub async fn hand_over(
     prepared: &[String],
     part: &WorkerPart,
 ) -> Result<CrewTurn, LedgerError> {
-    client.batch_execute("BEGIN").await?;
-    let turn = hand_over_in_transaction(client, job, worker, prepared, part).await;
-    match turn {
-        Ok(t) => {
-            client.batch_execute("COMMIT").await?;
-            Ok(t)
-        }
-        Err(e) => {
-            let _ = client.batch_execute("ROLLBACK").await;
-            Err(e)
-        }
-    }
+    in_transaction(
+        client,
+        hand_over_in_transaction(client, job, worker, prepared, part),
+    )
+    .await
 }
 
 async fn hand_over_in_transaction(
@@ -518,7 +519,6 @@ pub async fn fail(
     worker: u32,
     why: &str,
 ) -> Result<bool, tokio_postgres::Error> {
-    client.batch_execute("BEGIN").await?;
     let failed = async {
         let decided: bool = client
             .fetch_one(
@@ -547,16 +547,6 @@ pub async fn fail(
             )
             .await?;
         Ok::<_, tokio_postgres::Error>(true)
-    }
-    .await;
-    match failed {
-        Ok(f) => {
-            client.batch_execute("COMMIT").await?;
-            Ok(f)
-        }
-        Err(e) => {
-            let _ = client.batch_execute("ROLLBACK").await;
-            Err(e)
-        }
-    }
+    };
+    in_transaction(client, failed).await
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{db, sluice_cmd, Db};
+use common::{db, finish, sluice_cmd, succeeded, text, Db};
 use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,33 +54,6 @@ fn worker(d: &Db, job: &str, workers: u32, k: u32, files: &[PathBuf], extra: &[&
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     c.spawn().unwrap()
-}
-
-/// Waits for a worker, failing the test after `secs` seconds (a hang).
-fn finish(mut child: Child, secs: u64) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("a worker still ran after {secs} s:\n{}", text(&out));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn succeeded(o: &Output) {
-    assert!(o.status.success(), "{}", text(o));
 }
 
 /// Polls `t`'s row count until stopped: every count a reader saw.

@@ -11,11 +11,11 @@
 
 mod common;
 
-use common::{gen_tpch, sluice_cmd};
+use common::{finish, gen_tpch, sluice_cmd, succeeded, text};
 use sluice_postgres::cluster::Cluster;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -302,32 +302,6 @@ fn worker(
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     c.spawn().unwrap()
-}
-
-fn finish(mut child: Child, secs: u64) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("a worker still ran after {secs} s:\n{}", text(&out));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn succeeded(o: &Output) {
-    assert!(o.status.success(), "{}", text(o));
 }
 
 /// lineitem and reference hold the same rows, and the ledger counts each row once.

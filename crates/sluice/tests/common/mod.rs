@@ -420,3 +420,33 @@ pub fn test_authority(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
         .push(rcgen::DnType::CommonName, name);
     (params.self_signed(&key).unwrap(), key)
 }
+
+/// Waits for a spawned sluice, failing the test after `secs` seconds (a hang), with what it
+/// printed.
+pub fn finish(mut child: std::process::Child, secs: u64) -> Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("a process still ran after {secs} s:\n{}", text(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A process's exit code and output, for an assertion's message.
+pub fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Asserts that a process exited 0, showing its output when not.
+pub fn succeeded(o: &Output) {
+    assert!(o.status.success(), "{}", text(o));
+}
