@@ -181,13 +181,18 @@ fn commit_decided<D: Ledger>(
     }
     dest.finish_job(job, &[])
         .map_err(|e| ledger_failure("recording that the job finished", e))?;
-    host.event(Event::Notice(format!(
-        "job {}: every worker's part is in; this worker (worker {}) committed the job's {} \
-         prepared transaction(s)",
-        crew.name(),
-        crew.worker(),
-        all.len()
-    )));
+    host.event(Event::Notice(match all.len() {
+        0 => format!(
+            "job {}: every worker's part is committed; the job is finished",
+            crew.name()
+        ),
+        n => format!(
+            "job {}: every worker's part is in; this worker (worker {}) committed the job's {n} \
+             prepared transaction(s)",
+            crew.name(),
+            crew.worker(),
+        ),
+    }));
     Ok(())
 }
 

@@ -656,9 +656,16 @@ async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
 
 /// Releases job `job`'s lock held by this session.
 async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> {
+    // The job's lock as this session holds it: exclusive for a single process, shared for a
+    // crew's worker (`crate::crew`); releasing one not held would only warn.
     client
         .run(
-            "SELECT pg_advisory_unlock($1, $2)",
+            "SELECT CASE WHEN l.mode = 'ExclusiveLock' \
+                THEN pg_advisory_unlock($1::int, $2::int) \
+                ELSE pg_advisory_unlock_shared($1::int, $2::int) END \
+             FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() \
+                AND l.classid = ($1::int::bigint)::oid AND l.objid = ($2::int::bigint)::oid \
+                AND l.objsubid = 2",
             &[&LOCK_CLASS, &(job as i32)],
         )
         .await

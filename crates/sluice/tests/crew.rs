@@ -287,3 +287,30 @@ fn a_second_process_in_a_live_slot_is_refused() {
     succeeded(&finish(waiting, 180));
     d.assert_same_rows("t", "reference");
 }
+
+#[test]
+fn without_prepared_transactions_each_worker_commits_its_own_rows_once() {
+    let d = &db("crew_unprepared");
+    let files = three_files(d, 10_000);
+    let children: Vec<Child> = (1..=2)
+        .map(|k| worker(d, "plain", 2, k, &files, &["--prepare", "off"]))
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
+    for o in &outs {
+        succeeded(o);
+    }
+    d.assert_same_rows("t", "reference");
+    assert_eq!(slots(d), ["1:committed", "2:committed"]);
+    assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "finished");
+    assert_eq!(prepared_left(d), "0");
+    // A worker whose rows committed before the other's says so.
+    let said: String = outs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .collect();
+    assert!(
+        said.contains("visible now, before the other workers' are")
+            && said.contains("every worker's part is committed; the job is finished"),
+        "{said}"
+    );
+}
