@@ -888,6 +888,28 @@ pub trait Ledger: Destination {
         Err(no_crews())
     }
 
+    /// Holds (`true`, waiting at most `wait`; false when it did not get it) or releases the
+    /// job's lock on its `--wire auto` decision, so that one worker measures the path while
+    /// the others wait for its answer rather than measure at the same moment.
+    fn hold_crew_wire(
+        &self,
+        _job: i64,
+        _hold: bool,
+        _wait: std::time::Duration,
+    ) -> Result<bool, DestinationError> {
+        Err(no_crews())
+    }
+
+    /// The job's `--wire auto` decision, as [`Ledger::set_crew_wire`] stored it.
+    fn crew_wire(&self, _job: i64) -> Result<Option<String>, DestinationError> {
+        Err(no_crews())
+    }
+
+    /// Stores the job's `--wire auto` decision for its other workers.
+    fn set_crew_wire(&self, _job: i64, _decision: &str) -> Result<(), DestinationError> {
+        Err(no_crews())
+    }
+
     /// Where a crew's job stands, for its waiting workers and `sluice jobs`.
     fn crew_status(&self, _job: i64) -> Result<CrewStatus, DestinationError> {
         Err(no_crews())

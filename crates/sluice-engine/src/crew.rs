@@ -16,7 +16,8 @@ use crate::events::{Event, Host};
 use crate::failure::{Failure, ServerKind};
 use crate::ledger::{file_records, ledger_failure, prepared_prefix_of, settings, JobRun, Start};
 use crate::plan::Plan;
-use sluice_core::destination::Ledger;
+use crate::wire::WireChoice;
+use sluice_core::destination::{Ledger, Wire};
 use sluice_core::ledger::{CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, WorkerPart};
 use std::time::{Duration, Instant};
 
@@ -328,4 +329,115 @@ fn failed(crew: &CrewRun, s: &CrewStatus) -> Failure {
             s.message.as_deref().unwrap_or("another worker stopped it")
         ),
     )
+}
+
+/// How long a worker waits for another worker's `--wire auto` measurement (two of the path's
+/// measurements at their longest, and slack) before it measures on its own.
+const WIRE_WAIT: Duration = Duration::from_secs(20);
+
+/// `--wire auto` for a crew's worker: decided once for the job. Workers that measured the path
+/// and the server at the same moment would each see the server busy with the others'
+/// measurements and pick binary on a link that is the limit; so the first worker measures
+/// while the others wait for its decision (kept in the ledger) and take it, for the tables it
+/// decided. A worker with a table the decision does not cover, or that waited too long,
+/// decides on its own.
+pub fn choose_wire<D: Ledger>(
+    plan: &Plan,
+    dest: &mut D,
+    job: i64,
+    crew: &CrewRun,
+    jobs: usize,
+) -> Option<WireChoice> {
+    let choosable: Vec<&str> = (0..plan.tables.len())
+        .filter(|&t| dest.wire_choice(t))
+        .map(|t| plan.tables[t].table.qualified.as_str())
+        .collect();
+    if choosable.is_empty() || !dest.hold_crew_wire(job, true, WIRE_WAIT).unwrap_or(false) {
+        return crate::wire::choose(plan, dest, jobs);
+    }
+    let stored = dest.crew_wire(job).ok().flatten();
+    let choice = match stored
+        .as_deref()
+        .and_then(|s| Decision::parse(s, &choosable))
+    {
+        Some(d) => Some(d.apply(plan, dest, crew)),
+        None => {
+            let c = crate::wire::choose(plan, dest, jobs);
+            if let (Some(c), None) = (&c, &stored) {
+                let _ = dest.set_crew_wire(job, &Decision::of(plan, &choosable, c).render());
+            }
+            c
+        }
+    };
+    let _ = dest.hold_crew_wire(job, false, WIRE_WAIT);
+    choice
+}
+
+/// A job's `--wire auto` decision as the ledger keeps it: the tables it decided (by their
+/// qualified names), those it sends as text, and why.
+struct Decision {
+    decided: Vec<String>,
+    text: Vec<String>,
+    why: String,
+}
+
+impl Decision {
+    fn of(plan: &Plan, choosable: &[&str], c: &WireChoice) -> Decision {
+        Decision {
+            decided: choosable.iter().map(|s| s.to_string()).collect(),
+            text: c
+                .text
+                .iter()
+                .map(|&t| plan.tables[t].table.qualified.clone())
+                .collect(),
+            why: c.why.clone(),
+        }
+    }
+
+    /// One line of decided tables, one of text tables (tab-separated), then why.
+    fn render(&self) -> String {
+        format!(
+            "{}\n{}\n{}",
+            self.decided.join("\t"),
+            self.text.join("\t"),
+            self.why
+        )
+    }
+
+    /// The stored decision, when it covers every table of `choosable`.
+    fn parse(s: &str, choosable: &[&str]) -> Option<Decision> {
+        let mut lines = s.splitn(3, '\n');
+        let list = |l: Option<&str>| -> Vec<String> {
+            l.unwrap_or("")
+                .split('\t')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let (decided, text) = (list(lines.next()), list(lines.next()));
+        let why = lines.next()?.to_string();
+        choosable
+            .iter()
+            .all(|t| decided.iter().any(|d| d == t))
+            .then_some(Decision { decided, text, why })
+    }
+
+    /// Sends this worker's tables as the decision says.
+    fn apply<D: Ledger>(&self, plan: &Plan, dest: &mut D, crew: &CrewRun) -> WireChoice {
+        let text: Vec<usize> = (0..plan.tables.len())
+            .filter(|&t| dest.wire_choice(t))
+            .filter(|&t| self.text.contains(&plan.tables[t].table.qualified))
+            .collect();
+        for &t in &text {
+            dest.set_wire(t, Wire::Text);
+        }
+        WireChoice {
+            text,
+            why: format!(
+                "{} (decided once for job {}, by the worker that measured first)",
+                self.why,
+                crew.name()
+            ),
+        }
+    }
 }

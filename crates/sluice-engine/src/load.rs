@@ -452,7 +452,10 @@ impl Load<'_> {
         let jobs = self.choose_jobs(&*dest, stager, &plan);
         let wire = match spec.dry_run {
             true => crate::wire::dry_run_note(&plan, &*dest),
-            false => crate::wire::choose(&plan, dest, jobs),
+            false => match job.as_ref().and_then(|j| Some((j.job, j.crew.as_ref()?))) {
+                Some((id, crew)) => crate::crew::choose_wire(&plan, dest, id, crew, jobs),
+                None => crate::wire::choose(&plan, dest, jobs),
+            },
         };
         if let Some(w) = wire.as_ref().filter(|w| !w.text.is_empty()) {
             self.host

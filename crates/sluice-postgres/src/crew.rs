@@ -550,3 +550,52 @@ pub async fn fail(
     };
     in_transaction(client, failed).await
 }
+
+/// Takes (waiting at most `wait`) or releases the session lock on job `job`'s `--wire auto`
+/// decision: slot 0's key, which no worker has.
+pub async fn hold_wire(
+    client: &Client,
+    job: i64,
+    hold: bool,
+    wait: std::time::Duration,
+) -> Result<bool, tokio_postgres::Error> {
+    let key = slot_key(job, 0);
+    if !hold {
+        client.run("SELECT pg_advisory_unlock($1)", &[&key]).await?;
+        return Ok(true);
+    }
+    let until = std::time::Instant::now() + wait;
+    loop {
+        let got: bool = client
+            .fetch_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await?
+            .get(0);
+        if got || std::time::Instant::now() >= until {
+            return Ok(got);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The job's stored `--wire auto` decision.
+pub async fn wire(client: &Client, job: i64) -> Result<Option<String>, tokio_postgres::Error> {
+    Ok(client
+        .fetch_one("SELECT wire FROM sluice_ledger.jobs WHERE id = $1", &[&job])
+        .await?
+        .get(0))
+}
+
+/// Stores the job's `--wire auto` decision.
+pub async fn set_wire(
+    client: &Client,
+    job: i64,
+    decision: &str,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .run(
+            "UPDATE sluice_ledger.jobs SET wire = $2 WHERE id = $1",
+            &[&job, &decision],
+        )
+        .await
+        .map(drop)
+}

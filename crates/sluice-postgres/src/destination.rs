@@ -1190,6 +1190,31 @@ impl Ledger for PgDestination {
         })
     }
 
+    fn hold_crew_wire(
+        &self,
+        job: i64,
+        hold: bool,
+        wait: std::time::Duration,
+    ) -> Result<bool, DestinationError> {
+        self.on_client(|c| async move {
+            crate::crew::hold_wire(&c, job, hold, wait)
+                .await
+                .map_err(db_error)
+        })
+    }
+
+    fn crew_wire(&self, job: i64) -> Result<Option<String>, DestinationError> {
+        self.on_client(|c| async move { crate::crew::wire(&c, job).await.map_err(db_error) })
+    }
+
+    fn set_crew_wire(&self, job: i64, decision: &str) -> Result<(), DestinationError> {
+        self.on_client(|c| async move {
+            crate::crew::set_wire(&c, job, decision)
+                .await
+                .map_err(db_error)
+        })
+    }
+
     fn crew_status(&self, job: i64) -> Result<CrewStatus, DestinationError> {
         self.on_client(|c| async move { crate::crew::status(&c, job).await.map_err(db_error) })
     }

@@ -90,6 +90,7 @@ UPDATE sluice_ledger.ledger_version SET version = 2 WHERE version = 1;
 /// What version 3 adds: crews, jobs that several workers load together (`crate::crew`).
 const UPGRADE_TO_3: &str = "
 ALTER TABLE sluice_ledger.jobs ADD COLUMN IF NOT EXISTS workers int;
+ALTER TABLE sluice_ledger.jobs ADD COLUMN IF NOT EXISTS wire text;
 CREATE TABLE IF NOT EXISTS sluice_ledger.job_workers (
     job bigint NOT NULL,
     worker int NOT NULL,

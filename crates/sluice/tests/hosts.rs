@@ -342,10 +342,18 @@ fn three_hosts_with_host_local_files_load_one_job_equal_to_one_host() {
         .enumerate()
         .map(|(i, h)| worker(s, &db, h, "three", 3, i as u32 + 1, &[&files[i]]))
         .collect();
-    for c in children {
-        succeeded(&finish(c, 300));
+    let outs: Vec<_> = children.into_iter().map(|c| finish(c, 300)).collect();
+    for o in &outs {
+        succeeded(o);
     }
     same_as_reference(s, &db);
+    // `--wire auto` was decided once: one worker measured the path, the others took its
+    // answer (three measuring at once would each see the server busy with the others').
+    let shared = outs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stdout).contains("decided once for job three"))
+        .count();
+    assert_eq!(shared, 2, "{}", outs.iter().map(text).collect::<String>());
     // Three files of one name on three hosts are three files of the job.
     assert_eq!(
         s.psql(
