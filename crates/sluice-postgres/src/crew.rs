@@ -19,7 +19,7 @@
 //! job under the same lock, unless the decision came first, and rolls back everything
 //! prepared.
 
-use crate::ledger::{LedgerError, LOCK_CLASS};
+use crate::ledger::{FileColumns, LedgerError, LOCK_CLASS};
 use crate::onetrip::OneTrip;
 use sluice_core::ledger::{
     ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, Joined, WorkerPart,
@@ -240,12 +240,14 @@ async fn register_files(
     spec: &JobSpec,
 ) -> Result<Vec<u32>, LedgerError> {
     let f = &spec.files;
-    let path: Vec<&str> = f.iter().map(|f| f.path.as_str()).collect();
-    let tbl: Vec<&str> = f.iter().map(|f| f.table.as_str()).collect();
-    let size: Vec<i64> = f.iter().map(|f| f.size as i64).collect();
-    let modified: Vec<i64> = f.iter().map(|f| f.modified_ns).collect();
-    let fingerprint: Vec<&str> = f.iter().map(|f| f.fingerprint.as_str()).collect();
-    let settings: Vec<&str> = f.iter().map(|f| f.settings.as_str()).collect();
+    let FileColumns {
+        path,
+        tbl,
+        size,
+        modified,
+        fingerprint,
+        settings,
+    } = FileColumns::of(f);
     let rows = client
         .fetch(
             "SELECT (SELECT jf.n FROM sluice_ledger.job_files jf WHERE jf.job = $1 \

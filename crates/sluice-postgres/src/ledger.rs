@@ -469,6 +469,30 @@ pub async fn job_chunks(
         .collect())
 }
 
+/// Files' identities as columns, one array each, for statements that match every file in one
+/// round trip.
+pub(crate) struct FileColumns<'a> {
+    pub path: Vec<&'a str>,
+    pub tbl: Vec<&'a str>,
+    pub size: Vec<i64>,
+    pub modified: Vec<i64>,
+    pub fingerprint: Vec<&'a str>,
+    pub settings: Vec<&'a str>,
+}
+
+impl<'a> FileColumns<'a> {
+    pub(crate) fn of(files: &'a [FileRecord]) -> FileColumns<'a> {
+        FileColumns {
+            path: files.iter().map(|f| f.path.as_str()).collect(),
+            tbl: files.iter().map(|f| f.table.as_str()).collect(),
+            size: files.iter().map(|f| f.size as i64).collect(),
+            modified: files.iter().map(|f| f.modified_ns).collect(),
+            fingerprint: files.iter().map(|f| f.fingerprint.as_str()).collect(),
+            settings: files.iter().map(|f| f.settings.as_str()).collect(),
+        }
+    }
+}
+
 /// For each file, the finished job that loaded it as it is now, most recent first (into a
 /// table of the same name: whether it is still the same table is [`placements`]' question).
 pub async fn loaded_by(
@@ -477,12 +501,14 @@ pub async fn loaded_by(
 ) -> Result<Vec<Option<LoadedBy>>, tokio_postgres::Error> {
     // One statement for every file (a load of 100,000 small files asks once, not 100,000
     // times): each file's position, matched with its most recent finished job.
-    let path: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    let tbl: Vec<&str> = files.iter().map(|f| f.table.as_str()).collect();
-    let size: Vec<i64> = files.iter().map(|f| f.size as i64).collect();
-    let modified: Vec<i64> = files.iter().map(|f| f.modified_ns).collect();
-    let fingerprint: Vec<&str> = files.iter().map(|f| f.fingerprint.as_str()).collect();
-    let settings: Vec<&str> = files.iter().map(|f| f.settings.as_str()).collect();
+    let FileColumns {
+        path,
+        tbl,
+        size,
+        modified,
+        fingerprint,
+        settings,
+    } = FileColumns::of(files);
     let rows = client
         .fetch(
             "SELECT DISTINCT ON (q.i) q.i::int, j.id, \
