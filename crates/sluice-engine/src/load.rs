@@ -288,7 +288,8 @@ impl Load<'_> {
         if let Err(f) = &result {
             if let Err(e) = crate::crew::fail(&*dest, id, crew, &f.to_string()) {
                 self.host.event(Event::Warning(format!(
-                    "could not record in the ledger that job {} failed ({e}): its other                      workers give up when their --wait-workers runs out",
+                    "could not record in the ledger that job {} failed ({e}): its other \
+                     workers give up when their --wait-workers runs out",
                     crew.crew.join.name
                 )));
             }
@@ -472,7 +473,9 @@ impl Load<'_> {
         let mode = match (spec.strategy, spec.dry_run) {
             (StrategyChoice::Stage, false) if crew => {
                 return Err(Failure::Usage(
-                    "--strategy stage: a job with several workers (--workers) loads directly,                      its workers' transactions prepared until all are done; give --strategy                      direct or auto"
+                    "--strategy stage: a job with several workers (--workers) loads directly, \
+                     its workers' transactions prepared until all are done; give --strategy \
+                     direct or auto"
                         .into(),
                 ))
             }

@@ -314,3 +314,23 @@ fn without_prepared_transactions_each_worker_commits_its_own_rows_once() {
         "{said}"
     );
 }
+
+#[test]
+fn a_job_of_several_workers_refuses_the_stage_strategy_and_fails_nothing_else() {
+    let d = &db("crew_stage");
+    let files = three_files(d, 1_000);
+    let out = finish(
+        worker(d, "staged", 2, 1, &files, &["--strategy", "stage"]),
+        60,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "--strategy stage: a job with several workers (--workers) loads directly, its"
+        ),
+        "{err}"
+    );
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(prepared_left(d), "0");
+}
