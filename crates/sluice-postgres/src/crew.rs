@@ -19,7 +19,7 @@
 //! job under the same lock, unless the decision came first, and rolls back everything
 //! prepared.
 
-use crate::ledger::{FileColumns, LedgerError, LOCK_CLASS};
+use crate::ledger::{insert_files, FileColumns, LedgerError, LOCK_CLASS};
 use crate::onetrip::OneTrip;
 use sluice_core::ledger::{
     ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, Joined, WorkerPart,
@@ -240,14 +240,7 @@ async fn register_files(
     spec: &JobSpec,
 ) -> Result<Vec<u32>, LedgerError> {
     let f = &spec.files;
-    let FileColumns {
-        path,
-        tbl,
-        size,
-        modified,
-        fingerprint,
-        settings,
-    } = FileColumns::of(f);
+    let c = FileColumns::of(f);
     let rows = client
         .fetch(
             "SELECT (SELECT jf.n FROM sluice_ledger.job_files jf WHERE jf.job = $1 \
@@ -258,7 +251,15 @@ async fn register_files(
              FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], \
                 $7::text[]) WITH ORDINALITY AS f(path, tbl, size, modified_ns, fingerprint, \
                 settings, ord) ORDER BY f.ord",
-            &[&job, &path, &tbl, &size, &modified, &fingerprint, &settings],
+            &[
+                &job,
+                &c.path,
+                &c.tbl,
+                &c.size,
+                &c.modified,
+                &c.fingerprint,
+                &c.settings,
+            ],
         )
         .await?;
     let mut next = rows.first().map_or(0, |r| r.get::<_, i32>(1));
@@ -276,27 +277,7 @@ async fn register_files(
     }
     if !fresh.is_empty() {
         let n: Vec<i32> = fresh.iter().map(|&(n, _)| n).collect();
-        let pick = |g: &dyn Fn(usize) -> String| -> Vec<String> {
-            fresh.iter().map(|&(_, i)| g(i)).collect()
-        };
-        let (p, t, ti, fp, st) = (
-            pick(&|i| f[i].path.clone()),
-            pick(&|i| f[i].table.clone()),
-            pick(&|i| f[i].table_id.clone()),
-            pick(&|i| f[i].fingerprint.clone()),
-            pick(&|i| f[i].settings.clone()),
-        );
-        let sz: Vec<i64> = fresh.iter().map(|&(_, i)| f[i].size as i64).collect();
-        let md: Vec<i64> = fresh.iter().map(|&(_, i)| f[i].modified_ns).collect();
-        client
-            .run(
-                "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, \
-                    modified_ns, fingerprint, settings) \
-                 SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
-                    $6::bigint[], $7::bigint[], $8::text[], $9::text[])",
-                &[&job, &n, &p, &t, &ti, &sz, &md, &fp, &st],
-            )
-            .await?;
+        insert_files(client, job, &n, fresh.iter().map(|&(_, i)| &f[i])).await?;
     }
     Ok(numbers)
 }

@@ -474,6 +474,7 @@ pub async fn job_chunks(
 pub(crate) struct FileColumns<'a> {
     pub path: Vec<&'a str>,
     pub tbl: Vec<&'a str>,
+    pub tbl_id: Vec<&'a str>,
     pub size: Vec<i64>,
     pub modified: Vec<i64>,
     pub fingerprint: Vec<&'a str>,
@@ -481,16 +482,56 @@ pub(crate) struct FileColumns<'a> {
 }
 
 impl<'a> FileColumns<'a> {
-    pub(crate) fn of(files: &'a [FileRecord]) -> FileColumns<'a> {
+    pub(crate) fn of<I>(files: I) -> FileColumns<'a>
+    where
+        I: IntoIterator<Item = &'a FileRecord>,
+        I::IntoIter: Clone,
+    {
+        let files = files.into_iter();
         FileColumns {
-            path: files.iter().map(|f| f.path.as_str()).collect(),
-            tbl: files.iter().map(|f| f.table.as_str()).collect(),
-            size: files.iter().map(|f| f.size as i64).collect(),
-            modified: files.iter().map(|f| f.modified_ns).collect(),
-            fingerprint: files.iter().map(|f| f.fingerprint.as_str()).collect(),
-            settings: files.iter().map(|f| f.settings.as_str()).collect(),
+            path: files.clone().map(|f| f.path.as_str()).collect(),
+            tbl: files.clone().map(|f| f.table.as_str()).collect(),
+            tbl_id: files.clone().map(|f| f.table_id.as_str()).collect(),
+            size: files.clone().map(|f| f.size as i64).collect(),
+            modified: files.clone().map(|f| f.modified_ns).collect(),
+            fingerprint: files.clone().map(|f| f.fingerprint.as_str()).collect(),
+            settings: files.map(|f| f.settings.as_str()).collect(),
         }
     }
+}
+
+/// Records `files` as job `job`'s files numbered `n`, in one statement.
+pub(crate) async fn insert_files<'a, I>(
+    client: &Client,
+    job: i64,
+    n: &[i32],
+    files: I,
+) -> Result<(), tokio_postgres::Error>
+where
+    I: IntoIterator<Item = &'a FileRecord>,
+    I::IntoIter: Clone,
+{
+    let c = FileColumns::of(files);
+    client
+        .run(
+            "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, \
+                modified_ns, fingerprint, settings) \
+             SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
+                $6::bigint[], $7::bigint[], $8::text[], $9::text[])",
+            &[
+                &job,
+                &n,
+                &c.path,
+                &c.tbl,
+                &c.tbl_id,
+                &c.size,
+                &c.modified,
+                &c.fingerprint,
+                &c.settings,
+            ],
+        )
+        .await
+        .map(drop)
 }
 
 /// For each file, the finished job that loaded it as it is now, most recent first (into a
@@ -501,14 +542,7 @@ pub async fn loaded_by(
 ) -> Result<Vec<Option<LoadedBy>>, tokio_postgres::Error> {
     // One statement for every file (a load of 100,000 small files asks once, not 100,000
     // times): each file's position, matched with its most recent finished job.
-    let FileColumns {
-        path,
-        tbl,
-        size,
-        modified,
-        fingerprint,
-        settings,
-    } = FileColumns::of(files);
+    let c = FileColumns::of(files);
     let rows = client
         .fetch(
             "SELECT DISTINCT ON (q.i) q.i::int, j.id, \
@@ -521,7 +555,14 @@ pub async fn loaded_by(
                AND f.fingerprint = q.fingerprint AND f.settings = q.settings \
              JOIN sluice_ledger.jobs j ON j.id = f.job AND j.state = 'finished' \
              ORDER BY q.i, j.finished DESC",
-            &[&path, &tbl, &size, &modified, &fingerprint, &settings],
+            &[
+                &c.path,
+                &c.tbl,
+                &c.size,
+                &c.modified,
+                &c.fingerprint,
+                &c.settings,
+            ],
         )
         .await?;
     let mut out = vec![None; files.len()];
@@ -727,34 +768,8 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
         )?;
         let id: i64 = job.get(0);
         // Every file in one statement.
-        let f = &spec.files;
-        let n: Vec<i32> = (0..f.len() as i32).collect();
-        let path: Vec<&str> = f.iter().map(|f| f.path.as_str()).collect();
-        let tbl: Vec<&str> = f.iter().map(|f| f.table.as_str()).collect();
-        let tbl_id: Vec<&str> = f.iter().map(|f| f.table_id.as_str()).collect();
-        let size: Vec<i64> = f.iter().map(|f| f.size as i64).collect();
-        let modified: Vec<i64> = f.iter().map(|f| f.modified_ns).collect();
-        let fingerprint: Vec<&str> = f.iter().map(|f| f.fingerprint.as_str()).collect();
-        let settings: Vec<&str> = f.iter().map(|f| f.settings.as_str()).collect();
-        client
-            .run(
-                "INSERT INTO sluice_ledger.job_files (job, n, path, tbl, tbl_id, size, \
-                    modified_ns, fingerprint, settings) \
-                 SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
-                    $6::bigint[], $7::bigint[], $8::text[], $9::text[])",
-                &[
-                    &id,
-                    &n,
-                    &path,
-                    &tbl,
-                    &tbl_id,
-                    &size,
-                    &modified,
-                    &fingerprint,
-                    &settings,
-                ],
-            )
-            .await?;
+        let n: Vec<i32> = (0..spec.files.len() as i32).collect();
+        insert_files(client, id, &n, &spec.files).await?;
         Ok::<_, tokio_postgres::Error>(id)
     }
     .await;

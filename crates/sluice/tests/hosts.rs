@@ -213,18 +213,7 @@ impl Server {
     }
 
     fn psql(&self, db: &str, sql: &str) -> String {
-        let out = Command::new(self.cluster.bindir.join("psql"))
-            .args(["-X", "-At", "-v", "ON_ERROR_STOP=1"])
-            .arg(self.url(db, None))
-            .args(["-c", sql])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        common::psql_at(&self.cluster, &self.url(db, None), sql)
     }
 }
 

@@ -168,18 +168,7 @@ fn sluice_near(args: &[&str]) -> Output {
 fn psql(sql: &str) -> String {
     let guard = far().lock().unwrap();
     let far = guard.as_ref().expect("the paths are up");
-    let out = std::process::Command::new(far.cluster.bindir.join("psql"))
-        .args(["-X", "-At", "-v", "ON_ERROR_STOP=1"])
-        .arg(far.cluster.url().unwrap())
-        .args(["-c", sql])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    common::psql_at(&far.cluster, &far.cluster.url().unwrap(), sql)
 }
 
 #[test]

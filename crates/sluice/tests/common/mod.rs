@@ -450,3 +450,19 @@ pub fn text(o: &Output) -> String {
 pub fn succeeded(o: &Output) {
     assert!(o.status.success(), "{}", text(o));
 }
+
+/// psql against `url` with `cluster`'s own client, asserting success: its output, trimmed.
+pub fn psql_at(cluster: &Cluster, url: &str, sql: &str) -> String {
+    let out = Command::new(cluster.bindir.join("psql"))
+        .args(["-X", "-At", "-v", "ON_ERROR_STOP=1"])
+        .arg(url)
+        .args(["-c", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
