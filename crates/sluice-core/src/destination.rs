@@ -283,6 +283,13 @@ pub trait Destination: Sync {
     /// Opens stream `n` (0-based) and begins its transaction.
     fn open_stream(&self, n: usize) -> Result<Self::Stream<'_>, DestinationError>;
 
+    /// A hint, given before the load's serial steps (the ledger, the wire's choice): `streams`
+    /// streams and the watch will open. A destination may start opening their connections in
+    /// the background, so that across a long path their round trips overlap those steps;
+    /// [`Destination::open_stream`] and [`Destination::watch`] then take them. Connections
+    /// opened ahead and never taken are closed with the destination.
+    fn open_ahead(&self, _streams: usize) {}
+
     /// Turns records into what this destination loads.
     type Encoder<'a>: RecordEncoder + Send
     where
@@ -339,6 +346,19 @@ pub trait Destination: Sync {
             ErrorKind::Usage,
             "this destination cannot prepare a transaction",
         ))
+    }
+
+    /// As [`Destination::finish_prepared`] for each of `ids`, at once where the destination can
+    /// (one round trip rather than one each). On an error, how many were finished first.
+    fn finish_all_prepared(
+        &self,
+        ids: &[String],
+        commit: bool,
+    ) -> Result<(), (usize, DestinationError)> {
+        for (n, id) in ids.iter().enumerate() {
+            self.finish_prepared(id, commit).map_err(|e| (n, e))?;
+        }
+        Ok(())
     }
 
     /// The prepared transactions whose ids start with `prefix`, left by a run that stopped

@@ -167,19 +167,18 @@ fn commit_decided<D: Ledger>(
     all: &[String],
 ) -> Result<(), Failure> {
     host.event(Event::Point("decided"));
-    for id in all {
-        dest.finish_prepared(id, true).map_err(|e| {
-            Failure::server_kind(
-                ServerKind::Lost,
-                format!(
-                    "job {}: committing the workers' prepared transaction {id} failed: {e}. The \
-                     decision to commit is in the ledger: any worker's command, run again, \
-                     commits the rest",
-                    crew.name()
-                ),
-            )
-        })?;
-    }
+    dest.finish_all_prepared(all, true).map_err(|(n, e)| {
+        Failure::server_kind(
+            ServerKind::Lost,
+            format!(
+                "job {}: committing the workers' prepared transaction {} failed: {e}. The \
+                 decision to commit is in the ledger: any worker's command, run again, \
+                 commits the rest",
+                crew.name(),
+                all[n]
+            ),
+        )
+    })?;
     dest.finish_job(job, &[])
         .map_err(|e| ledger_failure("recording that the job finished", e))?;
     host.event(Event::Notice(match all.len() {

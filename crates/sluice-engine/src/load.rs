@@ -119,6 +119,7 @@ impl Load<'_> {
             ErrorKind::Usage => Failure::Usage(e.to_string()),
             _ => crate::run::destination_failure(&e, e.to_string()),
         })?;
+        self.open_ahead(&*dest, stager, &plan);
         // The ledger: resume an unfinished job, leave out what a finished one loaded.
         let replan = |size: u64| {
             let mut again = spec.clone();
@@ -386,14 +387,7 @@ impl Load<'_> {
         let spec = self.spec;
         // A load that stages opens one more connection at its end, for the publish; and when
         // it also loads tables directly, each stream may hold a direct and a staging one.
-        let stageable: Vec<bool> = match (stager, spec.strategy, spec.dry_run) {
-            (Some(s), StrategyChoice::Auto | StrategyChoice::Stage, false) => {
-                (0..plan.tables.len())
-                    .map(|t| s.may_stage(dest, t))
-                    .collect()
-            }
-            _ => vec![false; plan.tables.len()],
-        };
+        let stageable = self.stageable(dest, stager, plan);
         let connections = match (stageable.iter().any(|&s| s), stageable.iter().all(|&s| s)) {
             (false, _) => (1, 0),
             (true, true) => (1, 1),
@@ -410,6 +404,47 @@ impl Load<'_> {
             self.host.event(Event::Warning(w));
         }
         jobs
+    }
+
+    /// Which of the plan's tables the strategy asked for may stage.
+    fn stageable<D: Destination>(
+        &self,
+        dest: &D,
+        stager: Option<&dyn StagePlanner<D>>,
+        plan: &Plan,
+    ) -> Vec<bool> {
+        match (stager, self.spec.strategy, self.spec.dry_run) {
+            (Some(s), StrategyChoice::Auto | StrategyChoice::Stage, false) => {
+                (0..plan.tables.len())
+                    .map(|t| s.may_stage(dest, t))
+                    .collect()
+            }
+            _ => vec![false; plan.tables.len()],
+        }
+    }
+
+    /// Lets the destination open the streams' connections while the ledger and the wire's
+    /// choice take their round trips ([`Destination::open_ahead`]; across a long path, several
+    /// round trips each). Only where the count is known now: not a dry run, nothing staged
+    /// (a staging stream's connections open as its units come), and under `--jobs auto` the
+    /// first stream only.
+    fn open_ahead<D: Destination>(
+        &self,
+        dest: &D,
+        stager: Option<&dyn StagePlanner<D>>,
+        plan: &Plan,
+    ) {
+        if self.spec.dry_run || self.stageable(dest, stager, plan).contains(&true) {
+            return;
+        }
+        let streams = match self.spec.jobs {
+            Jobs::Auto => 1,
+            wanted => {
+                let free = dest.free_slots();
+                plan::choose_jobs(wanted, plan.chunks.len(), free, (1, 0), false).0
+            }
+        };
+        dest.open_ahead(streams);
     }
 
     /// Says which tables load on one stream because foreign keys tie them.

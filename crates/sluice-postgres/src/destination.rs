@@ -106,6 +106,25 @@ pub struct PgDestination {
     lock_wait: std::time::Duration,
     /// The encoding asked for: text COPY for every table when `Text`.
     wire: Wire,
+    /// Connections opened ahead of the streams and the watch ([`Destination::open_ahead`]).
+    ahead: Mutex<Ahead>,
+}
+
+/// Connections being opened in the background, while the load's own connection does its
+/// serial steps: across a long path each is several round trips (TCP, authentication, the
+/// session's settings, the server's identity, `BEGIN`), which then overlap those steps.
+#[derive(Default)]
+struct Ahead {
+    /// Streams, each with its transaction begun.
+    streams: Vec<tokio::task::JoinHandle<Result<Stream, StreamOpenError>>>,
+    watch: Option<tokio::task::JoinHandle<Result<Client, ConnectError>>>,
+}
+
+impl Ahead {
+    /// Connections held open (or opening) that no stream or watch took yet.
+    fn held(&self) -> usize {
+        self.streams.len() + usize::from(self.watch.is_some())
+    }
 }
 
 impl PgDestination {
@@ -164,6 +183,7 @@ impl PgDestination {
             staging_streams: Mutex::new(std::collections::BTreeSet::new()),
             lock_wait: stage::DEFAULT_LOCK_WAIT,
             wire: Wire::Auto,
+            ahead: Mutex::new(Ahead::default()),
         })
     }
 
@@ -204,7 +224,10 @@ impl PgDestination {
         streams: usize,
         seconds: f64,
     ) -> Result<f64, String> {
-        let free = self.free_slots.map_or(usize::MAX, |n| n.max(0) as usize);
+        let held = lock(&self.ahead).held();
+        let free = self
+            .free_slots
+            .map_or(usize::MAX, |n| (n.max(0) as usize).saturating_sub(held));
         let streams = streams.min(free).max(1);
         let probe = crate::probe::Probe::of(&self.info).map_err(|e| e.to_string())?;
         let rate = probe
@@ -509,16 +532,35 @@ impl Destination for PgDestination {
     }
 
     fn finish_prepared(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
+        self.finish_all_prepared(std::slice::from_ref(&id.to_string()), commit)
+            .map_err(|(_, e)| e)
+    }
+
+    /// Each `COMMIT PREPARED` (or `ROLLBACK PREPARED`) is a statement of its own, which no
+    /// transaction block may hold; sent together, they still cross the path once.
+    fn finish_all_prepared(
+        &self,
+        ids: &[String],
+        commit: bool,
+    ) -> Result<(), (usize, DestinationError)> {
         let verb = if commit { "COMMIT" } else { "ROLLBACK" };
-        let sql = format!("{verb} PREPARED {}", stage::quote_literal(id));
-        self.on_client(|c| async move {
-            match c.batch_execute(&sql).await {
+        let statements: Vec<String> = ids
+            .iter()
+            .map(|id| format!("{verb} PREPARED {}", stage::quote_literal(id)))
+            .collect();
+        let client = self.rt.block_on(self.live()).map_err(|e| (0, e))?;
+        let results = self.rt.block_on(futures_util::future::join_all(
+            statements.iter().map(|sql| client.batch_execute(sql)),
+        ));
+        results
+            .into_iter()
+            .enumerate()
+            .try_for_each(|(n, r)| match r {
                 Ok(()) => Ok(()),
                 // Already finished (by an earlier attempt, or by hand): nothing left to do.
                 Err(e) if e.code().is_some_and(|c| c.code() == "42704") => Ok(()),
-                Err(e) => Err(db_error(e)),
-            }
-        })
+                Err(e) => Err((n, db_error(e))),
+            })
     }
 
     fn prepared(&self, prefix: &str) -> Result<Vec<String>, DestinationError> {
@@ -576,10 +618,20 @@ impl Destination for PgDestination {
     type Stream<'a> = PgStream<'a>;
 
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
+        let ahead = lock(&self.ahead).streams.pop();
         let opened = self.rt.block_on(async {
-            let s = Stream::open(&self.info, &self.identity).await?;
-            s.begin().await.map_err(StreamOpenError::Server)?;
-            Ok::<_, StreamOpenError>(s)
+            // One opened ahead, if it made it and is still open (a long wait, for a crew's
+            // other workers, may outlast a server's idle timeout); else (it failed, or none
+            // was) one now, whose error is the one to report.
+            if let Some(Ok(Ok(s))) = match ahead {
+                Some(pending) => Some(pending.await),
+                None => None,
+            } {
+                if !s.client().is_closed() {
+                    return Ok(s);
+                }
+            }
+            open_begun(self.info.clone(), self.identity.clone()).await
         });
         let stream = opened.map_err(|e| self.open_error(n, e))?;
         if let Some(w) = lock(&self.watchdog).as_ref() {
@@ -609,10 +661,37 @@ impl Destination for PgDestination {
         }
     }
 
+    fn open_ahead(&self, streams: usize) {
+        let mut ahead = lock(&self.ahead);
+        while ahead.streams.len() < streams {
+            let opening = open_begun(self.info.clone(), self.identity.clone());
+            ahead.streams.push(self.rt.spawn(opening));
+        }
+        if ahead.watch.is_none() {
+            let info = self.info.clone();
+            ahead.watch = Some(self.rt.spawn(async move { connect(&info).await }));
+        }
+    }
+
     fn watch(&self, streams: usize) -> Result<(), DestinationError> {
+        let ahead = lock(&self.ahead).watch.take();
         let w = self
             .rt
-            .block_on(Watchdog::start(&self.info, streams, self.warn.clone()))
+            .block_on(async {
+                let client = match ahead {
+                    Some(pending) => match pending.await {
+                        Ok(Ok(client)) => client,
+                        _ => connect(&self.info).await?,
+                    },
+                    None => connect(&self.info).await?,
+                };
+                Ok::<_, ConnectError>(Watchdog::start(
+                    client,
+                    &self.info,
+                    streams,
+                    self.warn.clone(),
+                ))
+            })
             .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
         *lock(&self.watchdog) = Some(w);
         Ok(())
@@ -1057,6 +1136,28 @@ fn prepare_error(e: stage::PrepareError) -> DestinationError {
     }
 }
 
+/// Inserts a stream's held ledger rows, one statement per job.
+async fn record_held(
+    client: &Client,
+    mut held: Vec<(i64, ChunkRecord)>,
+) -> Result<(), tokio_postgres::Error> {
+    while let Some(&(job, _)) = held.first() {
+        let (mine, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|(j, _)| *j == job);
+        let chunks: Vec<ChunkRecord> = mine.into_iter().map(|(_, c)| c).collect();
+        crate::ledger::record(client, job, &chunks).await?;
+        held = rest;
+    }
+    Ok(())
+}
+
+/// A stream's connection, opened with its transaction begun (owned arguments, so that it can
+/// also run in the background: [`Destination::open_ahead`]).
+async fn open_begun(info: ConnInfo, identity: String) -> Result<Stream, StreamOpenError> {
+    let s = Stream::open(&info, &identity).await?;
+    s.begin().await.map_err(StreamOpenError::Server)?;
+    Ok(s)
+}
+
 /// A ledger failure in the engine's terms: a refusal is the user's to act on.
 fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
     match e {
@@ -1327,17 +1428,11 @@ impl PgStream<'_> {
 
     /// Inserts the chunk records the stream holds, in its transaction.
     fn flush_ledger(&mut self) -> Result<(), DestinationError> {
-        let mut held = std::mem::take(&mut self.ledger);
-        while let Some(&(job, _)) = held.first() {
-            let (mine, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|(j, _)| *j == job);
-            let chunks: Vec<ChunkRecord> = mine.into_iter().map(|(_, c)| c).collect();
-            self.dest
-                .rt
-                .block_on(crate::ledger::record(self.stream.client(), job, &chunks))
-                .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))?;
-            held = rest;
-        }
-        Ok(())
+        let held = std::mem::take(&mut self.ledger);
+        self.dest
+            .rt
+            .block_on(record_held(self.stream.client(), held))
+            .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))
     }
 }
 
@@ -1414,8 +1509,17 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
-        self.flush_ledger()?;
-        let Err(e) = self.dest.rt.block_on(self.stream.fire_deferred_checks()) else {
+        // The held ledger rows and the checks go out together: one round trip, not two. A
+        // failed insert fails the checks too (the transaction is aborted): its error is the one.
+        let held = std::mem::take(&mut self.ledger);
+        let (recorded, fired) = self.dest.rt.block_on(async {
+            futures_util::join!(
+                record_held(self.stream.client(), held),
+                self.stream.fire_deferred_checks()
+            )
+        });
+        recorded.map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))?;
+        let Err(e) = fired else {
             return Ok(());
         };
         let mut err = self.dest.error(self.n, e.clone());

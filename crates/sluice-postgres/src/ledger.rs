@@ -766,11 +766,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
                 &job,
             )
         )?;
-        let id: i64 = job.get(0);
-        // Every file in one statement.
-        let n: Vec<i32> = (0..spec.files.len() as i32).collect();
-        insert_files(client, id, &n, &spec.files).await?;
-        Ok::<_, tokio_postgres::Error>(id)
+        Ok::<i64, tokio_postgres::Error>(job.get(0))
     }
     .await;
     let id = match done {
@@ -780,8 +776,27 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
             return Err(e.into());
         }
     };
-    client.batch_execute("COMMIT").await?;
-    take_lock(client, id).await?;
+    // Every file in one statement, the COMMIT and the job's lock behind it: one round trip.
+    // A failed insert turns the COMMIT into a rollback (the server's rule for a failed
+    // transaction block), and gives back the lock if it was taken.
+    let n: Vec<i32> = (0..spec.files.len() as i32).collect();
+    let lock: [&dyn Param; 2] = [&LOCK_CLASS, &(id as i32)];
+    let (files, committed, locked) = futures_util::join!(
+        insert_files(client, id, &n, &spec.files),
+        client.batch_execute("COMMIT"),
+        client.fetch_one("SELECT pg_try_advisory_lock($1, $2)", &lock)
+    );
+    let got = locked.as_ref().is_ok_and(|r| r.get::<_, bool>(0));
+    if let Err(e) = files.and(committed) {
+        if got {
+            let _ = unlock(client, id).await;
+        }
+        return Err(e.into());
+    }
+    if !got {
+        // Taken already (or the statement failed): the lock's own path says by whom.
+        take_lock(client, id).await?;
+    }
     Ok(id)
 }
 
@@ -875,11 +890,25 @@ pub async fn finish(
         generations.push(state.generation.clone());
         has_rows.push(state.has_rows);
     }
-    // Pipelined: the four go out together, one round trip across a long path, not four. A
-    // statement that fails aborts the transaction, the ones after it fail too, and the first
-    // error is the one returned.
+    // Pipelined: the six go out together, one round trip across a long path, not six. A
+    // statement that fails aborts the transaction, the ones after it fail too, the COMMIT
+    // then rolls back (the server's rule for a failed transaction block), and the first
+    // error is the one returned. The job's lock goes either way: the run is over.
     let places: [&dyn Param; 6] = [&job, &files, &relations, &ids, &generations, &has_rows];
-    let done = tokio::try_join!(
+    let (done, committed, unlocked) = futures_util::join!(
+        finish_statements(client, &places),
+        client.batch_execute("COMMIT"),
+        unlock(client, job)
+    );
+    done.and(committed).and(unlocked)
+}
+
+/// The statements of [`finish`], in the transaction it commits.
+async fn finish_statements(
+    client: &Client,
+    places: &[&dyn Param; 6],
+) -> Result<(), tokio_postgres::Error> {
+    tokio::try_join!(
         client.batch_execute("BEGIN"),
         client.run(
             "DELETE FROM sluice_ledger.job_places WHERE job = $1",
@@ -890,20 +919,15 @@ pub async fn finish(
                 (job, file, relation, rel_id, generation, has_rows) \
              SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], \
                 $6::boolean[]) ON CONFLICT DO NOTHING",
-            &places,
+            places,
         ),
         client.run(
             "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
                 updated = now(), finished = now() WHERE id = $1",
             &places[..1],
         )
-    );
-    if let Err(e) = done {
-        let _ = client.batch_execute("ROLLBACK").await;
-        return Err(e);
-    }
-    client.batch_execute("COMMIT").await?;
-    unlock(client, job).await
+    )
+    .map(drop)
 }
 
 /// Removes a job that no process runs, with its files and chunk records.

@@ -188,6 +188,10 @@ pub struct Stream {
     /// When the backend started, as the server prints it: with the pid, it names this
     /// backend and no later one that reuses its pid.
     pub started: String,
+    /// Each COPY statement this session prepared, by its text: a chunk's COPY then starts in
+    /// one round trip, not two (parse, then bind), which across a long path is a round trip
+    /// per chunk.
+    copies: std::sync::Mutex<std::collections::HashMap<String, tokio_postgres::Statement>>,
 }
 
 /// The savepoint taken before deferred checks fire, so that a conflict found by them leaves
@@ -222,6 +226,7 @@ impl Stream {
             socket,
             pid,
             started,
+            copies: Default::default(),
         })
     }
 
@@ -315,9 +320,24 @@ impl Stream {
             "COPY {relation} ({}) FROM STDIN (FORMAT {format}{freeze})",
             cols.join(", ")
         );
+        let known = self.copies.lock().ok().and_then(|c| c.get(&sql).cloned());
+        let statement = match known {
+            Some(statement) => statement,
+            None => {
+                let statement = self
+                    .client
+                    .prepare(&sql)
+                    .await
+                    .map_err(|e| ServerError::from_pg(&e))?;
+                if let Ok(mut c) = self.copies.lock() {
+                    c.insert(sql, statement.clone());
+                }
+                statement
+            }
+        };
         let sink = self
             .client
-            .copy_in(&sql)
+            .copy_in(&statement)
             .await
             .map_err(|e| ServerError::from_pg(&e))?;
         Ok(CopyWriter {

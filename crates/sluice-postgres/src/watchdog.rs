@@ -26,7 +26,7 @@
 //! stream waits on a backend that one of the streams had before it reconnected, the watchdog
 //! ends that backend (`pg_terminate_backend`) after two sightings and says so.
 
-use crate::connect::{connect, ConnectError};
+use crate::connect::connect;
 use crate::conninfo::ConnInfo;
 use sluice_core::destination::{Activity, ServerWaits};
 use std::sync::{Arc, Mutex};
@@ -81,14 +81,15 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 }
 
 impl Watchdog {
-    /// Connects the side connection and starts sampling, for `streams` streams. `warn`
-    /// receives the warnings about waits on sessions outside the load.
-    pub async fn start(
+    /// Starts sampling on the side connection `client` (on the runtime it is called in), for
+    /// `streams` streams. `warn` receives the warnings about waits on sessions outside the
+    /// load.
+    pub fn start(
+        client: Client,
         info: &ConnInfo,
         streams: usize,
         warn: Arc<dyn Fn(String) + Send + Sync>,
-    ) -> Result<Watchdog, ConnectError> {
-        let client = connect(info).await?;
+    ) -> Watchdog {
         let state = Arc::new(Mutex::new(State {
             pids: vec![None; streams],
             started: Some(Instant::now()),
@@ -102,7 +103,7 @@ impl Watchdog {
             stop.clone(),
             warn,
         ));
-        Ok(Watchdog { state, stop, task })
+        Watchdog { state, stop, task }
     }
 
     /// Records the backend pid of stream `stream`. A pid it replaces is not taken for a

@@ -641,6 +641,11 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         let ctx = self.ctx;
         let lost = self.slot(unit).take();
         self.keep_transport(lost.as_ref());
+        // Closed on this side before its chunks go back on the queue (and not after the pause
+        // before the reconnect): from then on the destination knows its session, if the
+        // server still runs it, as this load's former one, which a sibling that takes the
+        // chunks may wait on, and not as a live stream whose rows clash with the sibling's.
+        drop(lost);
         if self.lost.retry(ctx, &mut self.stats, unit, id, &e) {
             return UnitEnd::Next;
         }
