@@ -88,6 +88,55 @@ fn placements(job: &JobRun, relations: &[String]) -> Vec<Placement> {
         .collect()
 }
 
+/// The streams of a load that stages nothing, as the plan allows them (chunks, free slots).
+fn direct_jobs<D: Destination>(spec: &LoadSpec, dest: &D, plan: &Plan) -> usize {
+    plan::choose_jobs(
+        spec.jobs,
+        plan.chunks.len(),
+        dest.free_slots(),
+        (1, 0),
+        false,
+    )
+    .0
+}
+
+/// Whether the server can hold `jobs` prepared transactions at once, or why not.
+fn prepare_slots<D: Destination>(dest: &D, jobs: usize) -> Result<(), String> {
+    dest.capabilities()
+        .prepare
+        .and_then(|slots| match slots as usize >= jobs {
+            true => Ok(()),
+            false => Err(format!(
+                "the server can prepare {slots} transaction(s) at once, and this load has {jobs} \
+                 streams"
+            )),
+        })
+}
+
+fn crew_cannot_stage() -> Failure {
+    Failure::Usage(
+        "--strategy stage: a job with several workers (--workers) loads directly, its workers' \
+         transactions prepared until all are done; give --strategy direct or auto"
+            .into(),
+    )
+}
+
+fn crew_cannot_prepare(why: &str) -> Failure {
+    Failure::Usage(format!(
+        "--workers: {why}. A job of several workers keeps every worker's rows invisible until \
+         all are done through prepared transactions: set the server's \
+         max_prepared_transactions to at least the workers times --jobs (a restart), or give \
+         --prepare off, and each worker commits its own rows when it finishes (visible worker \
+         by worker; each chunk still loaded exactly once)"
+    ))
+}
+
+fn prepare_on_refused(why: &str) -> Failure {
+    Failure::Usage(format!(
+        "--prepare on: {why}; give --prepare off, or fewer --jobs"
+    ))
+}
+
 /// One load's request and its listener.
 struct Load<'a> {
     spec: &'a LoadSpec,
@@ -127,7 +176,11 @@ impl Load<'_> {
             plan::build(&again, &file_tables, &described, columns.clone())
         };
         let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
-        let (plan, job) = match (self.keeps_ledger(&plan, &*dest), crew) {
+        let keeps = self.keeps_ledger(&plan, &*dest);
+        if let (true, Some(_)) = (keeps, crew) {
+            self.refuse_before_joining(&*dest, &plan)?;
+        }
+        let (plan, job) = match (keeps, crew) {
             (false, Some(c)) => return Err(no_ledger_for_a_crew(c)),
             (true, Some(c)) => match crate::crew::join(&*dest, plan, c, &replan)? {
                 ledger::Start::Run(plan, job) => (plan, Some(job)),
@@ -439,12 +492,25 @@ impl Load<'_> {
         }
         let streams = match self.spec.jobs {
             Jobs::Auto => 1,
-            wanted => {
-                let free = dest.free_slots();
-                plan::choose_jobs(wanted, plan.chunks.len(), free, (1, 0), false).0
-            }
+            _ => direct_jobs(self.spec, dest, plan),
         };
         dest.open_ahead(streams);
+    }
+
+    /// What would refuse a crew's worker once it had joined, said before it joins: a refusal
+    /// after fails the job for its other workers too.
+    fn refuse_before_joining<D: Destination>(&self, dest: &D, plan: &Plan) -> Result<(), Failure> {
+        if self.spec.strategy == StrategyChoice::Stage {
+            return Err(crew_cannot_stage());
+        }
+        if self.spec.prepare == PrepareChoice::Off {
+            return Ok(());
+        }
+        match prepare_slots(dest, direct_jobs(self.spec, dest, plan)) {
+            Ok(()) => Ok(()),
+            Err(why) if self.spec.prepare == PrepareChoice::On => Err(prepare_on_refused(&why)),
+            Err(why) => Err(crew_cannot_prepare(&why)),
+        }
     }
 
     /// Says which tables load on one stream because foreign keys tie them.
@@ -506,14 +572,7 @@ impl Load<'_> {
         // published as they are.
         let crew = job.as_ref().is_some_and(|j| j.crew.is_some());
         let mode = match (spec.strategy, spec.dry_run) {
-            (StrategyChoice::Stage, false) if crew => {
-                return Err(Failure::Usage(
-                    "--strategy stage: a job with several workers (--workers) loads directly, \
-                     its workers' transactions prepared until all are done; give --strategy \
-                     direct or auto"
-                        .into(),
-                ))
-            }
+            (StrategyChoice::Stage, false) if crew => return Err(crew_cannot_stage()),
             (StrategyChoice::Direct, _) | (_, true) => None,
             (StrategyChoice::Auto, false) if crew => None,
             (StrategyChoice::Auto, false) => Some(Mode::Auto),
@@ -649,33 +708,15 @@ impl Load<'_> {
             return Ok(None);
         }
         let crew = job.and_then(|j| Some((j.job, j.crew.as_ref()?)));
-        let able = dest
-            .capabilities()
-            .prepare
-            .and_then(|slots| match slots as usize >= jobs {
-                true => Ok(()),
-                false => Err(format!(
-                "the server can prepare {slots} transaction(s) at once, and this load has {jobs} \
-                 streams"
-            )),
-            });
-        match (choice, job, able) {
+        match (choice, job, prepare_slots(dest, jobs)) {
             (_, Some(job), Ok(())) => Ok(Some(prepared_prefix(job.job, crew.map(|c| &**c.1)))),
-            (PrepareChoice::Auto, _, Err(why)) if crew.is_some() => Err(Failure::Usage(format!(
-                "--workers: {why}. A job of several workers keeps every worker's rows \
-                 invisible until all are done through prepared transactions: set the server's \
-                 max_prepared_transactions to at least the workers times --jobs (a restart), \
-                 or give --prepare off, and each worker commits its own rows when it finishes \
-                 (visible worker by worker; each chunk still loaded exactly once)"
-            ))),
+            (PrepareChoice::Auto, _, Err(why)) if crew.is_some() => Err(crew_cannot_prepare(&why)),
             (PrepareChoice::On, None, _) => Err(Failure::Usage(
                 "--prepare on needs the resume ledger, where the commit decision is kept (this \
                  load keeps none: standard input, or a role that cannot create it)"
                     .into(),
             )),
-            (PrepareChoice::On, _, Err(why)) => Err(Failure::Usage(format!(
-                "--prepare on: {why}; give --prepare off, or fewer --jobs"
-            ))),
+            (PrepareChoice::On, _, Err(why)) => Err(prepare_on_refused(&why)),
             _ => Ok(None),
         }
     }

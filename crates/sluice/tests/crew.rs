@@ -316,7 +316,7 @@ fn without_prepared_transactions_each_worker_commits_its_own_rows_once() {
 }
 
 #[test]
-fn a_job_of_several_workers_refuses_the_stage_strategy_and_fails_nothing_else() {
+fn a_job_of_several_workers_refuses_the_stage_strategy_before_joining_it() {
     let d = &db("crew_stage");
     let files = three_files(d, 1_000);
     let out = finish(
@@ -333,4 +333,14 @@ fn a_job_of_several_workers_refuses_the_stage_strategy_and_fails_nothing_else() 
     );
     assert_eq!(d.count("t"), 0);
     assert_eq!(prepared_left(d), "0");
+    // Refused before it joined: the job was not even begun, so the same workers without
+    // the flag load it whole.
+    assert_eq!(sql(d, "SELECT count(*) FROM sluice_ledger.jobs"), "0");
+    let children: Vec<Child> = (1..=2)
+        .map(|k| worker(d, "staged", 2, k, &files, &[]))
+        .collect();
+    for c in children {
+        succeeded(&finish(c, 180));
+    }
+    d.assert_same_rows("t", "reference");
 }
