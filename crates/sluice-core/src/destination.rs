@@ -287,8 +287,12 @@ pub trait Destination: Sync {
     /// streams and the watch will open. A destination may start opening their connections in
     /// the background, so that across a long path their round trips overlap those steps;
     /// [`Destination::open_stream`] and [`Destination::watch`] then take them. Connections
-    /// opened ahead and never taken are closed with the destination.
+    /// opened ahead and not taken are closed by [`Destination::close_ahead`].
     fn open_ahead(&self, _streams: usize) {}
+
+    /// Closes the connections opened ahead that no stream took: the streams are done, or none
+    /// will run (nothing to load, a crew's worker that only waits for the others).
+    fn close_ahead(&self) {}
 
     /// Turns records into what this destination loads.
     type Encoder<'a>: RecordEncoder + Send
@@ -349,16 +353,21 @@ pub trait Destination: Sync {
     }
 
     /// As [`Destination::finish_prepared`] for each of `ids`, at once where the destination can
-    /// (one round trip rather than one each). On an error, how many were finished first.
+    /// (one round trip rather than one each). Every id is tried, whatever an earlier one did;
+    /// on errors, the first, with its id's index (ids after it may be finished or not: a rerun
+    /// finishes what is left, and one already finished is no error).
     fn finish_all_prepared(
         &self,
         ids: &[String],
         commit: bool,
     ) -> Result<(), (usize, DestinationError)> {
+        let mut first = None;
         for (n, id) in ids.iter().enumerate() {
-            self.finish_prepared(id, commit).map_err(|e| (n, e))?;
+            if let Err(e) = self.finish_prepared(id, commit) {
+                first.get_or_insert((n, e));
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// The prepared transactions whose ids start with `prefix`, left by a run that stopped

@@ -175,7 +175,7 @@ fn commit_decided<D: Ledger>(
                  decision to commit is in the ledger: any worker's command, run again, \
                  commits the rest",
                 crew.name(),
-                all[n]
+                all.get(n).map_or("", String::as_str)
             ),
         )
     })?;
@@ -312,9 +312,7 @@ pub fn fail<D: Ledger>(dest: &D, job: i64, crew: &CrewRun, why: &str) -> Result<
 
 /// Rolls back prepared transactions, as far as it can (one already finished is no error).
 fn roll_back<D: Ledger>(dest: &D, prepared: &[String]) {
-    for id in prepared {
-        let _ = dest.finish_prepared(id, false);
-    }
+    let _ = dest.finish_all_prepared(prepared, false);
 }
 
 /// The job failed under another worker.

@@ -319,25 +319,29 @@ impl Load<'_> {
                     }
                     Ok(report)
                 }),
-            false => crate::crew::settle(
-                &*dest,
-                self.host,
-                id,
-                crew,
-                &crew.standing,
-                &Default::default(),
-            )
-            .map(|()| {
-                self.nothing_to_load(
+            false => {
+                // This worker only waits: no stream of its runs.
+                dest.close_ahead();
+                crate::crew::settle(
                     &*dest,
-                    format!(
-                        "job {}: worker {}'s part was in already; the job is finished",
-                        crew.crew.join.name,
-                        crew.worker()
-                    ),
-                    Vec::new(),
+                    self.host,
+                    id,
+                    crew,
+                    &crew.standing,
+                    &Default::default(),
                 )
-            }),
+                .map(|()| {
+                    self.nothing_to_load(
+                        &*dest,
+                        format!(
+                            "job {}: worker {}'s part was in already; the job is finished",
+                            crew.crew.join.name,
+                            crew.worker()
+                        ),
+                        Vec::new(),
+                    )
+                })
+            }
         };
         if let Err(f) = &result {
             if let Err(e) = crate::crew::fail(&*dest, id, crew, &f.to_string()) {
@@ -404,6 +408,7 @@ impl Load<'_> {
         why: String,
         skipped: Vec<ledger::Skipped>,
     ) -> Report {
+        dest.close_ahead();
         self.host.event(Event::Notice(why.clone()));
         let plan = Plan {
             tables: Vec::new(),

@@ -341,8 +341,8 @@ fn commit_prepared<D: Destination>(
             ServerKind::Lost,
             format!(
                 "committing prepared stream {} of {} failed: {e}. The decision to commit is \
-                 in the ledger: the rest stays prepared (invisible) until the same command, \
-                 run again, commits it",
+                 in the ledger: whatever stays prepared (invisible) is committed by the same \
+                 command, run again",
                 n + 1,
                 ids.len()
             ),

@@ -112,10 +112,10 @@ pub struct PgDestination {
 
 /// Connections being opened in the background, while the load's own connection does its
 /// serial steps: across a long path each is several round trips (TCP, authentication, the
-/// session's settings, the server's identity, `BEGIN`), which then overlap those steps.
+/// session's settings, the server's identity), which then overlap those steps. A stream's
+/// transaction begins when a stream takes it, so that none waits idle inside one.
 #[derive(Default)]
 struct Ahead {
-    /// Streams, each with its transaction begun.
     streams: Vec<tokio::task::JoinHandle<Result<Stream, StreamOpenError>>>,
     watch: Option<tokio::task::JoinHandle<Result<Client, ConnectError>>>,
 }
@@ -124,6 +124,17 @@ impl Ahead {
     /// Connections held open (or opening) that no stream or watch took yet.
     fn held(&self) -> usize {
         self.streams.len() + usize::from(self.watch.is_some())
+    }
+
+    /// Closes them all: one still opening stops where it is, and dropping a handle drops
+    /// the connection its task made.
+    fn close(&mut self) {
+        for pending in self.streams.drain(..) {
+            pending.abort();
+        }
+        if let Some(watch) = self.watch.take() {
+            watch.abort();
+        }
     }
 }
 
@@ -543,6 +554,9 @@ impl Destination for PgDestination {
         ids: &[String],
         commit: bool,
     ) -> Result<(), (usize, DestinationError)> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let verb = if commit { "COMMIT" } else { "ROLLBACK" };
         let statements: Vec<String> = ids
             .iter()
@@ -620,14 +634,14 @@ impl Destination for PgDestination {
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
         let ahead = lock(&self.ahead).streams.pop();
         let opened = self.rt.block_on(async {
-            // One opened ahead, if it made it and is still open (a long wait, for a crew's
-            // other workers, may outlast a server's idle timeout); else (it failed, or none
-            // was) one now, whose error is the one to report.
+            // One opened ahead, if it made it and its transaction begins (a long wait, for a
+            // crew's other workers, may outlast a server's idle timeout); else (it failed, or
+            // none was) one now, whose error is the one to report.
             if let Some(Ok(Ok(s))) = match ahead {
                 Some(pending) => Some(pending.await),
                 None => None,
             } {
-                if !s.client().is_closed() {
+                if s.begin().await.is_ok() {
                     return Ok(s);
                 }
             }
@@ -664,7 +678,8 @@ impl Destination for PgDestination {
     fn open_ahead(&self, streams: usize) {
         let mut ahead = lock(&self.ahead);
         while ahead.streams.len() < streams {
-            let opening = open_begun(self.info.clone(), self.identity.clone());
+            let (info, identity) = (self.info.clone(), self.identity.clone());
+            let opening = async move { Stream::open(&info, &identity).await };
             ahead.streams.push(self.rt.spawn(opening));
         }
         if ahead.watch.is_none() {
@@ -739,7 +754,12 @@ impl Destination for PgDestination {
         }
     }
 
+    fn close_ahead(&self) {
+        lock(&self.ahead).close();
+    }
+
     fn stop_watching(&self) -> ServerWaits {
+        self.close_ahead();
         let w = lock(&self.watchdog).take();
         match w {
             Some(w) => self.rt.block_on(w.stop()),
@@ -1150,8 +1170,7 @@ async fn record_held(
     Ok(())
 }
 
-/// A stream's connection, opened with its transaction begun (owned arguments, so that it can
-/// also run in the background: [`Destination::open_ahead`]).
+/// A stream's connection, opened with its transaction begun.
 async fn open_begun(info: ConnInfo, identity: String) -> Result<Stream, StreamOpenError> {
     let s = Stream::open(&info, &identity).await?;
     s.begin().await.map_err(StreamOpenError::Server)?;

@@ -188,9 +188,9 @@ pub struct Stream {
     /// When the backend started, as the server prints it: with the pid, it names this
     /// backend and no later one that reuses its pid.
     pub started: String,
-    /// Each COPY statement this session prepared, by its text: a chunk's COPY then starts in
-    /// one round trip, not two (parse, then bind), which across a long path is a round trip
-    /// per chunk.
+    /// Each COPY statement this session prepared, by its text (a table's own, not a staging
+    /// table's, which takes one COPY): a chunk's COPY then starts in one round trip, not two
+    /// (parse, then bind), which across a long path is a round trip per chunk.
     copies: std::sync::Mutex<std::collections::HashMap<String, tokio_postgres::Statement>>,
 }
 
@@ -315,34 +315,39 @@ impl Stream {
     ) -> Result<CopyWriter, ServerError> {
         let cols: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
         let format = if binary { "binary" } else { "text" };
-        let freeze = if freeze { ", FREEZE" } else { "" };
+        let option = if freeze { ", FREEZE" } else { "" };
         let sql = format!(
-            "COPY {relation} ({}) FROM STDIN (FORMAT {format}{freeze})",
+            "COPY {relation} ({}) FROM STDIN (FORMAT {format}{option})",
             cols.join(", ")
         );
-        let known = self.copies.lock().ok().and_then(|c| c.get(&sql).cloned());
-        let statement = match known {
-            Some(statement) => statement,
-            None => {
-                let statement = self
-                    .client
-                    .prepare(&sql)
-                    .await
-                    .map_err(|e| ServerError::from_pg(&e))?;
-                if let Ok(mut c) = self.copies.lock() {
-                    c.insert(sql, statement.clone());
-                }
-                statement
-            }
-        };
-        let sink = self
-            .client
-            .copy_in(&statement)
-            .await
-            .map_err(|e| ServerError::from_pg(&e))?;
+        let sink = match freeze {
+            // A staging table's COPY runs once per table: nothing to keep.
+            true => self.client.copy_in(&sql).await,
+            false => match self.copy_statement(sql).await {
+                Ok(statement) => self.client.copy_in(&statement).await,
+                Err(e) => Err(e),
+            },
+        }
+        .map_err(|e| ServerError::from_pg(&e))?;
         Ok(CopyWriter {
             sink: Box::pin(sink),
         })
+    }
+
+    /// The prepared COPY statement `sql`, prepared on first use.
+    async fn copy_statement(
+        &self,
+        sql: String,
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        let known = self.copies.lock().ok().and_then(|c| c.get(&sql).cloned());
+        if let Some(statement) = known {
+            return Ok(statement);
+        }
+        let statement = self.client.prepare(&sql).await?;
+        if let Ok(mut c) = self.copies.lock() {
+            c.insert(sql, statement.clone());
+        }
+        Ok(statement)
     }
 
     pub async fn commit(&self) -> Result<(), ServerError> {

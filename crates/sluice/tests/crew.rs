@@ -275,6 +275,16 @@ fn a_second_process_in_a_live_slot_is_refused() {
         )
         .is_ok_and(|s| s == "prepared")
     });
+    // While it waits, it holds its own connection only: its streams' (and any opened ahead
+    // that no stream took) and the watch's are closed.
+    common::wait_until("worker 1 keeps one connection while it waits", 30, || {
+        try_sql(
+            d,
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = 'sluice'",
+        )
+        .is_ok_and(|n| n == "1")
+    });
     let again = finish(worker(d, "twice", 2, 1, &files[1..2], &[]), 60);
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
     assert!(

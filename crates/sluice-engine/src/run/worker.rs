@@ -640,16 +640,21 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
     fn lose(&mut self, unit: &Unit, id: usize, e: DestinationError) -> UnitEnd {
         let ctx = self.ctx;
         let lost = self.slot(unit).take();
-        self.keep_transport(lost.as_ref());
-        // Closed on this side before its chunks go back on the queue (and not after the pause
-        // before the reconnect): from then on the destination knows its session, if the
-        // server still runs it, as this load's former one, which a sibling that takes the
-        // chunks may wait on, and not as a live stream whose rows clash with the sibling's.
-        drop(lost);
+        self.close_lost(lost);
         if self.lost.retry(ctx, &mut self.stats, unit, id, &e) {
             return UnitEnd::Next;
         }
         self.stop(self.lost.exhausted(&e))
+    }
+
+    /// Closes a lost connection on this side, its TCP figures kept, before its chunks go back
+    /// on the queue (and not after the pause before the reconnect): from then on the
+    /// destination knows its session, if the server still runs it, as this load's former one,
+    /// which a sibling that takes the chunks may wait on, and not as a live stream whose rows
+    /// clash with the sibling's.
+    fn close_lost(&mut self, lost: Option<D::Stream<'d>>) {
+        self.keep_transport(lost.as_ref());
+        drop(lost);
     }
 
     /// Adds a connection's TCP figures to the stream's, before it closes or is handed on.
@@ -679,7 +684,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             Ok(()) => BuildEnd::Done,
             Err(e) if e.kind.retried() => {
                 let lost = self.direct.take();
-                self.keep_transport(lost.as_ref());
+                self.close_lost(lost);
                 let none = Unit {
                     chunks: Vec::new(),
                     staged: None,
