@@ -1528,8 +1528,13 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
-        // The held ledger rows and the checks go out together: one round trip, not two. A
-        // failed insert fails the checks too (the transaction is aborted): its error is the one.
+        // The held ledger rows (one job's: one statement, sent first) and the checks go out
+        // together: one round trip, not two. A failed insert fails the checks too (the
+        // transaction is aborted): its error is the one. Rows of several jobs go first, on
+        // their own, so that none falls after the checks' savepoint.
+        if self.ledger.windows(2).any(|w| w[0].0 != w[1].0) {
+            self.flush_ledger()?;
+        }
         let held = std::mem::take(&mut self.ledger);
         let (recorded, fired) = self.dest.rt.block_on(async {
             futures_util::join!(
