@@ -169,23 +169,14 @@ extern "C" fn stop_server() {
 fn server() -> &'static Server {
     SERVER.get_or_init(|| {
         let root = std::env::temp_dir().join(format!("sluice-hosts-{}", std::process::id()));
-        std::fs::create_dir_all(&root).unwrap();
-        let cluster = Cluster::new(root.join("pg")).expect("PostgreSQL server binaries");
-        let settings: Vec<(String, String)> = [
-            ("fsync", "off"),
-            ("synchronous_commit", "off"),
-            ("listen_addresses", "*"),
-            ("max_prepared_transactions", "32"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        cluster.init(&settings).expect("initdb");
-        let hba = root.join("pg/pg_hba.conf");
-        let mut text = std::fs::read_to_string(&hba).unwrap();
-        text.push_str("host all all 10.96.0.0/16 trust\n");
-        std::fs::write(&hba, text).unwrap();
-        let port = cluster.start().expect("start the cluster");
+        let (cluster, port) = common::bed_server(
+            &root,
+            &[
+                ("listen_addresses", "*"),
+                ("max_prepared_transactions", "32"),
+            ],
+            &["10.96.0.0/16".to_string()],
+        );
         // SAFETY: registering a plain extern "C" function with no captured state.
         unsafe { libc::atexit(stop_server) };
         Server {

@@ -88,26 +88,11 @@ fn far() -> &'static Mutex<Option<Far>> {
             .map(|c| Path::up(c, 1500).expect("a delayed path"))
             .collect();
         let root = std::env::temp_dir().join(format!("sluice-wan-{}", std::process::id()));
-        std::fs::create_dir_all(&root).unwrap();
-        let cluster = Cluster::new(root.join("pg")).expect("PostgreSQL server binaries");
         let servers: Vec<String> = paths.iter().map(|p| p.server.to_string()).collect();
         let listen = format!("127.0.0.1,{}", servers.join(","));
-        let settings: Vec<(String, String)> = [
-            ("fsync", "off"),
-            ("synchronous_commit", "off"),
-            ("listen_addresses", listen.as_str()),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        cluster.init(&settings).expect("initdb");
-        let hba = root.join("pg/pg_hba.conf");
-        let mut text = std::fs::read_to_string(&hba).unwrap();
-        for p in &paths {
-            text.push_str(&format!("host all all {}/32 trust\n", p.client));
-        }
-        std::fs::write(&hba, text).unwrap();
-        let port = cluster.start().expect("start the cluster");
+        let clients: Vec<String> = paths.iter().map(|p| format!("{}/32", p.client)).collect();
+        let (cluster, port) =
+            common::bed_server(&root, &[("listen_addresses", listen.as_str())], &clients);
         // SAFETY: registering a plain extern "C" function with no captured state.
         unsafe { libc::atexit(tear_down) };
         Mutex::new(Some(Far {

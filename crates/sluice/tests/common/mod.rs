@@ -466,3 +466,25 @@ pub fn psql_at(cluster: &Cluster, url: &str, sql: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// A test bed's own server under `root/pg`, for clients in other network namespaces:
+/// durability off, `settings` added, trust for the client addresses `trusted` (CIDR forms),
+/// started. The cluster and its port.
+pub fn bed_server(root: &Path, settings: &[(&str, &str)], trusted: &[String]) -> (Cluster, u16) {
+    std::fs::create_dir_all(root).unwrap();
+    let cluster = Cluster::new(root.join("pg")).expect("PostgreSQL server binaries");
+    let settings: Vec<(String, String)> = [("fsync", "off"), ("synchronous_commit", "off")]
+        .iter()
+        .chain(settings)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    cluster.init(&settings).expect("initdb");
+    let hba = root.join("pg/pg_hba.conf");
+    let mut text = std::fs::read_to_string(&hba).unwrap();
+    for address in trusted {
+        text.push_str(&format!("host all all {address} trust\n"));
+    }
+    std::fs::write(&hba, text).unwrap();
+    let port = cluster.start().expect("start the cluster");
+    (cluster, port)
+}
