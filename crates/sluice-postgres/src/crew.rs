@@ -19,8 +19,8 @@
 //! job under the same lock, unless the decision came first, and rolls back everything
 //! prepared.
 
-use crate::ledger::{insert_files, FileColumns, LedgerError, LOCK_CLASS};
-use crate::onetrip::OneTrip;
+use crate::ledger::{identity_rows, insert_files, same_file, FileColumns, LedgerError, LOCK_CLASS};
+use crate::onetrip::{OneTrip, Param};
 use sluice_core::ledger::{
     ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, Joined, WorkerPart,
     WorkerRecord,
@@ -241,25 +241,19 @@ async fn register_files(
 ) -> Result<Vec<u32>, LedgerError> {
     let f = &spec.files;
     let c = FileColumns::of(f);
+    let mut params: Vec<&dyn Param> = vec![&job];
+    params.extend(c.identity());
     let rows = client
         .fetch(
-            "SELECT (SELECT jf.n FROM sluice_ledger.job_files jf WHERE jf.job = $1 \
-                AND jf.path = f.path AND jf.tbl = f.tbl AND jf.size = f.size \
-                AND jf.modified_ns = f.modified_ns AND jf.fingerprint = f.fingerprint \
-                AND jf.settings = f.settings), \
-                (SELECT coalesce(max(n) + 1, 0) FROM sluice_ledger.job_files WHERE job = $1) \
-             FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], \
-                $7::text[]) WITH ORDINALITY AS f(path, tbl, size, modified_ns, fingerprint, \
-                settings, ord) ORDER BY f.ord",
-            &[
-                &job,
-                &c.path,
-                &c.tbl,
-                &c.size,
-                &c.modified,
-                &c.fingerprint,
-                &c.settings,
-            ],
+            &format!(
+                "SELECT (SELECT jf.n FROM sluice_ledger.job_files jf \
+                         WHERE jf.job = $1 AND {}), \
+                    (SELECT coalesce(max(n) + 1, 0) FROM sluice_ledger.job_files WHERE job = $1) \
+                 FROM {} ORDER BY f.ord",
+                same_file("jf", "f"),
+                identity_rows(2, "f")
+            ),
+            &params,
         )
         .await?;
     let mut next = rows.first().map_or(0, |r| r.get::<_, i32>(1));

@@ -498,6 +498,52 @@ impl<'a> FileColumns<'a> {
             settings: files.map(|f| f.settings.as_str()).collect(),
         }
     }
+
+    /// What names a file (its table's id aside), as six parameters in the order of
+    /// [`identity_rows`]' columns.
+    pub(crate) fn identity(&self) -> [&dyn Param; 6] {
+        [
+            &self.path,
+            &self.tbl,
+            &self.size,
+            &self.modified,
+            &self.fingerprint,
+            &self.settings,
+        ]
+    }
+}
+
+/// The files' identities ([`FileColumns::identity`], parameters `$first` to `$first + 5`) as
+/// rows named `alias`, numbered from 1 in their order as `ord`.
+pub(crate) fn identity_rows(first: usize, alias: &str) -> String {
+    let p = |k: usize| first + k;
+    format!(
+        "unnest(${}::text[], ${}::text[], ${}::bigint[], ${}::bigint[], ${}::text[], \
+         ${}::text[]) WITH ORDINALITY AS {alias}(path, tbl, size, modified_ns, fingerprint, \
+         settings, ord)",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5)
+    )
+}
+
+/// Whether `job_files` row `f` records the file of identity row `q` ([`identity_rows`]).
+pub(crate) fn same_file(f: &str, q: &str) -> String {
+    [
+        "path",
+        "tbl",
+        "size",
+        "modified_ns",
+        "fingerprint",
+        "settings",
+    ]
+    .iter()
+    .map(|c| format!("{f}.{c} = {q}.{c}"))
+    .collect::<Vec<_>>()
+    .join(" AND ")
 }
 
 /// Records `files` as job `job`'s files numbered `n`, in one statement.
@@ -545,24 +591,17 @@ pub async fn loaded_by(
     let c = FileColumns::of(files);
     let rows = client
         .fetch(
-            "SELECT DISTINCT ON (q.i) q.i::int, j.id, \
-                to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), f.n \
-             FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], \
-                  $6::text[]) WITH ORDINALITY AS q(path, tbl, size, modified_ns, fingerprint, \
-                  settings, i) \
-             JOIN sluice_ledger.job_files f ON f.path = q.path AND f.tbl = q.tbl \
-               AND f.size = q.size AND f.modified_ns = q.modified_ns \
-               AND f.fingerprint = q.fingerprint AND f.settings = q.settings \
-             JOIN sluice_ledger.jobs j ON j.id = f.job AND j.state = 'finished' \
-             ORDER BY q.i, j.finished DESC",
-            &[
-                &c.path,
-                &c.tbl,
-                &c.size,
-                &c.modified,
-                &c.fingerprint,
-                &c.settings,
-            ],
+            &format!(
+                "SELECT DISTINCT ON (q.ord) q.ord::int, j.id, \
+                    to_char(j.finished, 'YYYY-MM-DD HH24:MI:SS TZ'), f.n \
+                 FROM {} \
+                 JOIN sluice_ledger.job_files f ON {} \
+                 JOIN sluice_ledger.jobs j ON j.id = f.job AND j.state = 'finished' \
+                 ORDER BY q.ord, j.finished DESC",
+                identity_rows(1, "q"),
+                same_file("f", "q")
+            ),
+            &c.identity(),
         )
         .await?;
     let mut out = vec![None; files.len()];
