@@ -294,6 +294,12 @@ pub trait Destination: Sync {
     /// will run (nothing to load, a crew's worker that only waits for the others).
     fn close_ahead(&self) {}
 
+    /// The streams opened from now on will be prepared (two-phase commit) under names that
+    /// start with `prefix`, or, with `None`, committed. A destination that must name a
+    /// transaction when it begins (XA's `XA START`) begins theirs under such names; the others
+    /// ignore it.
+    fn name_transactions(&self, _prefix: Option<&str>) {}
+
     /// Turns records into what this destination loads.
     type Encoder<'a>: RecordEncoder + Send
     where
@@ -828,8 +834,10 @@ pub trait DestinationStream: Send {
     /// Prepares the stream's transaction for a two-phase commit under `id`: from here on it
     /// survives this connection and a server restart, holding its locks and invisible, until
     /// [`Destination::finish_prepared`] commits or rolls it back. Only where
-    /// [`Capabilities::prepare`] allows it.
-    fn prepare(self, _id: &str) -> Result<(), DestinationError>
+    /// [`Capabilities::prepare`] allows it. Returns the name it is prepared under: `id`, or,
+    /// where a transaction is named when it begins (XA), the name it began under, which starts
+    /// with the prefix [`Destination::name_transactions`] gave.
+    fn prepare(self, _id: &str) -> Result<String, DestinationError>
     where
         Self: Sized,
     {

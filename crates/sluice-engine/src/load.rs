@@ -614,6 +614,7 @@ impl Load<'_> {
             retry_pause: spec.retry_pause,
             prepare: self.prepare(&*dest, job.as_ref(), jobs)?,
         };
+        dest.name_transactions(opts.prepare.as_deref());
         if !spec.dry_run {
             self.announce_reference_groups(&plan);
         }

@@ -291,7 +291,7 @@ fn prepare_all<D: Destination>(
         .collect();
     // At once, each on a thread: across a long path, one round trip for all rather than one
     // each.
-    let results: Vec<Result<(), DestinationError>> = std::thread::scope(|scope| {
+    let results: Vec<Result<String, DestinationError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = streams
             .into_iter()
             .zip(&ids)
@@ -311,9 +311,20 @@ fn prepare_all<D: Destination>(
     });
     // Those that did prepare are rolled back with the others when any failed (an id never
     // prepared is no error to roll back).
-    match results.into_iter().find_map(Result::err) {
-        None => Ok(ids),
-        Some(e) => Err(undo(dest, &ids, e, "preparing a stream's transaction")),
+    let mut named = Vec::with_capacity(ids.len());
+    let mut failed = None;
+    for (asked, result) in ids.into_iter().zip(results) {
+        match result {
+            Ok(name) => named.push(name),
+            Err(e) => {
+                failed.get_or_insert(e);
+                named.push(asked);
+            }
+        }
+    }
+    match failed {
+        None => Ok(named),
+        Some(e) => Err(undo(dest, &named, e, "preparing a stream's transaction")),
     }
 }
 

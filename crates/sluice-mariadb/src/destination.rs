@@ -7,10 +7,10 @@
 //! and the ledger (it holds the running job's named lock), and each stream opens its own.
 //!
 //! What it answers about itself ([`Capabilities`]) is what it does today: no staging (every
-//! input loads directly), no prepared transactions (the streams commit back to back; the
-//! ledger, committed with each stream's rows, tells a rerun which streams' rows are in), and
-//! no sampling of the server's activity for the verdict yet. The watch (`watchdog.rs`) ends a
-//! stream's wait on a sibling's key and names the key.
+//! input loads directly), prepared transactions through XA (`xa.rs`: each stream begins as a
+//! branch named for the load, is prepared, and is committed on its own connection once the
+//! ledger holds the decision), and no sampling of the server's activity for the verdict yet.
+//! The watch (`watchdog.rs`) ends a stream's wait on a sibling's key and names the key.
 
 use crate::catalog::{describe_table, quote_ident, CatalogError, Table};
 use crate::condition;
@@ -20,6 +20,7 @@ use crate::stream::{Load, ServerError, Stream, StreamOpenError};
 use crate::types::column::Column;
 use crate::types::convert::Converter;
 use crate::watchdog::{Watch, Watched};
+use crate::xa::{self, Xid};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice_core::destination::{
@@ -32,6 +33,8 @@ use sluice_core::ledger::{
     ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
 };
 use sluice_core::records::Fields;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::runtime::Runtime;
 
@@ -67,6 +70,14 @@ pub struct MariaDbDestination {
     /// The streams' server connections and the conflicts the watch found.
     watched: Arc<Watched>,
     watch: Mutex<Option<Watch>>,
+    /// The prefix the streams' XA branches are named from, when the load prepares them.
+    xa_prefix: Mutex<Option<String>>,
+    /// Streams opened as XA branches so far: each branch's name is new, a reopened stream's
+    /// too (its old session may not have ended yet, and keeps its name until it does).
+    branches: AtomicUsize,
+    /// Prepared branches by name, with the session that prepared them, which alone may
+    /// commit them while it lives.
+    prepared: Mutex<HashMap<String, (Xid, Conn)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -110,6 +121,9 @@ impl MariaDbDestination {
             tables: Vec::new(),
             watched: Arc::new(Watched::default()),
             watch: Mutex::new(None),
+            xa_prefix: Mutex::new(None),
+            branches: AtomicUsize::new(0),
+            prepared: Mutex::new(HashMap::new()),
         })
     }
 
@@ -330,11 +344,7 @@ impl Destination for MariaDbDestination {
             },
             publish: None,
             savepoints_in_staged_unit: false,
-            prepare: Err(
-                "sluice does not prepare MariaDB transactions (XA) yet: the streams \
-                          commit back to back, and the ledger tells a rerun which are in"
-                    .into(),
-            ),
+            prepare: self.xa_database().map(|_| u32::MAX),
         }
     }
 
@@ -369,7 +379,7 @@ impl Destination for MariaDbDestination {
     fn open_stream(&self, n: usize) -> Result<MariaDbStream<'_>, DestinationError> {
         let stream = self
             .rt
-            .block_on(Stream::open(&self.info))
+            .block_on(Stream::open(&self.info, self.next_branch()?))
             .map_err(|e| self.open_error(e))?;
         self.watched.register(n, stream.id);
         Ok(MariaDbStream {
@@ -435,6 +445,142 @@ impl Destination for MariaDbDestination {
 
     fn framing(&self, _table: usize) -> (&[u8], &[u8]) {
         (&[], &[])
+    }
+
+    fn name_transactions(&self, prefix: Option<&str>) {
+        *lock(&self.xa_prefix) = prefix.map(str::to_string);
+    }
+
+    fn finish_prepared(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
+        self.finish_all_prepared(std::slice::from_ref(&id.to_string()), commit)
+            .map_err(|(_, e)| e)
+    }
+
+    /// Each branch this process prepared is finished on its own session, all at once; any
+    /// other (a rerun's) on the load's own connection, one after another.
+    fn finish_all_prepared(
+        &self,
+        ids: &[String],
+        commit: bool,
+    ) -> Result<(), (usize, DestinationError)> {
+        let held: Vec<Option<(Xid, Conn)>> = {
+            let mut map = lock(&self.prepared);
+            ids.iter().map(|id| map.remove(id)).collect()
+        };
+        let on_their_own = self.rt.block_on(futures_util::future::join_all(
+            held.into_iter().map(|h| finish_held(h, commit)),
+        ));
+        for (n, (id, result)) in ids.iter().zip(on_their_own).enumerate() {
+            let detached = match result {
+                Held::Done => continue,
+                Held::Failed(e) => return Err((n, self.db_error(e))),
+                Held::Detached => id,
+            };
+            self.finish_detached(detached, commit).map_err(|e| (n, e))?;
+        }
+        Ok(())
+    }
+
+    fn prepared(&self, prefix: &str) -> Result<Vec<String>, DestinationError> {
+        let Some(db) = self.info.database.clone() else {
+            return Ok(Vec::new());
+        };
+        self.on_own(|rt, c| {
+            let mut names = rt
+                .block_on(xa::recover(c, &db))
+                .map_err(|e| self.db_error(e))?;
+            names.retain(|n| n.starts_with(prefix));
+            names.sort();
+            Ok(names)
+        })
+    }
+
+    fn decide_commit(&self, job: i64, ids: &[String]) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::decide_commit(c, job, ids))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn decided(&self, job: i64) -> Result<Vec<String>, DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::decided(c, job))
+                .map_err(|e| self.db_error(e))
+        })
+    }
+}
+
+/// What became of a prepared branch tried on the session that prepared it.
+enum Held {
+    Done,
+    Failed(mysql_async::Error),
+    /// Not held by this process (a rerun's), or its session was lost: finish it from another.
+    Detached,
+}
+
+/// Finishes a branch on the session that prepared it, then closes that session.
+async fn finish_held(held: Option<(Xid, Conn)>, commit: bool) -> Held {
+    let Some((xid, mut conn)) = held else {
+        return Held::Detached;
+    };
+    let result = xa::finish(&mut conn, &xid, commit).await;
+    let _ = conn.disconnect().await;
+    match result {
+        Ok(()) => Held::Done,
+        Err(mysql_async::Error::Server(e)) => Held::Failed(mysql_async::Error::Server(e)),
+        // The session is gone, and the branch with it detached: another may finish it.
+        Err(_) => Held::Detached,
+    }
+}
+
+impl MariaDbDestination {
+    /// The database XA branches are named for, or why this load cannot prepare them.
+    fn xa_database(&self) -> Result<&str, String> {
+        let db = self.info.database.as_deref().ok_or(
+            "the target names no database, and a prepared transaction's name carries its \
+             database (mariadb://host/DATABASE)",
+        )?;
+        if db.len() > xa::MAX_PART {
+            return Err(format!(
+                "the database's name is longer than the {} bytes an XA transaction's name may \
+                 carry",
+                xa::MAX_PART
+            ));
+        }
+        xa::survives_disconnect(&self.version)?;
+        Ok(db)
+    }
+
+    /// The XA branch the next stream begins as, when the load prepares its streams.
+    fn next_branch(&self) -> Result<Option<Xid>, DestinationError> {
+        let Some(prefix) = lock(&self.xa_prefix).clone() else {
+            return Ok(None);
+        };
+        let db = self
+            .xa_database()
+            .map_err(|why| DestinationError::new(ErrorKind::Usage, why))?;
+        let n = self.branches.fetch_add(1, Ordering::Relaxed);
+        let gtrid = format!("{prefix}_{n}");
+        if gtrid.len() > xa::MAX_PART {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                format!("the XA transaction name {gtrid} is longer than 64 bytes"),
+            ));
+        }
+        Ok(Some(Xid::new(&gtrid, db)))
+    }
+
+    /// Finishes branch `id` of this database from the load's own connection.
+    fn finish_detached(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
+        let db = self.info.database.clone().unwrap_or_default();
+        let xid = Xid::new(id, &db);
+        self.on_own(|rt, c| {
+            rt.block_on(xa::finish_detached(c, &xid, commit, xa::RELEASE_WAIT))
+                .map_err(|e| match e {
+                    xa::FinishError::Db(e) => self.db_error(e),
+                    held => DestinationError::new(ErrorKind::Condition, held.to_string()),
+                })
+        })
     }
 }
 
@@ -683,5 +829,25 @@ impl DestinationStream for MariaDbStream<'_> {
             .rt
             .block_on(self.stream.commit())
             .map_err(|e| self.dest.error(e))
+    }
+
+    /// `XA END` and `XA PREPARE` of the branch the stream began as; its session is kept
+    /// (idle) to commit it: while it lives, no other session may.
+    fn prepare(mut self, _id: &str) -> Result<String, DestinationError> {
+        if self.load.is_some() {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                "a LOAD is still in progress: the stream is not prepared",
+            ));
+        }
+        self.flush_ledger()?;
+        let (xid, conn) = self
+            .dest
+            .rt
+            .block_on(self.stream.prepare())
+            .map_err(|e| self.dest.error(e))?;
+        let name = xid.gtrid.clone();
+        lock(&self.dest.prepared).insert(name.clone(), (xid, conn));
+        Ok(name)
     }
 }

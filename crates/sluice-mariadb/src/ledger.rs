@@ -1,6 +1,7 @@
 //! The resume ledger's tables in the target's database (`sluice_ledger_jobs`, `_job_files`,
-//! `_job_chunks`, `_job_places`), beside the data as PostgreSQL's `sluice_ledger` schema is:
-//! jobs, their files, the chunks each committed, and where each file's rows went. A user
+//! `_job_chunks`, `_job_places`, `_job_commits`), beside the data as PostgreSQL's
+//! `sluice_ledger` schema is: jobs, their files, the chunks each committed, where each file's
+//! rows went, and the prepared XA branches a job decided to commit (`xa.rs`). A user
 //! who may create tables in the database keeps a ledger, with no server-wide privilege. A chunk's row is
 //! inserted by the stream that loads it, in the same InnoDB transaction (`record`), so the
 //! ledger can never disagree with the data.
@@ -62,6 +63,11 @@ const CREATE: &[&str] = &[
         generation TEXT,
         has_rows BOOLEAN,
         PRIMARY KEY (job, file, relation)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS sluice_ledger_job_commits (
+        job BIGINT NOT NULL,
+        xid VARCHAR(64) NOT NULL,
+        decided DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        PRIMARY KEY (job, xid)) ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
 ];
 
 /// Why the ledger cannot be used.
@@ -519,7 +525,7 @@ pub async fn forget(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
     take_lock(conn, job).await?;
     let removed = async {
         conn.query_drop("START TRANSACTION").await?;
-        for t in ["job_chunks", "job_places", "job_files"] {
+        for t in ["job_chunks", "job_places", "job_files", "job_commits"] {
             conn.exec_drop(
                 format!("DELETE FROM sluice_ledger_{t} WHERE job = ?"),
                 (job,),
@@ -569,4 +575,35 @@ pub async fn record(
         .await?;
     }
     Ok(())
+}
+
+/// Records that job `job` commits the prepared XA branches `xids`: one statement, committed
+/// on its own before the first branch commits.
+pub async fn decide_commit(
+    conn: &mut Conn,
+    job: i64,
+    xids: &[String],
+) -> Result<(), mysql_async::Error> {
+    if xids.is_empty() {
+        return Ok(());
+    }
+    let values = vec!["(?, ?)"; xids.len()].join(", ");
+    let params: Vec<Value> = xids
+        .iter()
+        .flat_map(|x| [Value::from(job), Value::from(x.as_str())])
+        .collect();
+    conn.exec_drop(
+        format!("INSERT IGNORE INTO sluice_ledger_job_commits (job, xid) VALUES {values}"),
+        Params::Positional(params),
+    )
+    .await
+}
+
+/// The prepared XA branches job `job` decided to commit.
+pub async fn decided(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
+    conn.exec(
+        "SELECT xid FROM sluice_ledger_job_commits WHERE job = ? ORDER BY xid",
+        (job,),
+    )
+    .await
 }

@@ -13,10 +13,11 @@
 //! - [`condition`]: error codes to the engine's error kinds;
 //! - [`ledger`]: the resume ledger's tables in the server (`sluice jobs`);
 //! - [`watchdog`]: spotting two streams of one load waiting on each other;
+//! - [`xa`]: the streams' two-phase commit, as XA branches named for the load and database;
 //! - [`cluster`]: a private MariaDB server in a directory, for tests.
 //!
-//! Not here yet (the README's "not on MariaDB yet"): staging and `EXCHANGE PARTITION`, XA
-//! prepare, the server's activity classes for the verdict, `probe`.
+//! Not here yet (the README's "not on MariaDB yet"): staging and `EXCHANGE PARTITION`, the
+//! server's activity classes for the verdict, `probe`.
 
 pub mod catalog;
 pub mod cluster;
@@ -28,3 +29,4 @@ pub mod ledger;
 pub mod stream;
 pub mod types;
 pub mod watchdog;
+pub mod xa;

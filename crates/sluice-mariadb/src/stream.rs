@@ -12,8 +12,9 @@
 //!   says it stored must equal the records sent.
 //! - **A stream that fails still ends the LOAD**: when the data stops with an error, the driver
 //!   sends the end of the file and the server commits the statement with what it had. So every
-//!   load runs inside an explicit transaction (`START TRANSACTION` when the stream opens) that
-//!   only [`Stream::commit`] commits; an abandoned chunk makes the whole stream unusable, and
+//!   load runs inside an explicit transaction (`START TRANSACTION` when the stream opens, or
+//!   `XA START` when the load prepares its streams) that only [`Stream::commit`] commits (or
+//!   [`Stream::prepare`] prepares); an abandoned chunk makes the whole stream unusable, and
 //!   dropping it (closing the connection) rolls everything back.
 //! - **The session is sluice's**: `sql_mode` is the server's own minus `NO_BACKSLASH_ESCAPES`
 //!   (so the statement's `ESCAPED BY '\\'` means one backslash), so that the strict-mode
@@ -22,6 +23,7 @@
 use crate::catalog::quote_ident;
 use crate::connect::{connect, ConnectError};
 use crate::conninfo::ConnInfo;
+use crate::xa::{self, Xid};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mysql_async::prelude::*;
@@ -118,6 +120,8 @@ pub struct Stream {
     conn: Option<Conn>,
     /// The server's id of this connection, for the watch and `KILL`.
     pub id: u32,
+    /// The XA branch the transaction began as, when the load prepares its streams.
+    xid: Option<Xid>,
 }
 
 /// A `LOAD DATA LOCAL` in progress: the channel its data goes through, and the statement's
@@ -137,8 +141,9 @@ struct Outcome {
 }
 
 impl Stream {
-    /// Connects, makes the session sluice's, and opens the transaction.
-    pub async fn open(info: &ConnInfo) -> Result<Stream, StreamOpenError> {
+    /// Connects, makes the session sluice's, and opens the transaction: as XA branch `xid`
+    /// when the load prepares its streams (`xa.rs`), else a plain one.
+    pub async fn open(info: &ConnInfo, xid: Option<Xid>) -> Result<Stream, StreamOpenError> {
         let mut conn = connect(info).await?;
         let id = conn.id();
         conn.query_drop(
@@ -148,12 +153,15 @@ impl Stream {
         )
         .await
         .map_err(|e| StreamOpenError::Server(ServerError::from_driver(&e)))?;
-        conn.query_drop("START TRANSACTION")
-            .await
-            .map_err(|e| StreamOpenError::Server(ServerError::from_driver(&e)))?;
+        let begun = match &xid {
+            Some(xid) => xa::start(&mut conn, xid).await,
+            None => conn.query_drop("START TRANSACTION").await,
+        };
+        begun.map_err(|e| StreamOpenError::Server(ServerError::from_driver(&e)))?;
         Ok(Stream {
             conn: Some(conn),
             id,
+            xid,
         })
     }
 
@@ -230,9 +238,29 @@ impl Stream {
         check_outcome(&outcome, load.records)
     }
 
-    /// Commits the transaction.
+    /// Commits the transaction (an XA branch in one phase).
     pub async fn commit(&mut self) -> Result<(), ServerError> {
-        self.execute("COMMIT").await
+        match self.xid.clone() {
+            Some(xid) => xa::commit_one_phase(self.conn()?, &xid)
+                .await
+                .map_err(|e| ServerError::from_driver(&e)),
+            None => self.execute("COMMIT").await,
+        }
+    }
+
+    /// Prepares the XA branch the stream began as, and gives up its connection, whose session
+    /// alone may commit the branch while it lives (`xa.rs`).
+    pub async fn prepare(&mut self) -> Result<(Xid, Conn), ServerError> {
+        let Some(xid) = self.xid.clone() else {
+            return Err(ServerError::client(
+                "this stream did not begin as an XA transaction: it cannot be prepared",
+            ));
+        };
+        xa::prepare(self.conn()?, &xid)
+            .await
+            .map_err(|e| ServerError::from_driver(&e))?;
+        let conn = self.conn.take().expect("used above");
+        Ok((xid, conn))
     }
 
     /// The connection, for statements outside a LOAD.

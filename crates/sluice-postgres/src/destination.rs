@@ -1616,11 +1616,12 @@ impl DestinationStream for PgStream<'_> {
             .map_err(|e| self.dest.error(self.n, e))
     }
 
-    fn prepare(mut self, id: &str) -> Result<(), DestinationError> {
+    fn prepare(mut self, id: &str) -> Result<String, DestinationError> {
         self.flush_ledger()?;
         self.dest
             .rt
             .block_on(self.stream.prepare(id))
-            .map_err(|e| self.dest.error(self.n, e))
+            .map_err(|e| self.dest.error(self.n, e))?;
+        Ok(id.to_string())
     }
 }

@@ -6,8 +6,9 @@
 //! A destination that declares a capability passes its test; one that lacks it (it cannot
 //! stage, it cannot prepare) must take the named fallback and say so. The behaviours: all or
 //! nothing across streams, a duplicate across streams, a bad row named with its position,
-//! rejects and isolation, the ledger and resume at kill points, a rerun after a truncate, the
-//! stage strategy and its publish, a lost connection retried.
+//! rejects and isolation, the ledger and resume at kill points, prepared commits finished
+//! after a kill at each point, a rerun after a truncate, the stage strategy and its publish, a
+//! lost connection retried.
 
 mod common;
 
@@ -27,6 +28,8 @@ trait Target {
     fn partitioned(&self, name: &str, bounds: &[(u32, u32)]) -> Option<()>;
     /// Ends one session of this database that is copying rows (a lost connection).
     fn end_a_loading_session(&self) -> bool;
+    /// The prepared (two-phase) transactions of this database that wait for their end.
+    fn prepared(&self) -> u64;
 }
 
 /// A kind of server.
@@ -154,6 +157,44 @@ fn the_ledger_resumes_after_a_kill_at_the_commit(s: &dyn Server) {
     }
 }
 
+/// `--prepare on`, killed at each point of the two-phase commit: before the decision
+/// (`prepared`: nothing visible, the next run rolls every branch back and loads again), after
+/// it (`decided`), and between two commits (`commit`); the same command then finishes what
+/// was decided, and leaves no prepared transaction holding its locks.
+fn prepared_commits_are_finished_after_a_kill_at_each_point(s: &dyn Server) {
+    for point in ["prepared", "decided", "commit"] {
+        let t = s.fresh(&format!("conf_prepared_{point}"));
+        plain(&*t);
+        let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+        let b = write(&*t, "b.csv", &rows(3000, 6000, &[]));
+        let args = ["--prepare", "on"];
+        let out = load(&*t, "t", &[&a, &b], &args, &[("SLUICE_KILL_AT", point)]);
+        assert_eq!(
+            out.status.code(),
+            None,
+            "killed at {point}: {}",
+            stderr(&out)
+        );
+        assert!(
+            t.prepared() >= 1,
+            "killed at {point}: nothing left prepared"
+        );
+        if point != "commit" {
+            assert_eq!(t.count("t"), 0, "killed at {point}: rows visible");
+        }
+        let out = load(&*t, "t", &[&a, &b], &args, &[]);
+        assert!(out.status.success(), "after {point}: {}", stderr(&out));
+        let settled = match point {
+            "prepared" => "committed 0 of its prepared transaction(s), as it had decided",
+            _ => "as it had decided, and rolled back 0",
+        };
+        assert_has(&stderr(&out), &[settled]);
+        exactly_once(&*t, 6000);
+        assert_eq!(t.prepared(), 0, "after {point}");
+        t.sql("TRUNCATE TABLE t");
+    }
+}
+
 fn a_rerun_after_truncate_loads_again(s: &dyn Server) {
     let t = s.fresh("conf_rerun");
     plain(&*t);
@@ -245,6 +286,7 @@ conformance!(
         a_duplicate_across_streams,
         rejects_and_isolation,
         the_ledger_resumes_after_a_kill_at_the_commit,
+        prepared_commits_are_finished_after_a_kill_at_each_point,
         a_rerun_after_truncate_loads_again,
         the_stage_strategy_or_its_fallback,
         a_lost_connection_is_retried,
@@ -299,6 +341,10 @@ impl Target for common::Db {
         ));
         ended.trim() == "1"
     }
+
+    fn prepared(&self) -> u64 {
+        self.count("pg_prepared_xacts WHERE database = current_database()")
+    }
 }
 
 conformance!(
@@ -309,6 +355,7 @@ conformance!(
         a_duplicate_across_streams,
         rejects_and_isolation,
         the_ledger_resumes_after_a_kill_at_the_commit,
+        prepared_commits_are_finished_after_a_kill_at_each_point,
         a_rerun_after_truncate_loads_again,
         the_stage_strategy_or_its_fallback,
         a_lost_connection_is_retried,
@@ -357,5 +404,9 @@ impl Target for common::mariadb::MDb {
             return false;
         }
         self.try_sql(&format!("KILL {id}")).is_ok()
+    }
+
+    fn prepared(&self) -> u64 {
+        common::mariadb::MDb::prepared(self)
     }
 }

@@ -377,3 +377,55 @@ fn commands_not_on_mariadb_yet_say_so() {
     assert!(stderr(&o).contains("cannot stage"), "{}", printed(&o));
     assert_eq!(d.count("t"), 0);
 }
+
+/// `XA RECOVER` lists the whole server's prepared transactions, and two databases number their
+/// jobs alike. A run of job 1 in one database that finds its last run's branches prepared
+/// rolls back its own (undecided) and never touches job 1 of the other database, whose
+/// decided branches its own next run commits: each database's rows exactly once.
+#[test]
+fn prepared_branches_of_another_databases_job_are_not_this_ones() {
+    let a = mdb("xa_db_a");
+    let b = mdb("xa_db_b");
+    let files = |d: &MDb| {
+        d.sql("CREATE TABLE t (id int PRIMARY KEY, v varchar(20))");
+        let rows =
+            |from: u32, to: u32| -> String { (from..to).map(|i| format!("{i}\tv{i}\n")).collect() };
+        let f1 = d.file("a.txt", rows(0, 2000).as_bytes());
+        let f2 = d.file("b.txt", rows(2000, 4000).as_bytes());
+        [f1, f2]
+    };
+    let run = |d: &MDb, files: &[std::path::PathBuf; 2], kill: Option<&str>| {
+        let mut args = vec!["--table", "t", "--format", "text", "--jobs", "2"];
+        args.extend(["--prepare", "on"]);
+        args.extend(files.iter().map(|f| f.to_str().unwrap()));
+        let env: Vec<(&str, &str)> = kill.map(|p| ("SLUICE_KILL_AT", p)).into_iter().collect();
+        d.load(&args, &env, 120)
+    };
+    let (fa, fb) = (files(&a), files(&b));
+    let killed = run(&a, &fa, Some("decided"));
+    assert_eq!(killed.status.code(), None, "{}", printed(&killed));
+    let killed = run(&b, &fb, Some("prepared"));
+    assert_eq!(killed.status.code(), None, "{}", printed(&killed));
+    let (left_a, left_b) = (a.prepared(), b.prepared());
+    assert!(left_a >= 1 && left_b >= 1, "{left_a} and {left_b} prepared");
+    // B's job 1: its own branches rolled back, its files loaded again; A's untouched.
+    let again = run(&b, &fb, None);
+    assert_ok(&again);
+    assert!(
+        stderr(&again).contains(&format!("rolled back {left_b} it had not")),
+        "{}",
+        printed(&again)
+    );
+    assert_eq!((b.count("t"), b.prepared()), (4000, 0));
+    assert_eq!((a.prepared(), a.count("t")), (left_a, 0));
+    // A's job 1: its decided branches committed, nothing loaded twice.
+    let again = run(&a, &fa, None);
+    assert_ok(&again);
+    assert!(
+        stderr(&again).contains(&format!("committed {left_a} of its prepared")),
+        "{}",
+        printed(&again)
+    );
+    assert_eq!((a.count("t"), a.prepared()), (4000, 0));
+    assert_eq!(a.count("(SELECT DISTINCT id FROM t) x"), 4000);
+}

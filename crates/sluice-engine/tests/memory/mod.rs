@@ -495,12 +495,12 @@ impl DestinationStream for MemStream<'_> {
         Ok(())
     }
 
-    fn prepare(mut self, id: &str) -> Result<(), DestinationError> {
+    fn prepare(mut self, id: &str) -> Result<String, DestinationError> {
         self.usable()?;
         let mut p = std::mem::take(&mut self.pending);
         p.tables = self.dest.names();
         self.dest.store.lock().prepared.insert(id.to_string(), p);
-        Ok(())
+        Ok(id.to_string())
     }
 }
 

@@ -54,7 +54,7 @@ pub struct LoadArgs {
     /// variables and ~/.pgpass fill the gaps. Without it, sluice's private cluster is used.
     /// mariadb://user@host:3306/db (or mysql://) loads into MariaDB, with ~/.my.cnf's [client]
     /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps; not on MariaDB yet: the
-    /// stage strategy, --prepare (commits back to back), the watch, TLS.
+    /// stage strategy, --workers.
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
 
@@ -193,7 +193,8 @@ pub struct LoadArgs {
     /// decision to commit recorded in the ledger, then each committed; a crash at any moment
     /// leaves nothing visible, or a decision the same command carries out. It closes the
     /// window between the first and the last stream's COMMIT. `auto`: where the server can
-    /// prepare a transaction per stream (PostgreSQL: max_prepared_transactions).
+    /// prepare a transaction per stream (PostgreSQL: max_prepared_transactions; MariaDB:
+    /// XA, from 10.5.2).
     #[arg(long, value_enum, default_value = "auto", value_name = "auto|on|off")]
     pub prepare: PrepareArg,
 

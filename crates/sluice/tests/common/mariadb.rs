@@ -102,6 +102,21 @@ impl MDb {
             .unwrap()
     }
 
+    /// The prepared XA transactions of this database (`XA RECOVER` lists the whole server's;
+    /// sluice names each branch's qualifier after its database).
+    pub fn prepared(&self) -> u64 {
+        let listed = self.sql("XA RECOVER");
+        let ours = listed.lines().filter(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            let (Some(g), Some(b), Some(data)) = (f.get(1), f.get(2), f.get(3)) else {
+                return false;
+            };
+            let (g, b): (usize, usize) = (g.parse().unwrap(), b.parse().unwrap());
+            data.get(g..g + b) == Some(self.name.as_str())
+        });
+        ours.count() as u64
+    }
+
     /// Asserts that two tables hold the same rows, duplicates counted.
     pub fn assert_same_rows(&self, a: &str, b: &str) {
         let diff = self.sql(&format!(
