@@ -429,3 +429,42 @@ fn prepared_branches_of_another_databases_job_are_not_this_ones() {
     assert_eq!((a.count("t"), a.prepared()), (4000, 0));
     assert_eq!(a.count("(SELECT DISTINCT id FROM t) x"), 4000);
 }
+
+/// Four streams into two tables: a bad row in the last file of the second table fails the
+/// load, and neither table keeps a row of it, nor the server a prepared branch; with the row
+/// mended, the same command loads both tables whole.
+#[test]
+fn four_streams_into_two_tables_commit_all_or_nothing() {
+    let d = mdb("four_two");
+    d.sql(
+        "CREATE TABLE pa (id int PRIMARY KEY, v varchar(20)); \
+         CREATE TABLE pb (id int PRIMARY KEY, v varchar(20))",
+    );
+    let write = |bad: bool| -> Vec<String> {
+        let mut files = Vec::new();
+        for table in ["pa", "pb"] {
+            for part in 0..4u32 {
+                let mut text: String = (part * 1000..part * 1000 + 1000)
+                    .map(|i| format!("{i}\t{table}{i}\n"))
+                    .collect();
+                if bad && table == "pb" && part == 3 {
+                    text.push_str("not a number\tlate\n");
+                }
+                let f = d.file(&format!("{table}.{part}.txt"), text.as_bytes());
+                files.push(f.to_str().unwrap().to_string());
+            }
+        }
+        files
+    };
+    let run = |files: &[String]| {
+        let mut args = vec!["--format", "text", "--jobs", "4"];
+        args.extend(files.iter().map(String::as_str));
+        d.load(&args, &[], 120)
+    };
+    let failed = run(&write(true));
+    assert_eq!(failed.status.code(), Some(3), "{}", printed(&failed));
+    assert!(stderr(&failed).contains("pb.3.txt"), "{}", printed(&failed));
+    assert_eq!((d.count("pa"), d.count("pb"), d.prepared()), (0, 0, 0));
+    assert_ok(&run(&write(false)));
+    assert_eq!((d.count("pa"), d.count("pb"), d.prepared()), (4000, 4000, 0));
+}
