@@ -151,13 +151,16 @@ type ColumnRow = (
     Option<String>,
     String,
     String,
+    Option<String>,
+    Option<u64>,
 );
 
 async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Column>, CatalogError> {
     let rows: Vec<ColumnRow> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, \
-                NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME, IS_NULLABLE, EXTRA \
+                NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME, IS_NULLABLE, EXTRA, \
+                COLLATION_NAME, DATETIME_PRECISION \
              FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
              ORDER BY ORDINAL_POSITION",
             (schema, table),
@@ -173,7 +176,24 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
                 || extra.contains("STORED"))
         })
         .map(
-            |(name, data_type, column_type, chars, precision, scale, charset, nullable, _)| {
+            |(
+                name,
+                data_type,
+                column_type,
+                chars,
+                precision,
+                scale,
+                charset,
+                nullable,
+                _,
+                collation,
+                fsp,
+            )| {
+                // A time's fraction digits are its scale here.
+                let scale = match data_type.eq_ignore_ascii_case("time") {
+                    true => fsp,
+                    false => scale,
+                };
                 Column {
                     ty: ColumnType::from_catalog(
                         &data_type,
@@ -182,6 +202,7 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
                         precision,
                         scale,
                         charset.as_deref(),
+                        collation.as_deref(),
                     ),
                     name,
                     type_name: column_type,

@@ -101,10 +101,12 @@ fn edge_values_match_the_servers_own_strict_load_data_infile() {
 #[test]
 fn a_value_only_the_server_refuses_fails_the_load_and_commits_nothing() {
     let d = mdb("trap");
-    // sluice does not check ENUM values itself: the server does, and under LOAD DATA LOCAL
-    // (which implies IGNORE) it stores '' with a warning instead of refusing the row.
+    // sluice does not decide an ENUM's numeric index itself: the server does, and under LOAD
+    // DATA LOCAL (which implies IGNORE) it stores '' with a warning instead of refusing the
+    // row.
     d.sql("CREATE TABLE e (i int NOT NULL, k enum('a','b')); CREATE TABLE e_ref LIKE e");
-    let f = d.file("enum.txt", b"1\ta\n2\tc\n3\tb\n");
+    // (A number is an ENUM's index, which sluice leaves to the server: 5 is no index here.)
+    let f = d.file("enum.txt", b"1\ta\n2\t5\n3\tb\n");
     let refused = d.server_load("e_ref", &f, "\\t").unwrap_err();
     assert!(
         refused.contains("Data truncated for column 'k' at row 2"),
@@ -120,7 +122,7 @@ fn a_value_only_the_server_refuses_fails_the_load_and_commits_nothing() {
     for part in [
         "enum.txt, line 2",
         "column k",
-        "value \"c\"",
+        "value \"5\"",
         "Data truncated for column 'k' at row 2",
         "nothing was committed",
     ] {
@@ -466,5 +468,94 @@ fn four_streams_into_two_tables_commit_all_or_nothing() {
     assert!(stderr(&failed).contains("pb.3.txt"), "{}", printed(&failed));
     assert_eq!((d.count("pa"), d.count("pb"), d.prepared()), (0, 0, 0));
     assert_ok(&run(&write(false)));
-    assert_eq!((d.count("pa"), d.count("pb"), d.prepared()), (4000, 4000, 0));
+    assert_eq!(
+        (d.count("pa"), d.count("pb"), d.prepared()),
+        (4000, 4000, 0)
+    );
+}
+
+/// `ENUM`, `SET`, `YEAR`, `FLOAT`, `DOUBLE` and `TIME`, checked on the client: their edge values
+/// load as the server's own strict `LOAD DATA INFILE` loads them, and each value the server
+/// refuses, sluice refuses first, with its own reason, the file and line, nothing committed.
+#[test]
+fn more_types_are_checked_on_the_client_as_the_servers_strict_load_checks_them() {
+    let d = mdb("more_types");
+    d.sql(
+        "CREATE TABLE m (k enum('a','b c','It''s'), s set('x','y','z'), y year, f float, \
+         g double, t time(1)); CREATE TABLE m_ref LIKE m",
+    );
+    let good = [
+        "a\tx\t0\t3.402823466e38\t1.7976931348623157e308\t838:59:59",
+        "B C  \tX,z,x\t99\t-3.402823466e38\t-1e-320\t-838:59:59.0",
+        "it's\t\t0001\t1e-50\t+.5\t1:02:03.5",
+        "\\N\ty,y\t2155\t5.\t0\t24:00:00",
+        "b c\tz\t1901\t0.1\t-0\t00:00:00",
+    ];
+    let text: String = good.iter().map(|l| format!("{l}\n")).collect();
+    let f = d.file("good.txt", text.as_bytes());
+    d.server_load("m_ref", &f, "\\t")
+        .unwrap_or_else(|e| panic!("the server's strict LOAD DATA INFILE: {e}"));
+    let args = |f: &std::path::Path| {
+        let f = f.to_str().unwrap().to_string();
+        vec![
+            "--table".into(),
+            "m".into(),
+            "--format".into(),
+            "text".into(),
+            f,
+        ]
+    };
+    let run = |f: &std::path::Path| {
+        let a: Vec<String> = args(f);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        d.load(&a, &[], 60)
+    };
+    assert_ok(&run(&f));
+    d.assert_same_rows("m", "m_ref");
+    d.sql("TRUNCATE TABLE m; TRUNCATE TABLE m_ref");
+    for (row, reason) in [
+        (
+            "c\tx\t0\t0\t0\t0:00:00",
+            "not a value of enum('a','b c','it''s')",
+        ),
+        (" a\tx\t0\t0\t0\t0:00:00", "not a value of enum"),
+        (
+            "a\tx,w\t0\t0\t0\t0:00:00",
+            "not a value of set('x','y','z')",
+        ),
+        ("a\tx,\t0\t0\t0\t0:00:00", "not a value of set"),
+        (
+            "a\tx\t1900\t0\t0\t0:00:00",
+            "out of range for year (1900: 1901 to 2155)",
+        ),
+        ("a\tx\t2156\t0\t0\t0:00:00", "out of range for year"),
+        (
+            "a\tx\t0\t3.4028235e38\t0\t0:00:00",
+            "out of range for float",
+        ),
+        ("a\tx\t0\tNaN\t0\t0:00:00", "not a valid float"),
+        ("a\tx\t0\t0\t1e309\t0:00:00", "out of range for double"),
+        ("a\tx\t0\t0\tabc\t0:00:00", "not a valid double"),
+        ("a\tx\t0\t0\t0\t839:00:00", "time 839:00:00 is out of range"),
+        ("a\tx\t0\t0\t0\t12:60:00", "time 12:60:00 is out of range"),
+    ] {
+        let f = d.file(
+            "bad.txt",
+            format!("a\tx\t0\t0\t0\t0:00:00\n{row}\n").as_bytes(),
+        );
+        assert!(
+            d.server_load("m_ref", &f, "\\t").is_err(),
+            "the server's strict load took {row:?}"
+        );
+        let o = run(&f);
+        assert_eq!(o.status.code(), Some(3), "{row:?}: {}", printed(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("bad.txt, line 2")
+                && err.contains(reason)
+                && !err.contains("MariaDB error"),
+            "{row:?}, {reason}:\n{err}"
+        );
+        assert_eq!((d.count("m"), d.count("m_ref")), (0, 0));
+    }
 }

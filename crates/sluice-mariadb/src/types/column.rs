@@ -1,6 +1,8 @@
 //! A column's type as MariaDB's catalog describes it (`information_schema.COLUMNS`), reduced
 //! to what the client-side checks need.
 
+use super::members::{parse_members, Fold};
+
 /// What sluice checks on the client for a column, from its `DATA_TYPE` and `COLUMN_TYPE`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ColumnType {
@@ -23,6 +25,26 @@ pub enum ColumnType {
     Chars {
         max: u32,
     },
+    /// `ENUM(...)` whose members sluice reads, under a collation whose ASCII rules it knows.
+    Enum {
+        members: Vec<String>,
+        fold: Fold,
+    },
+    /// `SET(...)`, likewise.
+    Set {
+        members: Vec<String>,
+        fold: Fold,
+    },
+    /// `YEAR` (four digits).
+    Year,
+    /// `FLOAT` or `DOUBLE` without `(M,D)`.
+    Float {
+        double: bool,
+    },
+    /// `TIME(fsp)`.
+    Time {
+        fsp: u32,
+    },
     /// Anything else: sent as it is, converted by the server (its warnings are errors).
     Server,
 }
@@ -39,7 +61,7 @@ pub struct Column {
 
 impl ColumnType {
     /// The type from the catalog's `DATA_TYPE` (`int`), `COLUMN_TYPE` (`int(10) unsigned`),
-    /// character length, numeric precision and scale, and character set.
+    /// character length, numeric precision and scale, character set and collation.
     pub fn from_catalog(
         data_type: &str,
         column_type: &str,
@@ -47,8 +69,10 @@ impl ColumnType {
         precision: Option<u64>,
         scale: Option<u64>,
         charset: Option<&str>,
+        collation: Option<&str>,
     ) -> ColumnType {
-        let unsigned = column_type.to_ascii_lowercase().contains("unsigned");
+        let lower = column_type.to_ascii_lowercase();
+        let unsigned = lower.contains("unsigned");
         let int = |bits: u32| match unsigned {
             true => ColumnType::Integer {
                 min: 0,
@@ -76,6 +100,15 @@ impl ColumnType {
             },
             "date" => ColumnType::Date,
             "datetime" => ColumnType::DateTime,
+            "enum" | "set" => listed(data_type, column_type, collation),
+            "year" if lower == "year" || lower == "year(4)" => ColumnType::Year,
+            "float" if lower == "float" => ColumnType::Float { double: false },
+            "double" if lower == "double" => ColumnType::Float { double: true },
+            "time" => match scale {
+                Some(fsp) if fsp <= 6 => ColumnType::Time { fsp: fsp as u32 },
+                None if lower == "time" => ColumnType::Time { fsp: 0 },
+                _ => ColumnType::Server,
+            },
             "char" | "varchar" if charset.is_some_and(|c| c.starts_with("utf8mb4")) => {
                 match char_length {
                     Some(n) if n <= u64::from(u32::MAX) => ColumnType::Chars { max: n as u32 },
@@ -86,9 +119,22 @@ impl ColumnType {
         }
     }
 
-    /// Whether sluice checks this type's values itself.
+    /// Whether sluice checks this type's values itself (the types it declines in part, such
+    /// as a numeric `ENUM` index, still count: it checks every value it can read).
     pub fn client_converted(&self) -> bool {
         !matches!(self, ColumnType::Server)
+    }
+}
+
+/// An `ENUM` or `SET` whose members and collation sluice reads, else the server's.
+fn listed(data_type: &str, column_type: &str, collation: Option<&str>) -> ColumnType {
+    let (Some(members), Some(fold)) = (parse_members(column_type), collation.and_then(Fold::of))
+    else {
+        return ColumnType::Server;
+    };
+    match data_type.eq_ignore_ascii_case("enum") {
+        true => ColumnType::Enum { members, fold },
+        false => ColumnType::Set { members, fold },
     }
 }
 
@@ -98,7 +144,7 @@ mod tests {
 
     #[test]
     fn integer_ranges_follow_width_and_sign() {
-        let t = |d: &str, c: &str| ColumnType::from_catalog(d, c, None, None, None, None);
+        let t = |d: &str, c: &str| ColumnType::from_catalog(d, c, None, None, None, None, None);
         assert_eq!(
             t("tinyint", "tinyint(4)"),
             ColumnType::Integer {
@@ -128,7 +174,8 @@ mod tests {
 
     #[test]
     fn chars_need_a_utf8_character_set() {
-        let v = |cs| ColumnType::from_catalog("varchar", "varchar(5)", Some(5), None, None, cs);
+        let v =
+            |cs| ColumnType::from_catalog("varchar", "varchar(5)", Some(5), None, None, cs, None);
         assert_eq!(v(Some("utf8mb4")), ColumnType::Chars { max: 5 });
         assert_eq!(v(Some("latin1")), ColumnType::Server);
     }

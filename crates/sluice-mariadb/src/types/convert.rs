@@ -8,7 +8,7 @@
 //! count is a newline count.
 //!
 //! A value of a type sluice checks (integers, `DECIMAL(p,s)`, `DATE`, `DATETIME`,
-//! `CHAR`/`VARCHAR` in utf8mb4) is refused here with the message the PostgreSQL destination
+//! `CHAR`/`VARCHAR` in utf8mb4, `ENUM`/`SET`, `YEAR`, `FLOAT`/`DOUBLE`, `TIME`) is refused here with the message the PostgreSQL destination
 //! gives for the same fault, or written in its canonical form (an integer's digits, a decimal
 //! rounded half away from zero to its scale as MariaDB rounds, so the server has nothing to
 //! round and no note to raise). A spelling sluice does not parse (`20240101`, ` 12`, `1e3`)
@@ -16,6 +16,8 @@
 //! warning trap watches.
 
 use super::column::{Column, ColumnType};
+use super::members::{self, Verdict};
+use super::scalar::{self, Checked};
 use sluice_core::error::{RecordError, RecordErrorKind};
 use sluice_core::primitives::{days_in_month, parse_decimal, MONTH_NAMES};
 use sluice_core::records::Fields;
@@ -24,7 +26,7 @@ use sluice_core::records::Fields;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invalid(pub String);
 
-fn invalid(reason: impl Into<String>) -> Invalid {
+pub(super) fn invalid(reason: impl Into<String>) -> Invalid {
     Invalid(reason.into())
 }
 
@@ -126,8 +128,28 @@ impl Converter {
             ColumnType::Date => date(v).map(|_| Canonical::Raw(v)),
             ColumnType::DateTime => datetime(v).map(|_| Canonical::Raw(v)),
             ColumnType::Chars { max } => chars(v, *max, name).map(Canonical::Raw),
+            ColumnType::Enum { members, fold } => {
+                member(members::enum_value(v, members, *fold), name).map(|_| Canonical::Raw(v))
+            }
+            ColumnType::Set { members, fold } => {
+                member(members::set_value(v, members, *fold), name).map(|_| Canonical::Raw(v))
+            }
+            ColumnType::Year => scalar::year(v).map(|_| Canonical::Raw(v)),
+            ColumnType::Float { double } => {
+                scalar::float(v, *double, name).map(|_| Canonical::Raw(v))
+            }
+            ColumnType::Time { fsp } => scalar::time(v, *fsp).map(|_| Canonical::Raw(v)),
             ColumnType::Server => Ok(Canonical::Raw(v)),
         }
+    }
+}
+
+/// An `ENUM` or `SET` value that is no member of the column's list is refused.
+fn member(verdict: Verdict, name: &str) -> Result<Checked, Invalid> {
+    match verdict {
+        Verdict::NotAMember => Err(invalid(format!("not a value of {name}"))),
+        Verdict::Member => Ok(Checked::Valid),
+        Verdict::Server => Ok(Checked::Server),
     }
 }
 

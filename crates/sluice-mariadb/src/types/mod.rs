@@ -1,4 +1,5 @@
-//! MariaDB's input rules for each column type, checked on the client (`convert`), and the
+//! MariaDB's input rules for each column type, checked on the client (`convert`, with
+//! `ENUM`/`SET` lists in `members` and `YEAR`, `FLOAT`/`DOUBLE`, `TIME` in `scalar`), and the
 //! column types as the catalog spells them (`column`).
 //!
 //! The wire is a canonical text stream for `LOAD DATA LOCAL INFILE` (see [`convert`]'s module
@@ -8,3 +9,5 @@
 
 pub mod column;
 pub mod convert;
+pub mod members;
+pub mod scalar;
