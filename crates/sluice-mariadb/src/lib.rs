@@ -3,6 +3,7 @@
 //! Everything that knows MariaDB's protocol and catalog lives here, in the same shape as the
 //! PostgreSQL destination, so that whoever has read one knows where everything of the other is:
 //!
+//! - [`admin`]: a command's own statements outside a load (`ddl tpch --create`);
 //! - [`conninfo`]: the client's conventions (`mariadb://` URI, `~/.my.cnf`, `MYSQL_*`);
 //! - [`connect`]: opening connections, every wait bounded;
 //! - [`catalog`]: tables and columns from `information_schema`, a table's identity;
@@ -19,6 +20,7 @@
 //! Not here yet (the README's "not on MariaDB yet"): staging and `EXCHANGE PARTITION`, the
 //! server's activity classes for the verdict, `probe`.
 
+pub mod admin;
 pub mod catalog;
 pub mod cluster;
 pub mod condition;

@@ -25,6 +25,12 @@ pub fn from_anyhow(e: anyhow::Error) -> Failure {
         {
             return Failure::Connect(text);
         }
+        if let Some(m) = cause.downcast_ref::<sluice_mariadb::admin::AdminError>() {
+            return from_mariadb(m, text);
+        }
+        if cause.is::<sluice_mariadb::connect::ConnectError>() {
+            return Failure::Connect(text);
+        }
         if let Some(pg) = cause.downcast_ref::<sluice_postgres::admin::DbError>() {
             return match pg.as_db_error() {
                 Some(db) if is_the_commands_fault(db.code().code()) => Failure::Usage(text),
@@ -34,6 +40,27 @@ pub fn from_anyhow(e: anyhow::Error) -> Failure {
         }
     }
     Failure::Local(text)
+}
+
+/// A MariaDB command's failure: usage where the server says the command cannot work as given
+/// (no privilege, no such database, the table exists), "cannot connect" for the connection,
+/// else the server's.
+fn from_mariadb(e: &sluice_mariadb::admin::AdminError, text: String) -> Failure {
+    use sluice_core::destination::ErrorKind;
+    use sluice_mariadb::admin::AdminError;
+    match e {
+        AdminError::Server {
+            kind: ErrorKind::Usage,
+            ..
+        } => Failure::Usage(text),
+        AdminError::Server {
+            kind: ErrorKind::Connection,
+            ..
+        }
+        | AdminError::Connect(_) => Failure::Connect(text),
+        AdminError::Server { .. } => Failure::server(text),
+        AdminError::Runtime(_) => Failure::Local(text),
+    }
 }
 
 /// Whether a server error says the command cannot work as given, whatever the server's state:

@@ -115,12 +115,21 @@ pub fn first_key(table: &str, scale: f64, part: i32, parts: i32) -> Option<i64> 
     }
 }
 
+/// Whose SQL the DDL is written in: the partitioned layout differs (PostgreSQL's partitions
+/// are tables of their own; MariaDB's are clauses of the table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SqlDialect {
+    Postgres,
+    Mariadb,
+}
+
 /// The DDL of the partitioned layout: the six big tables partitioned by ranges of their
 /// key, one partition per part of `sluice gen tpch --scale scale --parts parts` (partition k
-/// runs from part k's first key to part k+1's; the first and last are open-ended), created
-/// empty as `<table>_p<k>`; nation and region plain. With `keys`, primary keys on every table
-/// (on the parents, so that every partition has them).
-pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool) -> String {
+/// runs from part k's first key to part k+1's; the first and last are open-ended), named
+/// `<table>_p<k>` (PostgreSQL: tables of their own) or `p<k>` (MariaDB); nation and region
+/// plain. With `keys`, primary keys on every table (on the parents, so that every partition
+/// has them; each holds its partition key, as MariaDB requires).
+pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool, dialect: SqlDialect) -> String {
     let mut out = format!(
         "-- TPC-H tables, the six big ones partitioned by key range into {parts} partitions \
          aligned with `sluice gen tpch --scale {scale} --parts {parts}`.\n"
@@ -134,30 +143,42 @@ pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool) -> String {
         } else {
             String::new()
         };
-        match part_key {
-            None => out.push_str(&format!(
+        let Some(k) = part_key else {
+            out.push_str(&format!(
                 "CREATE TABLE {name} (\n  {cols}{key_clause}\n);\n"
-            )),
-            Some(k) => {
-                out.push_str(&format!(
-                    "CREATE TABLE {name} (\n  {cols}{key_clause}\n) PARTITION BY RANGE ({k});\n"
-                ));
-                let starts: Vec<Option<i64>> = (1..=parts as i32)
-                    .map(|p| first_key(name, scale, p, parts as i32))
-                    .collect();
+            ));
+            continue;
+        };
+        // Where each partition starts: part k's first key (`None`: open below).
+        let starts: Vec<Option<i64>> = (1..=parts as i32)
+            .map(|p| match p {
+                1 => None,
+                _ => first_key(name, scale, p, parts as i32),
+            })
+            .collect();
+        let create =
+            format!("CREATE TABLE {name} (\n  {cols}{key_clause}\n) PARTITION BY RANGE ({k})");
+        match dialect {
+            SqlDialect::Postgres => {
+                out.push_str(&format!("{create};\n"));
                 for p in 1..=parts as usize {
-                    let lower = match p {
-                        1 => "MINVALUE".to_string(),
-                        _ => starts[p - 1].map_or("MINVALUE".into(), |v| v.to_string()),
-                    };
-                    let upper = match starts.get(p).copied().flatten() {
-                        Some(v) if p < parts as usize => v.to_string(),
-                        _ => "MAXVALUE".to_string(),
-                    };
+                    let bound =
+                        |s: Option<i64>, open: &str| s.map_or(open.into(), |v| v.to_string());
+                    let lower = bound(starts[p - 1], "MINVALUE");
+                    let upper = bound(starts.get(p).copied().flatten(), "MAXVALUE");
                     out.push_str(&format!(
                         "CREATE TABLE {name}_p{p} PARTITION OF {name} FOR VALUES FROM ({lower}) TO ({upper});\n"
                     ));
                 }
+            }
+            SqlDialect::Mariadb => {
+                let clauses: Vec<String> = (1..=parts as usize)
+                    .map(|p| match starts.get(p).copied().flatten() {
+                        Some(v) => format!("  PARTITION p{p} VALUES LESS THAN ({v})"),
+                        None => format!("  PARTITION p{p} VALUES LESS THAN MAXVALUE"),
+                    })
+                    .collect();
+                out.push_str(&format!("{create} (\n{}\n);\n", clauses.join(",\n")));
             }
         }
     }

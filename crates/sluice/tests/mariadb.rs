@@ -354,7 +354,7 @@ fn my_cnf_client_section_gives_user_password_and_port() {
 fn commands_not_on_mariadb_yet_say_so() {
     let d = mdb("notyet");
     let o = sluice_cmd()
-        .args(["ddl", "tpch", "--create", "--target", &d.url])
+        .args(["probe", "--target", &d.url])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
@@ -558,4 +558,70 @@ fn more_types_are_checked_on_the_client_as_the_servers_strict_load_checks_them()
         );
         assert_eq!((d.count("m"), d.count("m_ref")), (0, 0));
     }
+}
+
+/// `sluice ddl tpch --create` against a MariaDB target makes MariaDB's tables: plain with keys,
+/// refused (exit 2, naming them) when they exist, and with `--replace --partitions 4` each big
+/// table partitioned by key range, aligned with `sluice gen tpch --parts 4`: a load puts each
+/// part's rows in its own partition.
+#[test]
+fn ddl_tpch_creates_mariadbs_tables_plain_and_partitioned() {
+    let d = mdb("ddl");
+    let ddl = |args: &[&str]| {
+        sluice_cmd()
+            .args(["ddl", "tpch", "--create", "--target", &d.url])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert_ok(&ddl(&["--keys"]));
+    assert_eq!(
+        d.sql(
+            "SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = \
+               DATABASE() AND CONSTRAINT_TYPE = 'PRIMARY KEY'"
+        )
+        .trim(),
+        "8"
+    );
+    let again = ddl(&[]);
+    assert_eq!(again.status.code(), Some(2), "{}", printed(&again));
+    assert!(
+        stderr(&again).contains("already exist"),
+        "{}",
+        printed(&again)
+    );
+    assert!(!printed(&again).contains(d.password()));
+    assert_ok(&ddl(&[
+        "--replace",
+        "--partitions",
+        "4",
+        "--scale",
+        "0.01",
+        "--keys",
+    ]));
+    let partitions = |t: &str| -> Vec<u64> {
+        d.sql(&format!(
+            "SELECT TABLE_ROWS FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = \
+             DATABASE() AND TABLE_NAME = '{t}' ORDER BY PARTITION_ORDINAL_POSITION"
+        ))
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+    };
+    assert_eq!(partitions("lineitem").len(), 4);
+    let files = gen_tpch(&d.dir.join("sf001"), "0.01", "4");
+    let names: Vec<String> = files.iter().map(|f| f.to_str().unwrap().into()).collect();
+    let mut args = vec!["--jobs", "2"];
+    args.extend(names.iter().map(String::as_str));
+    assert_ok(&d.load(&args, &[], 300));
+    // Each part's rows in its own partition: the exact count of one partition's key range.
+    for (p, part) in [(1, "p1"), (4, "p4")] {
+        let file = files
+            .iter()
+            .find(|f| f.file_name().unwrap().to_str() == Some(&format!("orders.{p}.tbl")))
+            .unwrap_or_else(|| panic!("no orders part {p} in {files:?}"));
+        let lines = std::fs::read_to_string(file).unwrap().lines().count() as u64;
+        assert_eq!(d.count(&format!("orders PARTITION ({part})")), lines);
+    }
+    assert_eq!(d.count("orders"), 15_000);
 }

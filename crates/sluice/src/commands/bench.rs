@@ -418,7 +418,12 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
                 }
             };
             let partitions = (args.layout == Layout::Partitioned).then_some(args.parts);
-            let ddl = super::ddl::layout(partitions, args.scale, false);
+            let ddl = super::ddl::layout(
+                partitions,
+                args.scale,
+                false,
+                crate::tpch::SqlDialect::Postgres,
+            );
             super::ddl::create_sql(Some(&url), None, true, &ddl).or_fail()?;
             let load_args = LoadArgs {
                 files: files.clone(),

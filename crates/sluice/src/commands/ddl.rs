@@ -1,7 +1,8 @@
-//! `sluice ddl tpch`: print, or create, the TPC-H tables.
+//! `sluice ddl tpch`: print, or create, the TPC-H tables, in PostgreSQL's SQL or MariaDB's.
 
 use crate::failure::{Failure, OrFailure};
 use crate::target;
+use crate::tpch::SqlDialect;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -22,7 +23,7 @@ pub struct DdlTpchArgs {
     pub replace: bool,
     /// Partition the six big tables by key range into N partitions, one per part of
     /// `sluice gen tpch --scale S --parts N` (the record's layout; `sluice load` then stages
-    /// each part and switches it in). nation and region stay plain.
+    /// each part and switches it in on PostgreSQL). nation and region stay plain.
     #[arg(long, value_name = "N")]
     pub partitions: Option<u32>,
     /// The scale factor the partitions are aligned with (with --partitions).
@@ -31,9 +32,14 @@ pub struct DdlTpchArgs {
     /// Add the primary keys (on the parents, so every partition has them).
     #[arg(long)]
     pub keys: bool,
-    /// Where to create them (default: as for `sluice load`).
+    /// Where to create them (default: as for `sluice load`); a mariadb:// target creates
+    /// MariaDB's tables (InnoDB, one statement at a time: MariaDB's DDL commits on its own).
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
+    /// Whose SQL to print (default: the target's, else PostgreSQL's). MariaDB's partitions
+    /// are `PARTITION p<k> VALUES LESS THAN (...)` clauses of their table.
+    #[arg(long, value_enum, value_name = "postgres|mariadb")]
+    pub dialect: Option<SqlDialect>,
     /// The private cluster's directory, used when no target is given (default:
     /// $SLUICE_PG_DIR, else ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
@@ -48,18 +54,38 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
     if args.scale.is_nan() || args.scale <= 0.0 {
         return Err(Failure::Usage("--scale must be positive".into()));
     }
-    let sql = layout(args.partitions, args.scale, args.keys);
+    let mariadb = target::mariadb_target(args.target.as_deref());
+    let dialect =
+        match (args.dialect, &mariadb) {
+            (Some(SqlDialect::Postgres), Some(_)) if args.create => return Err(Failure::Usage(
+                "--dialect postgres with a MariaDB target: give --dialect mariadb, or leave it \
+                 out"
+                .into(),
+            )),
+            (Some(d), _) => d,
+            (None, Some(_)) => SqlDialect::Mariadb,
+            (None, None) => SqlDialect::Postgres,
+        };
+    let sql = layout(args.partitions, args.scale, args.keys, dialect);
     if !args.create {
         print!("{sql}");
         return Ok(());
     }
-    create_sql(
-        args.target.as_deref(),
-        args.pg_dir.clone(),
-        args.replace,
-        &sql,
-    )
-    .or_fail()?;
+    match (mariadb, dialect) {
+        (Some(url), _) => create_mariadb(&url, args.replace, &sql).or_fail()?,
+        (None, SqlDialect::Mariadb) => {
+            return Err(Failure::Usage(
+                "--dialect mariadb --create needs a mariadb:// --target to create them in".into(),
+            ))
+        }
+        (None, SqlDialect::Postgres) => create_sql(
+            args.target.as_deref(),
+            args.pg_dir.clone(),
+            args.replace,
+            &sql,
+        )
+        .or_fail()?,
+    }
     eprintln!(
         "sluice: created the TPC-H tables{}{}",
         args.partitions.map_or(String::new(), |n| format!(
@@ -71,9 +97,9 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
 }
 
 /// The DDL of a layout: plain or partitioned, with or without primary keys.
-pub fn layout(partitions: Option<u32>, scale: f64, keys: bool) -> String {
+pub fn layout(partitions: Option<u32>, scale: f64, keys: bool, dialect: SqlDialect) -> String {
     match partitions {
-        Some(n) => crate::tpch::partitioned_ddl(scale, n, keys),
+        Some(n) => crate::tpch::partitioned_ddl(scale, n, keys, dialect),
         None if keys => crate::tpch::ddl() + &crate::tpch::primary_keys(),
         None => crate::tpch::ddl(),
     }
@@ -109,6 +135,27 @@ pub fn create_sql(
     Ok(())
 }
 
+/// Creates the tables in MariaDB, one statement at a time (each commits on its own), after
+/// dropping them when `replace`; without it, refuses before creating anything when any
+/// exists.
+fn create_mariadb(url: &str, replace: bool, ddl: &str) -> anyhow::Result<()> {
+    let info = target::resolve_mariadb(url)?;
+    let mut db = sluice_mariadb::admin::Admin::connect(&info)?;
+    if replace {
+        db.execute(&format!(
+            "DROP TABLE IF EXISTS {}",
+            crate::tpch::TABLES.join(", ")
+        ))?;
+    } else {
+        let found = db.existing_tables(&crate::tpch::TABLES)?;
+        refuse_these(&found.iter().map(String::as_str).collect::<Vec<_>>())?;
+    }
+    for statement in ddl.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
+        db.execute(statement)?;
+    }
+    Ok(())
+}
+
 /// Without `--replace`, TPC-H tables that already exist are the user's to keep or drop: a usage
 /// error (exit 2) naming them and the two ways on, before anything is created.
 fn refuse_existing(db: &sluice_postgres::admin::Admin) -> anyhow::Result<()> {
@@ -118,6 +165,11 @@ fn refuse_existing(db: &sluice_postgres::admin::Admin) -> anyhow::Result<()> {
         .collect();
     let found = db.query_text(&probes.join(" UNION ALL "))?;
     let existing: Vec<&str> = found.rows.iter().map(|r| r[0].as_str()).collect();
+    refuse_these(&existing)
+}
+
+/// The refusal of `existing` TPC-H tables, if any.
+fn refuse_these(existing: &[&str]) -> anyhow::Result<()> {
     if existing.is_empty() {
         return Ok(());
     }

@@ -1,0 +1,99 @@
+//! Statements a command runs outside a load (`sluice ddl tpch --create`): one connection, each
+//! statement on its own (MariaDB's DDL commits on its own, so there is no transaction to put
+//! them in), with every wait for a table's metadata lock bounded by [`LOCK_WAIT`] rather
+//! than the server's default of a day.
+
+use crate::condition;
+use crate::connect::{connect, scrub, ConnectError};
+use crate::conninfo::ConnInfo;
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use sluice_core::destination::ErrorKind;
+use tokio::runtime::Runtime;
+
+/// How long a statement waits for another session's lock on a table (seconds).
+pub const LOCK_WAIT: u32 = 30;
+
+/// Why an administrative statement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("cannot start the connection runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The server refused a statement (`kind`: its code in the engine's terms).
+    #[error("{message}")]
+    Server { kind: ErrorKind, message: String },
+}
+
+impl AdminError {
+    fn from_driver(e: &mysql_async::Error, info: &ConnInfo) -> AdminError {
+        let message = explain(&scrub(&e.to_string(), info));
+        let kind = match e {
+            mysql_async::Error::Server(s) => match s.code {
+                // The table exists already: the command's to change, not the server's state.
+                1050 => ErrorKind::Usage,
+                code => condition::classify(code),
+            },
+            _ => ErrorKind::Connection,
+        };
+        AdminError::Server { kind, message }
+    }
+}
+
+/// One connection for a command's own statements.
+pub struct Admin {
+    rt: Runtime,
+    conn: Conn,
+    info: ConnInfo,
+}
+
+impl Admin {
+    pub fn connect(info: &ConnInfo) -> Result<Admin, AdminError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(AdminError::Runtime)?;
+        let conn = rt.block_on(connect(info))?;
+        let mut admin = Admin {
+            rt,
+            conn,
+            info: info.clone(),
+        };
+        admin.execute(&format!("SET SESSION lock_wait_timeout = {LOCK_WAIT}"))?;
+        Ok(admin)
+    }
+
+    /// Runs one statement.
+    pub fn execute(&mut self, sql: &str) -> Result<(), AdminError> {
+        let Admin { rt, conn, info } = self;
+        rt.block_on(conn.query_drop(sql))
+            .map_err(|e| AdminError::from_driver(&e, info))
+    }
+
+    /// Which of `names` are tables (or views) of the target's database.
+    pub fn existing_tables(&mut self, names: &[&str]) -> Result<Vec<String>, AdminError> {
+        let Admin { rt, conn, info } = self;
+        let list = vec!["?"; names.len()].join(", ");
+        rt.block_on(conn.exec(
+            format!(
+                "SELECT TABLE_NAME FROM information_schema.TABLES \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ({list}) ORDER BY TABLE_NAME"
+            ),
+            names.to_vec(),
+        ))
+        .map_err(|e| AdminError::from_driver(&e, info))
+    }
+}
+
+/// A lock wait that ran out names what to look for.
+fn explain(message: &str) -> String {
+    match message.contains("Lock wait timeout") {
+        true => format!(
+            "{message}: another session holds a lock on the table for more than {LOCK_WAIT} s \
+             (a load running now, or one whose commit is prepared: run that load's command \
+             again to finish it, or see SHOW PROCESSLIST and XA RECOVER)"
+        ),
+        false => message.to_string(),
+    }
+}
