@@ -894,6 +894,12 @@ pub trait Ledger: Destination {
         message: Option<&str>,
     ) -> Result<(), DestinationError>;
 
+    /// Takes job `job`'s lock for as long as the destination lives, as a run of it does (see
+    /// [`Ledger::begin_job`]), without marking it running: so that what a command does to a
+    /// job's leftovers happens under no live process. [`ErrorKind::Usage`] when another
+    /// process runs it now.
+    fn hold_job(&self, job: i64) -> Result<(), DestinationError>;
+
     /// Removes a job that is not running, with its records; returns the staging tables of
     /// dead loads it dropped with it.
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError>;

@@ -505,19 +505,20 @@ fn settle_prepared<D: Ledger>(dest: &D, job: i64) -> Result<Option<String>, Fail
 /// by no one, so none of it may stay prepared, holding its locks. Returns the staging tables
 /// of dead loads the destination dropped with it.
 pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<Vec<String>, Failure> {
-    // The decision is read before the job (and it) is removed; the removal refuses a job that
-    // runs now, so nothing is finished under a live process.
+    // Under the job's lock (refused while a process runs it), so nothing is finished under a
+    // live process; and finished before the job's records go, since a prepared transaction
+    // holds the ledger rows it wrote (a removal would wait on them where reads lock).
+    dest.hold_job(job)
+        .map_err(|e| ledger_failure("taking the job's lock", e))?;
     let decided = dest
         .decided(job)
         .map_err(|e| ledger_failure("reading the job's commit decision", e))?;
-    let dropped = dest
-        .forget_job(job)
-        .map_err(|e| ledger_failure("forgetting the job", e))?;
     let left = dest
         .prepared(&prepared_prefix_of(job))
         .map_err(|e| ledger_failure("reading the job's prepared transactions", e))?;
     finish_as_decided(dest, &left, &decided)?;
-    Ok(dropped)
+    dest.forget_job(job)
+        .map_err(|e| ledger_failure("forgetting the job", e))
 }
 
 /// Finishes the prepared transactions `left`: those in `decided` committed, the others rolled

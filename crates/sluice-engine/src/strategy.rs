@@ -322,9 +322,44 @@ fn prepare_all<D: Destination>(
             }
         }
     }
-    match failed {
-        None => Ok(named),
-        Some(e) => Err(undo(dest, &named, e, "preparing a stream's transaction")),
+    let Some(e) = failed else {
+        return Ok(named);
+    };
+    // A prepare whose answer was lost may have prepared under a name the destination chose:
+    // this run's prefix finds those too (it is this process's alone).
+    if let Ok(left) = dest.prepared(prefix) {
+        let more: Vec<String> = left.into_iter().filter(|id| !named.contains(id)).collect();
+        named.extend(more);
+    }
+    Err(undo(dest, &named, e, "preparing a stream's transaction"))
+}
+
+/// Records the decision to commit `ids`. When recording it fails, whether it was recorded is
+/// read back: a decision that did reach the ledger (its answer was lost) is carried out; one
+/// that did not rolls everything back; and when even that cannot be read, everything stays
+/// prepared for the same command to finish as the ledger says, since rolling back a decided
+/// commit would half-commit the load.
+fn decide<D: Destination>(dest: &D, job: i64, ids: &[String]) -> Result<(), Failure> {
+    let Err(e) = dest.decide_commit(job, ids) else {
+        return Ok(());
+    };
+    match dest.decided(job) {
+        Ok(decided) if ids.iter().all(|id| decided.contains(id)) => Ok(()),
+        Ok(_) => Err(undo(
+            dest,
+            ids,
+            e,
+            "recording the commit decision in the ledger",
+        )),
+        Err(unread) => Err(crate::run::destination_failure(
+            &e,
+            format!(
+                "recording the commit decision in the ledger failed ({e}), and whether it was \
+                 recorded cannot be read ({unread}): every stream's transaction stays prepared \
+                 (invisible); run the same command again, which commits or rolls them back as \
+                 the ledger says"
+            ),
+        )),
     }
 }
 
@@ -341,8 +376,7 @@ fn commit_prepared<D: Destination>(
 ) -> Result<(), Failure> {
     let ids = prepare_all(dest, streams, prefix)?;
     host.event(Event::Point("prepared"));
-    dest.decide_commit(job, &ids)
-        .map_err(|e| undo(dest, &ids, e, "recording the commit decision in the ledger"))?;
+    decide(dest, job, &ids)?;
     host.event(Event::Point("decided"));
     // The first alone, the rest together: one more round trip, and a point between two
     // commits where a test can kill the load.

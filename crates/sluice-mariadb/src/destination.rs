@@ -64,6 +64,9 @@ pub struct MariaDbDestination {
     conn: Mutex<Option<Conn>>,
     /// `VERSION()`, for reports.
     pub version: String,
+    /// `DATABASE()` as the server spells it (the target's, whatever case the URI gave): XA
+    /// branches carry it.
+    database: Option<String>,
     free_slots: Option<u64>,
     described: Vec<Table>,
     tables: Vec<LoadTarget>,
@@ -78,6 +81,8 @@ pub struct MariaDbDestination {
     /// Prepared branches by name, with the session that prepared them, which alone may
     /// commit them while it lives.
     prepared: Mutex<HashMap<String, (Xid, Conn)>>,
+    /// The jobs whose lock the own connection holds.
+    held_jobs: Mutex<Vec<i64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -93,11 +98,11 @@ impl MariaDbDestination {
             .thread_name("sluice-net")
             .build()
             .map_err(OpenError::Runtime)?;
-        let (conn, version, free) = rt.block_on(async {
+        let (conn, version, database, free) = rt.block_on(async {
             let mut conn = connect(info).await?;
             let server = |e: mysql_async::Error| OpenError::Server(scrub(&e.to_string(), info));
-            let version: String = conn
-                .query_first("SELECT VERSION()")
+            let (version, database): (String, Option<String>) = conn
+                .query_first("SELECT VERSION(), DATABASE()")
                 .await
                 .map_err(server)?
                 .unwrap_or_default();
@@ -109,13 +114,15 @@ impl MariaDbDestination {
                 .await
                 .ok()
                 .flatten();
-            Ok::<_, OpenError>((conn, version, free.map(|(m, used)| m.saturating_sub(used))))
+            let free = free.map(|(m, used)| m.saturating_sub(used));
+            Ok::<_, OpenError>((conn, version, database, free))
         })?;
         Ok(MariaDbDestination {
             rt,
             info: info.clone(),
             conn: Mutex::new(Some(conn)),
             version,
+            database,
             free_slots: free,
             described: Vec::new(),
             tables: Vec::new(),
@@ -124,20 +131,41 @@ impl MariaDbDestination {
             xa_prefix: Mutex::new(None),
             branches: AtomicUsize::new(0),
             prepared: Mutex::new(HashMap::new()),
+            held_jobs: Mutex::new(Vec::new()),
         })
     }
 
     /// The load's own connection, connected anew if it was lost.
+    /// A new connection takes again the locks of the jobs this load holds (the old session's
+    /// ended with it), or fails: a load must not go on without its job's lock.
     fn own(&self) -> Result<MutexGuard<'_, Option<Conn>>, DestinationError> {
         let mut g = lock(&self.conn);
         if g.is_none() {
-            let c = self
+            let mut c = self
                 .rt
                 .block_on(connect(&self.info))
                 .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
+            for &job in lock(&self.held_jobs).iter() {
+                self.rt
+                    .block_on(crate::ledger::take_lock(&mut c, job))
+                    .map_err(|e| self.ledger_error(e))?;
+            }
             *g = Some(c);
         }
         Ok(g)
+    }
+
+    /// Notes that the load's own connection no longer holds job `job`'s lock.
+    fn released(&self, job: i64) {
+        lock(&self.held_jobs).retain(|&j| j != job);
+    }
+
+    /// Notes that the load's own connection holds job `job`'s lock.
+    fn holds(&self, job: i64) {
+        let mut held = lock(&self.held_jobs);
+        if !held.contains(&job) {
+            held.push(job);
+        }
     }
 
     /// Runs `f` on the load's own connection.
@@ -470,19 +498,23 @@ impl Destination for MariaDbDestination {
         let on_their_own = self.rt.block_on(futures_util::future::join_all(
             held.into_iter().map(|h| finish_held(h, commit)),
         ));
+        // Every id is tried, whatever an earlier one did; the first error is the answer.
+        let mut first = None;
         for (n, (id, result)) in ids.iter().zip(on_their_own).enumerate() {
-            let detached = match result {
-                Held::Done => continue,
-                Held::Failed(e) => return Err((n, self.db_error(e))),
-                Held::Detached => id,
+            let outcome = match result {
+                Held::Done => Ok(()),
+                Held::Failed(e) => Err(self.db_error(e)),
+                Held::Detached => self.finish_detached(id, commit),
             };
-            self.finish_detached(detached, commit).map_err(|e| (n, e))?;
+            if let Err(e) = outcome {
+                first.get_or_insert((n, e));
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     fn prepared(&self, prefix: &str) -> Result<Vec<String>, DestinationError> {
-        let Some(db) = self.info.database.clone() else {
+        let Some(db) = self.database.clone() else {
             return Ok(Vec::new());
         };
         self.on_own(|rt, c| {
@@ -498,7 +530,7 @@ impl Destination for MariaDbDestination {
     fn decide_commit(&self, job: i64, ids: &[String]) -> Result<(), DestinationError> {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::decide_commit(c, job, ids))
-                .map_err(|e| self.db_error(e))
+                .map_err(|e| self.ledger_error(e))
         })
     }
 
@@ -527,8 +559,13 @@ async fn finish_held(held: Option<(Xid, Conn)>, commit: bool) -> Held {
     let _ = conn.disconnect().await;
     match result {
         Ok(()) => Held::Done,
-        Err(mysql_async::Error::Server(e)) => Held::Failed(mysql_async::Error::Server(e)),
-        // The session is gone, and the branch with it detached: another may finish it.
+        // The session is gone (killed, the server shut down), and the branch with it
+        // detached: another session may finish it.
+        Err(mysql_async::Error::Server(e))
+            if condition::classify(e.code) != ErrorKind::Connection =>
+        {
+            Held::Failed(mysql_async::Error::Server(e))
+        }
         Err(_) => Held::Detached,
     }
 }
@@ -536,7 +573,7 @@ async fn finish_held(held: Option<(Xid, Conn)>, commit: bool) -> Held {
 impl MariaDbDestination {
     /// The database XA branches are named for, or why this load cannot prepare them.
     fn xa_database(&self) -> Result<&str, String> {
-        let db = self.info.database.as_deref().ok_or(
+        let db = self.database.as_deref().ok_or(
             "the target names no database, and a prepared transaction's name carries its \
              database (mariadb://host/DATABASE)",
         )?;
@@ -572,7 +609,7 @@ impl MariaDbDestination {
 
     /// Finishes branch `id` of this database from the load's own connection.
     fn finish_detached(&self, id: &str, commit: bool) -> Result<(), DestinationError> {
-        let db = self.info.database.clone().unwrap_or_default();
+        let db = self.database.clone().unwrap_or_default();
         let xid = Xid::new(id, &db);
         self.on_own(|rt, c| {
             rt.block_on(xa::finish_detached(c, &xid, commit, xa::RELEASE_WAIT))
@@ -632,6 +669,7 @@ impl Ledger for MariaDbDestination {
             rt.block_on(crate::ledger::finish(c, job, placements))
                 .map_err(|e| self.db_error(e))
         })
+        .inspect(|_| self.released(job))
     }
 
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
@@ -640,13 +678,16 @@ impl Ledger for MariaDbDestination {
             rt.block_on(crate::ledger::begin(c, spec, &tables))
                 .map_err(|e| self.ledger_error(e))
         })
+        .inspect(|&job| self.holds(job))
     }
 
     fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::resume(c, job))
                 .map_err(|e| self.ledger_error(e))
-        })
+        })?;
+        self.holds(job);
+        Ok(())
     }
 
     fn end_job(
@@ -659,6 +700,16 @@ impl Ledger for MariaDbDestination {
             rt.block_on(crate::ledger::end(c, job, state, message))
                 .map_err(|e| self.db_error(e))
         })
+        .inspect(|_| self.released(job))
+    }
+
+    fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            rt.block_on(crate::ledger::take_lock(c, job))
+                .map_err(|e| self.ledger_error(e))
+        })?;
+        self.holds(job);
+        Ok(())
     }
 
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {
@@ -666,6 +717,7 @@ impl Ledger for MariaDbDestination {
             rt.block_on(crate::ledger::forget(c, job))
                 .map_err(|e| self.ledger_error(e))
         })?;
+        self.released(job);
         Ok(Vec::new())
     }
 }

@@ -343,8 +343,9 @@ pub async fn placements(
     Ok(out)
 }
 
-/// Takes job `job`'s lock for this connection, or says who holds it.
-async fn take_lock(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
+/// Takes job `job`'s lock for this connection, or says who holds it (`GET_LOCK` nests: a
+/// connection that holds it already takes it again).
+pub async fn take_lock(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
     let got: Option<Option<i64>> = conn
         .exec_first(format!("SELECT GET_LOCK({LOCK_NAME}, 0)"), (job,))
         .await?;
@@ -577,26 +578,46 @@ pub async fn record(
     Ok(())
 }
 
-/// Records that job `job` commits the prepared XA branches `xids`: one statement, committed
-/// on its own before the first branch commits.
-pub async fn decide_commit(
-    conn: &mut Conn,
-    job: i64,
-    xids: &[String],
-) -> Result<(), mysql_async::Error> {
+/// Records that job `job` commits the prepared XA branches `xids`, in a transaction of its own
+/// committed before the first branch commits, and only while this connection holds the job's
+/// lock: a connection that lost it (and a rerun that may have taken it and rolled branches
+/// back) decides nothing.
+pub async fn decide_commit(conn: &mut Conn, job: i64, xids: &[String]) -> Result<(), LedgerError> {
     if xids.is_empty() {
         return Ok(());
     }
-    let values = vec!["(?, ?)"; xids.len()].join(", ");
-    let params: Vec<Value> = xids
-        .iter()
-        .flat_map(|x| [Value::from(job), Value::from(x.as_str())])
-        .collect();
-    conn.exec_drop(
-        format!("INSERT IGNORE INTO sluice_ledger_job_commits (job, xid) VALUES {values}"),
-        Params::Positional(params),
-    )
-    .await
+    conn.query_drop("START TRANSACTION").await?;
+    let decided = async {
+        let mine: Option<Option<i64>> = conn
+            .exec_first(
+                format!("SELECT IS_USED_LOCK({LOCK_NAME}) = CONNECTION_ID()"),
+                (job,),
+            )
+            .await?;
+        if mine.flatten() != Some(1) {
+            return Err(LedgerError::Refused(format!(
+                "this load no longer holds job {job}'s lock (its connection to the server was \
+                 reset during the load), so it decides no commit: nothing was committed; run \
+                 the same command again"
+            )));
+        }
+        let values = vec!["(?, ?)"; xids.len()].join(", ");
+        let params: Vec<Value> = xids
+            .iter()
+            .flat_map(|x| [Value::from(job), Value::from(x.as_str())])
+            .collect();
+        conn.exec_drop(
+            format!("INSERT IGNORE INTO sluice_ledger_job_commits (job, xid) VALUES {values}"),
+            Params::Positional(params),
+        )
+        .await?;
+        Ok(conn.query_drop("COMMIT").await?)
+    }
+    .await;
+    if decided.is_err() {
+        let _ = conn.query_drop("ROLLBACK").await;
+    }
+    decided
 }
 
 /// The prepared XA branches job `job` decided to commit.

@@ -61,7 +61,9 @@ fn hex(s: &str) -> String {
 /// Whether the server keeps a prepared branch when its connection ends, from `VERSION()`:
 /// MariaDB from 10.5.2, MySQL from 5.7.7. `Err` says why not.
 pub fn survives_disconnect(version: &str) -> Result<(), String> {
-    let numbers: Vec<u32> = version
+    // MariaDB behind some proxies and old clients reports `5.5.5-10.11.6-MariaDB`.
+    let real = version.strip_prefix("5.5.5-").unwrap_or(version);
+    let numbers: Vec<u32> = real
         .split(|c: char| !c.is_ascii_digit())
         .take(3)
         .map(|p| p.parse().unwrap_or(0))
@@ -199,5 +201,6 @@ mod tests {
         assert!(survives_disconnect("8.0.36").is_ok());
         assert!(survives_disconnect("5.7.6-log").is_err());
         assert!(survives_disconnect("").is_err());
+        assert!(survives_disconnect("5.5.5-10.11.6-MariaDB").is_ok());
     }
 }

@@ -1254,6 +1254,10 @@ impl Ledger for PgDestination {
         })
     }
 
+    fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
+        self.on_client(|c| async move { crate::ledger::hold(&c, job).await.map_err(ledger_error) })
+    }
+
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {
         let id = self.load_id;
         self.on_client(|c| async move {

@@ -841,7 +841,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
 
 /// Takes an unfinished job's lock and marks it running again.
 pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
-    take_lock(client, job).await?;
+    hold(client, job).await?;
     client
         .run(
             "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
@@ -850,6 +850,11 @@ pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
         )
         .await?;
     Ok(())
+}
+
+/// Takes job `job`'s lock for this session (until it ends), or says who holds it.
+pub async fn hold(client: &Client, job: i64) -> Result<(), LedgerError> {
+    take_lock(client, job).await
 }
 
 /// Ends a job in `state`.

@@ -193,6 +193,21 @@ fn prepared_commits_are_finished_after_a_kill_at_each_point(s: &dyn Server) {
         assert_eq!(t.prepared(), 0, "after {point}");
         t.sql("TRUNCATE TABLE t");
     }
+    // Forgetting the job finishes its decided commit first (where a prepared transaction's
+    // ledger rows would hold up their removal).
+    let t = s.fresh("conf_prepared_forget");
+    plain(&*t);
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[]));
+    let kill = [("SLUICE_KILL_AT", "decided")];
+    let out = load(&*t, "t", &[&a, &b], &["--prepare", "on"], &kill);
+    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+    let mut forget = sluice_cmd();
+    forget.args(["jobs", "forget", "1", "--target", t.url()]);
+    let out = run_bounded(forget, 120);
+    assert!(out.status.success(), "forget: {}", stderr(&out));
+    exactly_once(&*t, 6000);
+    assert_eq!(t.prepared(), 0, "after forget");
 }
 
 fn a_rerun_after_truncate_loads_again(s: &dyn Server) {

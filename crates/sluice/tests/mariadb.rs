@@ -516,7 +516,7 @@ fn more_types_are_checked_on_the_client_as_the_servers_strict_load_checks_them()
     for (row, reason) in [
         (
             "c\tx\t0\t0\t0\t0:00:00",
-            "not a value of enum('a','b c','it''s')",
+            "not a value of enum('a','b c','It''s')",
         ),
         (" a\tx\t0\t0\t0\t0:00:00", "not a value of enum"),
         (

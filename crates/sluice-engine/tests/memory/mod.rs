@@ -881,7 +881,7 @@ impl Ledger for Memory {
         Ok(id)
     }
 
-    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+    fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
         let mut s = self.store.lock();
         if s.locks.get(&job).is_some_and(|p| *p != self.process) {
             return Err(DestinationError::new(
@@ -890,6 +890,12 @@ impl Ledger for Memory {
             ));
         }
         s.locks.insert(job, self.process);
+        Ok(())
+    }
+
+    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+        self.hold_job(job)?;
+        let mut s = self.store.lock();
         let j = s.job(job)?;
         j.state = JobState::Running;
         j.message = None;

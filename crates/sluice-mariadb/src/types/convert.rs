@@ -153,7 +153,8 @@ fn member(verdict: Verdict, name: &str) -> Result<Checked, Invalid> {
     }
 }
 
-/// `int(11) unsigned` as messages name it: `int unsigned`.
+/// `int(11) unsigned` as messages name it: `int unsigned`; an `ENUM`'s or `SET`'s members as
+/// the column spells them (`enum('A','b')`), cut after about 60 characters.
 fn message_name(type_name: &str) -> String {
     let lower = type_name.to_ascii_lowercase();
     let base = lower.split('(').next().unwrap_or(&lower).trim().to_string();
@@ -161,7 +162,17 @@ fn message_name(type_name: &str) -> String {
     match (is_int, lower.contains("unsigned")) {
         (true, true) => format!("{base} unsigned"),
         (true, false) => base,
+        (false, _) if base == "enum" || base == "set" => members_named(&base, type_name),
         (false, _) => lower,
+    }
+}
+
+/// `enum('A','b')` with its members as written, the list cut (`...)`) past 60 characters.
+fn members_named(base: &str, type_name: &str) -> String {
+    let list = type_name.split_once('(').map_or("", |(_, rest)| rest);
+    match list.char_indices().nth(60) {
+        None => format!("{base}({list}"),
+        Some((cut, _)) => format!("{base}({}...)", &list[..cut]),
     }
 }
 

@@ -11,8 +11,9 @@ pub enum Checked {
     Server,
 }
 
-/// `YEAR`: digits only. 0 to 99 (two-digit years, any number of leading zeros: `0001` is 2001)
-/// and 1901 to 2155 are years; 100 to 1900 and past 2155 are out of range.
+/// `YEAR`: digits only. 0 to 99 (two-digit years: `0001` is 2001, `0` and `00` are 2000,
+/// `0000` is the zero year) and 1901 to 2155 are years; 100 to 1900 and past 2155 are out of
+/// range. Which year a short one means is the server's: sluice sends the digits as written.
 pub fn year(v: &[u8]) -> Result<Checked, Invalid> {
     if v.is_empty() || v.len() > 9 || !v.iter().all(u8::is_ascii_digit) {
         return Ok(Checked::Server);
