@@ -71,6 +71,35 @@ impl Admin {
             .map_err(|e| AdminError::from_driver(&e, info))
     }
 
+    /// A query's result as text, for people: column names, then rows (NULL as the empty
+    /// string).
+    pub fn query_text(&mut self, sql: &str) -> Result<(Vec<String>, Vec<Vec<String>>), AdminError> {
+        let Admin { rt, conn, info } = self;
+        let rows: Vec<mysql_async::Row> = rt
+            .block_on(conn.query(sql))
+            .map_err(|e| AdminError::from_driver(&e, info))?;
+        let columns = rows.first().map_or_else(Vec::new, |r| {
+            r.columns_ref()
+                .iter()
+                .map(|c| c.name_str().into_owned())
+                .collect()
+        });
+        let text = |v: &mysql_async::Value| match v {
+            mysql_async::Value::NULL => String::new(),
+            mysql_async::Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+            other => other.as_sql(true).trim_matches('\'').to_string(),
+        };
+        let rows = rows
+            .iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| r.as_ref(i).map_or(String::new(), text))
+                    .collect()
+            })
+            .collect();
+        Ok((columns, rows))
+    }
+
     /// Which of `names` are tables (or views) of the target's database.
     pub fn existing_tables(&mut self, names: &[&str]) -> Result<Vec<String>, AdminError> {
         let Admin { rt, conn, info } = self;

@@ -128,6 +128,11 @@ impl Cluster {
         ))
     }
 
+    /// Whether the data directory was made already (by an earlier [`Cluster::init`]).
+    pub fn initialized(&self) -> bool {
+        self.data().join("mysql").is_dir()
+    }
+
     /// Makes the data directory (`mariadb-install-db`), owned by `mysql` when root.
     pub fn init(&self) -> Result<(), ClusterError> {
         let install = program("mariadb-install-db")?;

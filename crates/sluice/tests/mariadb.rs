@@ -625,3 +625,43 @@ fn ddl_tpch_creates_mariadbs_tables_plain_and_partitioned() {
     }
     assert_eq!(d.count("orders"), 15_000);
 }
+
+/// `sluice demo --engine mariadb`: the whole job on a private MariaDB server of its own (made
+/// in its directory, started with the bulk-load settings, stopped at the end): TPC-H
+/// generated, tables created, loaded, every count verified, Q1 run; a second run starts the
+/// same server again.
+#[test]
+fn demo_runs_end_to_end_on_a_private_mariadb() {
+    let d = mdb("demo");
+    let (data, server) = (d.dir.join("data"), d.dir.join("server"));
+    let demo = || {
+        let mut c = sluice_cmd();
+        c.args([
+            "demo", "--engine", "mariadb", "--scale", "0.01", "--parts", "2", "-q",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .arg("--mariadb-dir")
+        .arg(&server);
+        common::run_bounded(c, 600)
+    };
+    for _ in 0..2 {
+        let o = demo();
+        assert_ok(&o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        for part in [
+            "verified: all eight tables hold exactly the generated rows",
+            "TPC-H Q1",
+            "count_order",
+            "the private MariaDB stopped with the demo",
+        ] {
+            assert!(out.contains(part), "expected {part:?} in:\n{}", printed(&o));
+        }
+    }
+    // Stopped: nothing listens on its socket any more.
+    let socket = server.join("mariadb.sock");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_err(),
+        "the demo's server still runs"
+    );
+}

@@ -138,7 +138,7 @@ pub fn create_sql(
 /// Creates the tables in MariaDB, one statement at a time (each commits on its own), after
 /// dropping them when `replace`; without it, refuses before creating anything when any
 /// exists.
-fn create_mariadb(url: &str, replace: bool, ddl: &str) -> anyhow::Result<()> {
+pub fn create_mariadb(url: &str, replace: bool, ddl: &str) -> anyhow::Result<()> {
     let info = target::resolve_mariadb(url)?;
     let mut db = sluice_mariadb::admin::Admin::connect(&info)?;
     if replace {

@@ -1,7 +1,8 @@
 //! `sluice demo`: the whole job in one command. Generate TPC-H (unless it is already there and
 //! complete), start the private cluster (or use `--target`), create the tables, load them in
 //! parallel, verify every table's row count against the generator's, run Q1, and put the
-//! throughput next to the seed paper's record, honestly labelled.
+//! throughput next to the seed paper's record, honestly labelled. `--engine mariadb` does the
+//! same on a private MariaDB server (or a `mariadb://` target).
 
 use super::gen::{default_tpch_dir, ensure_tpch};
 use super::load::{load, LoadArgs};
@@ -18,6 +19,7 @@ const SEED_TB_PER_HOUR: f64 = 1.18 * 3600.0 / 1794.0;
   sluice demo                  # SF1 into the private cluster, verified
   sluice demo --scale 10 --jobs 8 --target postgresql://...
   sluice demo --clean          # and delete the generated data after
+  sluice demo --engine mariadb # the same on a private MariaDB server
 
 The demo drops and recreates the eight TPC-H tables in the target
 database. It prints where it wrote the data (about 1 GB per scale
@@ -43,6 +45,14 @@ pub struct DemoArgs {
     /// ~/.local/share/sluice/pg, or /var/lib/sluice/pg for root).
     #[arg(long, value_name = "DIR")]
     pub pg_dir: Option<PathBuf>,
+    /// Which database: sluice's private PostgreSQL (the default) or a private MariaDB server,
+    /// started for the demo and stopped after it (default: the --target's kind).
+    #[arg(long, value_enum, value_name = "postgres|mariadb")]
+    pub engine: Option<tpch::SqlDialect>,
+    /// The private MariaDB's directory (default: $SLUICE_MARIADB_DIR, else `mariadb` beside
+    /// the private PostgreSQL's).
+    #[arg(long, value_name = "DIR")]
+    pub mariadb_dir: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -60,6 +70,17 @@ fn step(n: u32, text: &str) {
 }
 
 fn demo(args: &DemoArgs) -> Result<(), Failure> {
+    let mariadb = crate::target::mariadb_target(args.target.as_deref());
+    match (args.engine, mariadb) {
+        (Some(tpch::SqlDialect::Postgres), Some(_)) => Err(Failure::Usage(
+            "--engine postgres with a MariaDB --target: give one or the other".into(),
+        )),
+        (Some(tpch::SqlDialect::Mariadb), _) | (None, Some(_)) => demo_mariadb(args),
+        _ => demo_postgres(args),
+    }
+}
+
+fn demo_postgres(args: &DemoArgs) -> Result<(), Failure> {
     let pg_dir = crate::target::default_pg_dir(args.pg_dir.clone());
     let data = args
         .data
@@ -110,8 +131,162 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     let counts = tpch::table_counts(&db)
         .map_err(anyhow::Error::from)
         .or_fail()?;
+    verify(&counts, &manifest)?;
+    // 6. Query.
+    step(6, "running TPC-H Q1");
+    let q1 = db
+        .query_text(tpch::Q1)
+        .map_err(anyhow::Error::from)
+        .or_fail()?;
+    println!("\nTPC-H Q1 (pricing summary report):");
+    print_rows(&q1.columns, &q1.rows);
+    // 7. The figure next to the seed's.
+    step(7, "summary");
+    print_throughput(&report);
+    // 8. How to connect.
+    step(8, "done");
+    // Name the program as it was invoked: after scripts/demo.sh it is not on PATH.
+    let me = std::env::args().next().unwrap_or_else(|| "sluice".into());
+    match &args.target {
+        None => println!(
+            "\nconnect with: {}      (or: psql {url})",
+            pg_command(&me, &pg_dir, "psql")
+        ),
+        Some(_) => println!("\nconnect with: psql {url}"),
+    }
+    report_data(args, &data, &me)?;
+    if args.target.is_none() {
+        println!(
+            "cluster: {} ({}; `{}` removes it)",
+            pg_dir.display(),
+            size(&pg_dir),
+            pg_command(&me, &pg_dir, "destroy")
+        );
+    }
+    Ok(())
+}
+
+/// The demo on MariaDB: a private server in its directory for the demo's length (made once,
+/// started with the bulk-load settings, stopped at the end), or a `mariadb://` target.
+fn demo_mariadb(args: &DemoArgs) -> Result<(), Failure> {
+    let pg_dir = crate::target::default_pg_dir(args.pg_dir.clone());
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
+    step(1, "TPC-H data");
+    let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet).or_fail()?;
+    let given = crate::target::mariadb_target(args.target.as_deref());
+    step(
+        2,
+        match &given {
+            Some(_) => "connecting to the target",
+            None => "starting a private MariaDB server",
+        },
+    );
+    let dir = mariadb_dir(args.mariadb_dir.clone(), &pg_dir);
+    let (server, url) = match given {
+        Some(url) => (None, url),
+        None => {
+            let (server, url) = private_mariadb(&dir).map_err(|e| Failure::Local(e.to_string()))?;
+            (Some(server), url)
+        }
+    };
+    step(3, "creating the TPC-H tables (dropping old ones)");
+    super::ddl::create_mariadb(&url, true, &tpch::ddl()).or_fail()?;
+    step(4, "loading all eight tables");
+    let load_args = LoadArgs {
+        files: manifest
+            .files
+            .iter()
+            .map(|f| f.path.to_string_lossy().into_owned())
+            .collect(),
+        target: Some(url.clone()),
+        jobs: args.jobs,
+        quiet: args.quiet,
+        ..LoadArgs::defaults()
+    };
+    let report = load(&load_args)?;
+    print!("{}", crate::summary::render(&report));
+    step(
+        5,
+        "verifying every table's row count against the generator's",
+    );
+    let info = crate::target::resolve_mariadb(&url).or_fail()?;
+    let mut db = sluice_mariadb::admin::Admin::connect(&info)
+        .map_err(anyhow::Error::from)
+        .or_fail()?;
+    let mut counts = Vec::new();
+    for t in tpch::TABLES {
+        let (_, rows) = db
+            .query_text(&format!("SELECT COUNT(*) FROM {t}"))
+            .map_err(anyhow::Error::from)
+            .or_fail()?;
+        let n = rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|v| v.parse().ok());
+        counts.push((t.to_string(), n.unwrap_or(0)));
+    }
+    verify(&counts, &manifest)?;
+    step(6, "running TPC-H Q1");
+    let (columns, rows) = db
+        .query_text(tpch::Q1)
+        .map_err(anyhow::Error::from)
+        .or_fail()?;
+    println!("\nTPC-H Q1 (pricing summary report):");
+    print_rows(&columns, &rows);
+    step(7, "summary");
+    print_throughput(&report);
+    step(8, "done");
+    let me = std::env::args().next().unwrap_or_else(|| "sluice".into());
+    report_data(args, &data, &me)?;
+    match server {
+        Some(server) => {
+            server.stop();
+            println!(
+                "server:  {} ({}; the private MariaDB stopped with the demo and keeps its \
+                 tables there; `{me} demo --engine mariadb --mariadb-dir {}` starts it again, \
+                 rm -r removes it)",
+                dir.display(),
+                size(&dir),
+                dir.display()
+            );
+        }
+        None => println!("\nconnect with: mariadb (the tables are in {info})"),
+    }
+    Ok(())
+}
+
+/// The private MariaDB's directory: `--mariadb-dir`, `$SLUICE_MARIADB_DIR`, or `mariadb`
+/// beside the private PostgreSQL's.
+fn mariadb_dir(given: Option<PathBuf>, pg_dir: &std::path::Path) -> PathBuf {
+    given
+        .or_else(|| std::env::var_os("SLUICE_MARIADB_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| pg_dir.with_file_name("mariadb"))
+}
+
+/// Starts the private MariaDB in `dir` (made on first use) and gives its `tpch` database's URL.
+fn private_mariadb(
+    dir: &std::path::Path,
+) -> Result<(sluice_mariadb::cluster::Cluster, String), sluice_mariadb::cluster::ClusterError> {
+    use sluice_mariadb::cluster::{bulk_load_settings, Cluster, ClusterError};
+    let server = Cluster::new(dir)?;
+    if !server.initialized() {
+        server.init()?;
+    }
+    server.start(&bulk_load_settings())?;
+    server.root_sql("CREATE DATABASE IF NOT EXISTS tpch CHARACTER SET utf8mb4")?;
+    let url = server
+        .url("tpch")
+        .ok_or_else(|| ClusterError::Failed("the private MariaDB has no port".into()))?;
+    Ok((server, url))
+}
+
+/// Every table's count against the generator's, or which differ.
+fn verify(counts: &[(String, u64)], manifest: &tpch::Manifest) -> Result<(), Failure> {
     let mut bad = Vec::new();
-    for (t, n) in &counts {
+    for (t, n) in counts {
         let want = manifest.rows(t);
         if *n != want {
             bad.push(format!("{t}: {n} rows loaded, {want} generated"));
@@ -124,16 +299,15 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
         )));
     }
     println!("verified: all eight tables hold exactly the generated rows");
-    // 6. Query.
-    step(6, "running TPC-H Q1");
-    let q1 = db
-        .query_text(tpch::Q1)
-        .map_err(anyhow::Error::from)
-        .or_fail()?;
-    println!("\nTPC-H Q1 (pricing summary report):");
-    print_rows(&q1);
-    // 7. The figure next to the seed's.
-    step(7, "summary");
+    Ok(())
+}
+
+fn size(d: &std::path::Path) -> String {
+    crate::progress::human_bytes(super::pg::dir_size(d))
+}
+
+/// The load's throughput next to the seed paper's record.
+fn print_throughput(report: &sluice_engine::report::Report) {
     let secs = report.elapsed_seconds;
     let bytes = report.total.bytes;
     let tb_h = bytes as f64 / 1e12 / (secs / 3600.0);
@@ -151,22 +325,13 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
          SQL Server on a 64-processor Unisys ES7000 fed by four source servers, 56 streams). Different machine, different \
          database: a reference point, not a like-for-like comparison."
     );
-    // 8. How to connect.
-    step(8, "done");
-    // Name the program as it was invoked: after scripts/demo.sh it is not on PATH.
-    let me = std::env::args().next().unwrap_or_else(|| "sluice".into());
-    match &args.target {
-        None => println!(
-            "\nconnect with: {}      (or: psql {url})",
-            pg_command(&me, &pg_dir, "psql")
-        ),
-        Some(_) => println!("\nconnect with: psql {url}"),
-    }
-    // Where the gigabytes went, and how to get them back.
-    let size = |d: &std::path::Path| crate::progress::human_bytes(super::pg::dir_size(d));
+}
+
+/// Where the generated data is (or that it was removed, with --clean).
+fn report_data(args: &DemoArgs, data: &std::path::Path, me: &str) -> Result<(), Failure> {
     if args.clean {
-        let freed = size(&data);
-        std::fs::remove_dir_all(&data)
+        let freed = size(data);
+        std::fs::remove_dir_all(data)
             .map_err(|e| anyhow::anyhow!("removing {}: {e}", data.display()))
             .or_fail()?;
         println!("removed the generated data in {} ({freed})", data.display());
@@ -174,15 +339,7 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
         println!(
             "data:    {} ({}; `{me} demo --clean` deletes it after the demo, or rm -r it)",
             data.display(),
-            size(&data)
-        );
-    }
-    if args.target.is_none() {
-        println!(
-            "cluster: {} ({}; `{}` removes it)",
-            pg_dir.display(),
-            size(&pg_dir),
-            pg_command(&me, &pg_dir, "destroy")
+            size(data)
         );
     }
     Ok(())
@@ -216,9 +373,9 @@ fn url_with_password(info: &sluice_postgres::conninfo::ConnInfo, given: Option<&
     }
 }
 
-fn print_rows(result: &sluice_postgres::admin::TextRows) {
-    let mut rows: Vec<Vec<String>> = vec![result.columns.clone()];
-    rows.extend(result.rows.iter().cloned());
+fn print_rows(columns: &[String], body: &[Vec<String>]) {
+    let mut rows: Vec<Vec<String>> = vec![columns.to_vec()];
+    rows.extend(body.iter().cloned());
     let Some(header) = rows.first() else { return };
     let widths: Vec<usize> = (0..header.len())
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
