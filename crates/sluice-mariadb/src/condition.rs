@@ -19,7 +19,7 @@ pub fn classify(code: u16) -> ErrorKind {
         }
         // No such table/column/database, no privilege, LOCAL refused, read-only.
         1044 | 1045 | 1046 | 1049 | 1054 | 1142 | 1143 | 1146 | 1148 | 1227 | 1290 | 1370
-        | 3948 | 1836 => ErrorKind::Usage,
+        | 3948 | 1836 | 4166 => ErrorKind::Usage,
         // Disk full, out of memory, too many connections, table full, lock table full,
         // packet too large, internal errors.
         1021 | 1037 | 1038 | 1040 | 1041 | 1114 | 1153 | 1206 | 1030 | 1180 | 1181 | 1815 => {

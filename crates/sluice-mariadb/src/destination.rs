@@ -67,6 +67,8 @@ pub struct MariaDbDestination {
     /// `DATABASE()` as the server spells it (the target's, whatever case the URI gave): XA
     /// branches carry it.
     database: Option<String>,
+    /// Why this session cannot load at all, if so (read when it connected).
+    cannot: Option<String>,
     free_slots: Option<u64>,
     described: Vec<Table>,
     tables: Vec<LoadTarget>,
@@ -98,7 +100,7 @@ impl MariaDbDestination {
             .thread_name("sluice-net")
             .build()
             .map_err(OpenError::Runtime)?;
-        let (conn, version, database, free) = rt.block_on(async {
+        let (conn, version, database, free, cannot) = rt.block_on(async {
             let mut conn = connect(info).await?;
             let server = |e: mysql_async::Error| OpenError::Server(scrub(&e.to_string(), info));
             let (version, database): (String, Option<String>) = conn
@@ -115,7 +117,21 @@ impl MariaDbDestination {
                 .ok()
                 .flatten();
             let free = free.map(|(m, used)| m.saturating_sub(used));
-            Ok::<_, OpenError>((conn, version, database, free))
+            let local_infile: Option<i64> = conn
+                .query_first("SELECT @@GLOBAL.local_infile")
+                .await
+                .map_err(server)?;
+            // MariaDB names it tx_read_only (transaction_read_only from 11.1), MySQL 8 only
+            // transaction_read_only.
+            let mut read_only: Option<i64> = None;
+            for name in ["tx_read_only", "transaction_read_only"] {
+                if let Ok(Some(v)) = conn.query_first(format!("SELECT @@SESSION.{name}")).await {
+                    read_only = Some(v);
+                    break;
+                }
+            }
+            let cannot = cannot_write(local_infile != Some(0), read_only == Some(1));
+            Ok::<_, OpenError>((conn, version, database, free, cannot))
         })?;
         Ok(MariaDbDestination {
             rt,
@@ -123,6 +139,7 @@ impl MariaDbDestination {
             conn: Mutex::new(Some(conn)),
             version,
             database,
+            cannot,
             free_slots: free,
             described: Vec::new(),
             tables: Vec::new(),
@@ -475,6 +492,10 @@ impl Destination for MariaDbDestination {
         (&[], &[])
     }
 
+    fn cannot_write(&self) -> Option<String> {
+        self.cannot.clone()
+    }
+
     fn name_transactions(&self, prefix: Option<&str>) {
         *lock(&self.xa_prefix) = prefix.map(str::to_string);
     }
@@ -540,6 +561,26 @@ impl Destination for MariaDbDestination {
                 .map_err(|e| self.db_error(e))
         })
     }
+}
+
+/// Why a session with these settings cannot load: `LOAD DATA LOCAL` refused by the server, or
+/// a read-only session; the `mariadb` client's own `LOAD DATA LOCAL` fails the same way.
+fn cannot_write(local_infile: bool, read_only: bool) -> Option<String> {
+    if !local_infile {
+        return Some(
+            "the server refuses LOAD DATA LOCAL INFILE (local_infile is OFF), which sluice loads \
+             with, as the mariadb client's LOAD DATA LOCAL would be refused: SET GLOBAL \
+             local_infile = ON, or start mariadbd with --local-infile (or ask the server's \
+             administrator)"
+                .into(),
+        );
+    }
+    read_only.then(|| {
+        "the session is read-only (transaction_read_only is ON: from the server's \
+         --transaction-read-only, or an init_connect): connect as a user or to a server whose \
+         sessions may write"
+            .into()
+    })
 }
 
 /// What became of a prepared branch tried on the session that prepared it.

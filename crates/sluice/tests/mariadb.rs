@@ -665,3 +665,44 @@ fn demo_runs_end_to_end_on_a_private_mariadb() {
         "the demo's server still runs"
     );
 }
+
+/// A server that refuses `LOAD DATA LOCAL` (`local_infile` off, which sluice loads with) is
+/// named before anything starts, as a usage error (exit 2) with what to set, not a failure
+/// that "the same command resumes"; and nothing is created in the database.
+#[test]
+fn a_server_that_refuses_load_data_local_is_named_before_anything_starts() {
+    let d = mdb("no_local_infile");
+    let server = sluice_mariadb::cluster::Cluster::new(d.dir.join("server")).unwrap();
+    server.init().unwrap();
+    let mut settings = sluice_mariadb::cluster::bulk_load_settings();
+    settings.retain(|(k, _)| !k.contains("local_infile") && !k.contains("local-infile"));
+    settings.push(("local-infile".into(), "0".into()));
+    settings.push(("innodb_buffer_pool_size".into(), "64M".into()));
+    settings.push(("innodb_log_file_size".into(), "64M".into()));
+    server.start(&settings).unwrap();
+    server
+        .root_sql("CREATE DATABASE l; CREATE TABLE l.t (i int)")
+        .unwrap();
+    let f = d.file("t.txt", b"1\n2\n");
+    let mut c = sluice_cmd();
+    c.args(["load", "--table", "t", "--format", "text", "--target"])
+        .arg(server.url("l").unwrap())
+        .arg(&f);
+    let o = common::run_bounded(c, 60);
+    assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
+    assert!(
+        stderr(&o).contains("local_infile is OFF")
+            && stderr(&o).contains("SET GLOBAL local_infile"),
+        "{}",
+        printed(&o)
+    );
+    let tables = server
+        .root_sql("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'l'")
+        .unwrap();
+    assert_eq!(
+        tables.trim(),
+        "1",
+        "only the user's table: no ledger was created"
+    );
+    server.destroy();
+}
