@@ -358,6 +358,24 @@ fn a_decided_prepared_commit_is_finished_by_a_restart_and_by_forget() {
     assert!(matches!(result, Err(Failure::Usage(_))), "{result:?}");
 }
 
+/// The decision to commit reached the ledger, but its answer was lost: the load reads it back
+/// and commits, rather than roll back what the ledger says is committed.
+#[test]
+fn a_decision_whose_answer_was_lost_is_carried_out() {
+    let inputs = Inputs::new("decision_lost");
+    let store = table();
+    store.arm(Faults {
+        decision_answer_lost: true,
+        ..Faults::default()
+    });
+    let mut s = spec(two_files(&inputs, &[]));
+    s.prepare = PrepareChoice::On;
+    let (result, _) = run(&store, &s, 8);
+    result.unwrap();
+    exactly_once(&store, 0, 4000);
+    assert_eq!(store.prepared(), 0);
+}
+
 #[test]
 fn a_rerun_reloads_a_truncated_table_and_skips_a_rewritten_one_saying_why() {
     let inputs = Inputs::new("rerun");

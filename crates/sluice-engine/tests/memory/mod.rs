@@ -102,6 +102,8 @@ pub struct Faults {
     pub full_at: Option<String>,
     /// The `n`-th stream commit (0-based, counted over the store's life) loses its connection.
     pub fail_commit: Option<usize>,
+    /// The commit decision is recorded, but its answer is lost (the connection drops).
+    pub decision_answer_lost: bool,
 }
 
 /// What the "server" holds: tables, ledger, prepared transactions, locks, faults.
@@ -703,7 +705,13 @@ impl Destination for Memory {
     fn decide_commit(&self, job: i64, ids: &[String]) -> Result<(), DestinationError> {
         let mut s = self.store.lock();
         s.commits.extend(ids.iter().map(|id| (job, id.clone())));
-        Ok(())
+        match std::mem::take(&mut s.faults.decision_answer_lost) {
+            true => Err(DestinationError::new(
+                ErrorKind::Connection,
+                "the connection was lost before the decision's answer",
+            )),
+            false => Ok(()),
+        }
     }
 
     fn decided(&self, job: i64) -> Result<Vec<String>, DestinationError> {
