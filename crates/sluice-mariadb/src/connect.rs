@@ -94,7 +94,42 @@ async fn open(info: &ConnInfo) -> Result<Conn, Error> {
 /// `message` with the password blotted out, should a driver or server ever echo it.
 pub fn scrub(message: &str, info: &ConnInfo) -> String {
     match &info.password {
-        Some(p) if !p.is_empty() => message.replace(p.as_str(), "********"),
+        Some(p) if p.len() >= SHORT => message.replace(p.as_str(), "********"),
+        Some(p) if !p.is_empty() => mask_words(message, p),
         _ => message.to_string(),
+    }
+}
+
+/// Passwords shorter than this are masked only where they stand as a word of their own: a
+/// `p` masked inside every word would garble the message it protects.
+const SHORT: usize = 4;
+
+/// `message` with every whole-word occurrence of `word` masked.
+fn mask_words(message: &str, word: &str) -> String {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(word) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + word.len()..].chars().next();
+        let alone = !before.is_some_and(is_word) && !after.is_some_and(is_word);
+        out.push_str(&rest[..at]);
+        out.push_str(if alone { "********" } else { word });
+        rest = &rest[at + word.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_words;
+
+    #[test]
+    fn a_short_password_is_masked_only_as_a_word() {
+        assert_eq!(
+            mask_words("the capability 'p' (p) and p", "p"),
+            "the capability '********' (********) and ********"
+        );
     }
 }

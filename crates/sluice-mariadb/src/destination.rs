@@ -130,7 +130,22 @@ impl MariaDbDestination {
                     break;
                 }
             }
-            let cannot = cannot_write(local_infile != Some(0), read_only == Some(1));
+            // A read-only server (a replica) refuses writes to users without READ_ONLY ADMIN.
+            let server_read_only: Option<i64> = conn
+                .query_first(
+                    "SELECT @@GLOBAL.read_only AND NOT EXISTS (SELECT 1 FROM \
+                     information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE = 'READ_ONLY ADMIN' \
+                     AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), \
+                     '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), ''''))",
+                )
+                .await
+                .ok()
+                .flatten();
+            let cannot = cannot_write(
+                local_infile != Some(0),
+                read_only == Some(1),
+                server_read_only == Some(1),
+            );
             Ok::<_, OpenError>((conn, version, database, free, cannot))
         })?;
         Ok(MariaDbDestination {
@@ -563,9 +578,10 @@ impl Destination for MariaDbDestination {
     }
 }
 
-/// Why a session with these settings cannot load: `LOAD DATA LOCAL` refused by the server, or
-/// a read-only session; the `mariadb` client's own `LOAD DATA LOCAL` fails the same way.
-fn cannot_write(local_infile: bool, read_only: bool) -> Option<String> {
+/// Why a session with these settings cannot load: `LOAD DATA LOCAL` refused by the server, a
+/// read-only session, or a read-only server; the `mariadb` client's own `LOAD DATA LOCAL` fails
+/// the same way.
+fn cannot_write(local_infile: bool, read_only: bool, server_read_only: bool) -> Option<String> {
     if !local_infile {
         return Some(
             "the server refuses LOAD DATA LOCAL INFILE (local_infile is OFF), which sluice loads \
@@ -575,10 +591,17 @@ fn cannot_write(local_infile: bool, read_only: bool) -> Option<String> {
                 .into(),
         );
     }
+    if server_read_only {
+        return Some(
+            "the server is read-only (read_only is ON: a replica?) and this user lacks the \
+             READ_ONLY ADMIN privilege: connect to the primary, or SET GLOBAL read_only = OFF"
+                .into(),
+        );
+    }
     read_only.then(|| {
-        "the session is read-only (transaction_read_only is ON: from the server's \
-         --transaction-read-only, or an init_connect): connect as a user or to a server whose \
-         sessions may write"
+        "the session is read-only (tx_read_only, transaction_read_only from 11.1, is ON: from \
+         the server's --transaction-read-only or an init_connect): SET GLOBAL tx_read_only = \
+         OFF, or take it out of init_connect"
             .into()
     })
 }

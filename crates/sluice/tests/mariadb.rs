@@ -609,6 +609,14 @@ fn ddl_tpch_creates_mariadbs_tables_plain_and_partitioned() {
         .collect()
     };
     assert_eq!(partitions("lineitem").len(), 4);
+    // More partitions than a table has rows at the scale: refused, not invalid SQL.
+    let too_many = ddl(&["--replace", "--partitions", "16", "--scale", "0.001"]);
+    assert_eq!(too_many.status.code(), Some(2), "{}", printed(&too_many));
+    assert!(
+        stderr(&too_many).contains("would be empty"),
+        "{}",
+        printed(&too_many)
+    );
     let files = gen_tpch(&d.dir.join("sf001"), "0.01", "4");
     let names: Vec<String> = files.iter().map(|f| f.to_str().unwrap().into()).collect();
     let mut args = vec!["--jobs", "2"];
@@ -664,6 +672,26 @@ fn demo_runs_end_to_end_on_a_private_mariadb() {
         std::os::unix::net::UnixStream::connect(&socket).is_err(),
         "the demo's server still runs"
     );
+    // A directory of other files is not made a server's (as root it would be given to mysql),
+    // and a PostgreSQL target is not silently replaced by a private MariaDB.
+    let other = d.dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("keep.txt"), b"mine").unwrap();
+    for args in [
+        vec!["--mariadb-dir", other.to_str().unwrap()],
+        vec!["--target", "postgresql://localhost/x"],
+    ] {
+        let mut c = sluice_cmd();
+        c.args([
+            "demo", "--engine", "mariadb", "--scale", "0.01", "--parts", "2", "-q",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .args(&args);
+        let o = common::run_bounded(c, 120);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", printed(&o));
+    }
+    assert_eq!(std::fs::read(other.join("keep.txt")).unwrap(), b"mine");
 }
 
 /// A server that refuses `LOAD DATA LOCAL` (`local_infile` off, which sluice loads with) is

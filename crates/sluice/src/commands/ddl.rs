@@ -66,6 +66,9 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
             (None, Some(_)) => SqlDialect::Mariadb,
             (None, None) => SqlDialect::Postgres,
         };
+    if let Some(n) = args.partitions {
+        refuse_empty_parts(n, args.scale)?;
+    }
     let sql = layout(args.partitions, args.scale, args.keys, dialect);
     if !args.create {
         print!("{sql}");
@@ -94,6 +97,24 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
         if args.keys { ", with primary keys" } else { "" }
     );
     Ok(())
+}
+
+/// More partitions than the smallest partitioned table has rows at this scale would leave a
+/// part empty, with no key to start its partition at: refused, with the largest count that
+/// works.
+fn refuse_empty_parts(n: u32, scale: f64) -> Result<(), Failure> {
+    let empty = crate::tpch::KEYS
+        .iter()
+        .filter_map(|(t, _, key)| key.map(|_| *t))
+        .find(|t| (2..=n as i32).any(|p| crate::tpch::first_key(t, scale, p, n as i32).is_none()));
+    match empty {
+        None => Ok(()),
+        Some(t) => Err(Failure::Usage(format!(
+            "--partitions {n} at --scale {scale}: some part of {t} would be empty, with no key \
+             to start its partition at; give fewer partitions (at most {t}'s rows at this \
+             scale) or a larger scale"
+        ))),
+    }
 }
 
 /// The DDL of a layout: plain or partitioned, with or without primary keys.

@@ -24,7 +24,9 @@ const SEED_TB_PER_HOUR: f64 = 1.18 * 3600.0 / 1794.0;
 The demo drops and recreates the eight TPC-H tables in the target
 database. It prints where it wrote the data (about 1 GB per scale
 unit) and the private cluster (several GB once loaded): `sluice pg
-destroy` removes the cluster, --clean the data.")]
+destroy` removes the cluster, --clean the data. The private MariaDB
+(--engine mariadb) takes about 700 MB before any data (its redo log)
+and is stopped when the demo ends; rm -r its directory removes it.")]
 pub struct DemoArgs {
     /// TPC-H scale factor (1 is about 1 GB).
     #[arg(long, default_value_t = 1.0)]
@@ -73,7 +75,14 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     let mariadb = crate::target::mariadb_target(args.target.as_deref());
     match (args.engine, mariadb) {
         (Some(tpch::SqlDialect::Postgres), Some(_)) => Err(Failure::Usage(
-            "--engine postgres with a MariaDB --target: give one or the other".into(),
+            "--engine postgres with a MariaDB target (--target or DATABASE_URL): give one or \
+             the other"
+                .into(),
+        )),
+        (Some(tpch::SqlDialect::Mariadb), None) if args.target.is_some() => Err(Failure::Usage(
+            "--engine mariadb with a PostgreSQL --target: give a mariadb:// target, or \
+                 leave --target out for a private MariaDB"
+                .into(),
         )),
         (Some(tpch::SqlDialect::Mariadb), _) | (None, Some(_)) => demo_mariadb(args),
         _ => demo_postgres(args),
@@ -154,7 +163,7 @@ fn demo_postgres(args: &DemoArgs) -> Result<(), Failure> {
         ),
         Some(_) => println!("\nconnect with: psql {url}"),
     }
-    report_data(args, &data, &me)?;
+    report_data(args, &data, &format!("{me} demo"))?;
     if args.target.is_none() {
         println!(
             "cluster: {} ({}; `{}` removes it)",
@@ -188,7 +197,7 @@ fn demo_mariadb(args: &DemoArgs) -> Result<(), Failure> {
     let (server, url) = match given {
         Some(url) => (None, url),
         None => {
-            let (server, url) = private_mariadb(&dir).map_err(|e| Failure::Local(e.to_string()))?;
+            let (server, url) = private_mariadb(&dir)?;
             (Some(server), url)
         }
     };
@@ -240,22 +249,33 @@ fn demo_mariadb(args: &DemoArgs) -> Result<(), Failure> {
     print_throughput(&report);
     step(8, "done");
     let me = std::env::args().next().unwrap_or_else(|| "sluice".into());
-    report_data(args, &data, &me)?;
-    match server {
-        Some(server) => {
-            server.stop();
-            println!(
-                "server:  {} ({}; the private MariaDB stopped with the demo and keeps its \
-                 tables there; `{me} demo --engine mariadb --mariadb-dir {}` starts it again, \
-                 rm -r removes it)",
-                dir.display(),
-                size(&dir),
-                dir.display()
-            );
-        }
-        None => println!("\nconnect with: mariadb (the tables are in {info})"),
+    if server.is_none() {
+        println!("\nconnect with: {}", mariadb_command(&info));
+    }
+    report_data(args, &data, &format!("{me} demo --engine mariadb"))?;
+    if let Some(server) = server {
+        server.stop();
+        println!(
+            "server:  {} ({}; the private MariaDB stopped with the demo: its data directory \
+             keeps the tables, and the next `--engine mariadb` demo starts it, drops them and \
+             loads again; rm -r it to remove it)",
+            dir.display(),
+            size(&dir)
+        );
     }
     Ok(())
+}
+
+/// The `mariadb` client's command for `info` (the password asked for, never printed).
+fn mariadb_command(info: &sluice_mariadb::conninfo::ConnInfo) -> String {
+    let db = info.database.as_deref().unwrap_or("");
+    match &info.socket {
+        Some(socket) => format!("mariadb --socket={socket} -u {} -p {db}", info.user),
+        None => format!(
+            "mariadb -h {} -P {} -u {} -p {db}",
+            info.host, info.port, info.user
+        ),
+    }
 }
 
 /// The private MariaDB's directory: `--mariadb-dir`, `$SLUICE_MARIADB_DIR`, or `mariadb`
@@ -267,19 +287,40 @@ fn mariadb_dir(given: Option<PathBuf>, pg_dir: &std::path::Path) -> PathBuf {
 }
 
 /// Starts the private MariaDB in `dir` (made on first use) and gives its `tpch` database's URL.
+/// A directory that holds anything else is refused (as root, making the server's directory
+/// gives it to the `mysql` user), and so is one whose server still runs (a killed demo's).
 fn private_mariadb(
     dir: &std::path::Path,
-) -> Result<(sluice_mariadb::cluster::Cluster, String), sluice_mariadb::cluster::ClusterError> {
+) -> Result<(sluice_mariadb::cluster::Cluster, String), Failure> {
     use sluice_mariadb::cluster::{bulk_load_settings, Cluster, ClusterError};
-    let server = Cluster::new(dir)?;
-    if !server.initialized() {
-        server.init()?;
+    let failed = |e: ClusterError| Failure::Connect(format!("the private MariaDB: {e}"));
+    let server = Cluster::new(dir).map_err(failed)?;
+    let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
+    if !server.initialized() && !empty {
+        return Err(Failure::Usage(format!(
+            "--mariadb-dir {} holds other files and no private MariaDB: give an empty or new \
+             directory",
+            dir.display()
+        )));
     }
-    server.start(&bulk_load_settings())?;
-    server.root_sql("CREATE DATABASE IF NOT EXISTS tpch CHARACTER SET utf8mb4")?;
+    if std::os::unix::net::UnixStream::connect(server.socket()).is_ok() {
+        return Err(Failure::Usage(format!(
+            "a MariaDB server still runs in {} (an earlier demo's, stopped before it could \
+             stop it): kill $(cat {}/mariadb.pid), then run the demo again",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    if !server.initialized() {
+        server.init().map_err(failed)?;
+    }
+    server.start(&bulk_load_settings()).map_err(failed)?;
+    server
+        .root_sql("CREATE DATABASE IF NOT EXISTS tpch CHARACTER SET utf8mb4")
+        .map_err(failed)?;
     let url = server
         .url("tpch")
-        .ok_or_else(|| ClusterError::Failed("the private MariaDB has no port".into()))?;
+        .ok_or_else(|| failed(ClusterError::Failed("it has no port".into())))?;
     Ok((server, url))
 }
 
@@ -327,8 +368,9 @@ fn print_throughput(report: &sluice_engine::report::Report) {
     );
 }
 
-/// Where the generated data is (or that it was removed, with --clean).
-fn report_data(args: &DemoArgs, data: &std::path::Path, me: &str) -> Result<(), Failure> {
+/// Where the generated data is (or that it was removed, with --clean); `demo` is the command
+/// that runs this demo again.
+fn report_data(args: &DemoArgs, data: &std::path::Path, demo: &str) -> Result<(), Failure> {
     if args.clean {
         let freed = size(data);
         std::fs::remove_dir_all(data)
@@ -337,7 +379,7 @@ fn report_data(args: &DemoArgs, data: &std::path::Path, me: &str) -> Result<(), 
         println!("removed the generated data in {} ({freed})", data.display());
     } else {
         println!(
-            "data:    {} ({}; `{me} demo --clean` deletes it after the demo, or rm -r it)",
+            "data:    {} ({}; `{demo} --clean` deletes it after the demo, or rm -r it)",
             data.display(),
             size(data)
         );
