@@ -177,7 +177,8 @@ impl Cluster {
                 self.dir.join("mariadb.pid").display()
             ))
             .arg(format!("--log-error={}", self.log().display()))
-            .arg(format!("--secure-file-priv={}", self.dir.display()));
+            .arg(format!("--secure-file-priv={}", self.dir.display()))
+            .arg(format!("--tmpdir={}", self.temp()?.display()));
         if is_root() {
             cmd.arg("--user=mysql");
         }
@@ -203,6 +204,17 @@ impl Cluster {
             pw = self.password
         ))?;
         Ok(port)
+    }
+
+    /// The server's own temporary directory: a server starting up deletes every `#sql*` file
+    /// of its tmpdir, which in a shared `/tmp` are another running server's temporary tables.
+    fn temp(&self) -> Result<PathBuf, ClusterError> {
+        let dir = self.dir.join("tmp");
+        std::fs::create_dir_all(&dir).map_err(|e| io("creating the server's tmpdir", e))?;
+        if is_root() {
+            chown_mysql(&dir)?;
+        }
+        Ok(dir)
     }
 
     /// The server's error log.
