@@ -89,15 +89,22 @@ fn demo(args: &DemoArgs) -> Result<(), Failure> {
     }
 }
 
-fn demo_postgres(args: &DemoArgs) -> Result<(), Failure> {
+/// Step 1 of either demo: the private PostgreSQL's directory (the data's default place), the
+/// data's directory, and the generated (or found complete) TPC-H.
+fn tpch_data(args: &DemoArgs) -> Result<(PathBuf, PathBuf, tpch::Manifest), Failure> {
     let pg_dir = crate::target::default_pg_dir(args.pg_dir.clone());
     let data = args
         .data
         .clone()
         .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
-    // 1. Data.
     step(1, "TPC-H data");
     let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet).or_fail()?;
+    Ok((pg_dir, data, manifest))
+}
+
+fn demo_postgres(args: &DemoArgs) -> Result<(), Failure> {
+    // 1. Data.
+    let (pg_dir, data, manifest) = tpch_data(args)?;
     // 2. Server.
     step(
         2,
@@ -178,13 +185,7 @@ fn demo_postgres(args: &DemoArgs) -> Result<(), Failure> {
 /// The demo on MariaDB: a private server in its directory for the demo's length (made once,
 /// started with the bulk-load settings, stopped at the end), or a `mariadb://` target.
 fn demo_mariadb(args: &DemoArgs) -> Result<(), Failure> {
-    let pg_dir = crate::target::default_pg_dir(args.pg_dir.clone());
-    let data = args
-        .data
-        .clone()
-        .unwrap_or_else(|| default_tpch_dir(&pg_dir, args.scale, args.parts));
-    step(1, "TPC-H data");
-    let manifest = ensure_tpch(args.scale, args.parts, &data, true, !args.quiet).or_fail()?;
+    let (pg_dir, data, manifest) = tpch_data(args)?;
     let given = crate::target::mariadb_target(args.target.as_deref());
     step(
         2,
