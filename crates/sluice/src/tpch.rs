@@ -128,8 +128,14 @@ pub enum SqlDialect {
 /// runs from part k's first key to part k+1's; the first and last are open-ended), named
 /// `<table>_p<k>` (PostgreSQL: tables of their own) or `p<k>` (MariaDB); nation and region
 /// plain. With `keys`, primary keys on every table (on the parents, so that every partition
-/// has them; each holds its partition key, as MariaDB requires).
-pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool, dialect: SqlDialect) -> String {
+/// has them; each holds its partition key, as MariaDB requires). A part the generator leaves
+/// empty has no key to start its partition at: [`EmptyPart`].
+pub fn partitioned_ddl(
+    scale: f64,
+    parts: u32,
+    keys: bool,
+    dialect: SqlDialect,
+) -> Result<String, EmptyPart> {
     let mut out = format!(
         "-- TPC-H tables, the six big ones partitioned by key range into {parts} partitions \
          aligned with `sluice gen tpch --scale {scale} --parts {parts}`.\n"
@@ -149,13 +155,7 @@ pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool, dialect: SqlDialect) 
             ));
             continue;
         };
-        // Where each partition starts: part k's first key (`None`: open below).
-        let starts: Vec<Option<i64>> = (1..=parts as i32)
-            .map(|p| match p {
-                1 => None,
-                _ => first_key(name, scale, p, parts as i32),
-            })
-            .collect();
+        let starts = part_starts(name, scale, parts)?;
         let create =
             format!("CREATE TABLE {name} (\n  {cols}{key_clause}\n) PARTITION BY RANGE ({k})");
         match dialect {
@@ -182,7 +182,27 @@ pub fn partitioned_ddl(scale: f64, parts: u32, keys: bool, dialect: SqlDialect) 
             }
         }
     }
-    out
+    Ok(out)
+}
+
+/// A part of `table` that `sluice gen tpch` leaves empty at this scale (more parts than rows).
+#[derive(Debug, PartialEq, Eq)]
+pub struct EmptyPart {
+    pub table: &'static str,
+    pub part: u32,
+}
+
+/// Where each of `parts` partitions of `table` starts: part k's first key, `None` for the
+/// first (open below).
+fn part_starts(table: &'static str, scale: f64, parts: u32) -> Result<Vec<Option<i64>>, EmptyPart> {
+    (1..=parts)
+        .map(|part| match part {
+            1 => Ok(None),
+            _ => first_key(table, scale, part as i32, parts as i32)
+                .map(Some)
+                .ok_or(EmptyPart { table, part }),
+        })
+        .collect()
 }
 
 /// The plain layout's primary keys, as `ALTER TABLE` statements (for `--keys`).

@@ -423,7 +423,7 @@ fn bench(args: &BenchArgs) -> Result<PathBuf, Failure> {
                 args.scale,
                 false,
                 crate::tpch::SqlDialect::Postgres,
-            );
+            )?;
             super::ddl::create_sql(Some(&url), None, true, &ddl).or_fail()?;
             let load_args = LoadArgs {
                 files: files.clone(),

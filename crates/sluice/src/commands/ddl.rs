@@ -66,10 +66,7 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
             (None, Some(_)) => SqlDialect::Mariadb,
             (None, None) => SqlDialect::Postgres,
         };
-    if let Some(n) = args.partitions {
-        refuse_empty_parts(n, args.scale)?;
-    }
-    let sql = layout(args.partitions, args.scale, args.keys, dialect);
+    let sql = layout(args.partitions, args.scale, args.keys, dialect)?;
     if !args.create {
         print!("{sql}");
         return Ok(());
@@ -99,30 +96,26 @@ pub fn run(cmd: DdlCommand) -> Result<(), Failure> {
     Ok(())
 }
 
-/// More partitions than the smallest partitioned table has rows at this scale would leave a
-/// part empty, with no key to start its partition at: refused, with the largest count that
-/// works.
-fn refuse_empty_parts(n: u32, scale: f64) -> Result<(), Failure> {
-    let empty = crate::tpch::KEYS
-        .iter()
-        .filter_map(|(t, _, key)| key.map(|_| *t))
-        .find(|t| (2..=n as i32).any(|p| crate::tpch::first_key(t, scale, p, n as i32).is_none()));
-    match empty {
-        None => Ok(()),
-        Some(t) => Err(Failure::Usage(format!(
-            "--partitions {n} at --scale {scale}: some part of {t} would be empty, with no key \
-             to start its partition at; give fewer partitions (at most {t}'s rows at this \
-             scale) or a larger scale"
-        ))),
-    }
-}
-
-/// The DDL of a layout: plain or partitioned, with or without primary keys.
-pub fn layout(partitions: Option<u32>, scale: f64, keys: bool, dialect: SqlDialect) -> String {
+/// The DDL of a layout: plain or partitioned, with or without primary keys. More partitions
+/// than a table has rows at the scale leave a part empty, with no key to start its partition
+/// at: a usage error.
+pub fn layout(
+    partitions: Option<u32>,
+    scale: f64,
+    keys: bool,
+    dialect: SqlDialect,
+) -> Result<String, Failure> {
     match partitions {
-        Some(n) => crate::tpch::partitioned_ddl(scale, n, keys, dialect),
-        None if keys => crate::tpch::ddl() + &crate::tpch::primary_keys(),
-        None => crate::tpch::ddl(),
+        Some(n) => crate::tpch::partitioned_ddl(scale, n, keys, dialect).map_err(|e| {
+            Failure::Usage(format!(
+                "--partitions {n} at --scale {scale}: part {} of {} would be empty, with no key \
+                 to start its partition at; give fewer partitions (at most {}'s rows at this \
+                 scale) or a larger scale",
+                e.part, e.table, e.table
+            ))
+        }),
+        None if keys => Ok(crate::tpch::ddl() + &crate::tpch::primary_keys()),
+        None => Ok(crate::tpch::ddl()),
     }
 }
 
