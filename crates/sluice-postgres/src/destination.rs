@@ -1255,7 +1255,11 @@ impl Ledger for PgDestination {
     }
 
     fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
-        self.on_client(|c| async move { crate::ledger::hold(&c, job).await.map_err(ledger_error) })
+        self.on_client(|c| async move {
+            crate::ledger::take_lock(&c, job)
+                .await
+                .map_err(ledger_error)
+        })
     }
 
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {

@@ -513,37 +513,40 @@ impl<'a> FileColumns<'a> {
     }
 }
 
+/// The `job_files` columns that name a file (its table's id aside), with their types, in the
+/// order of [`FileColumns::identity`]'s parameters.
+const IDENTITY: [(&str, &str); 6] = [
+    ("path", "text"),
+    ("tbl", "text"),
+    ("size", "bigint"),
+    ("modified_ns", "bigint"),
+    ("fingerprint", "text"),
+    ("settings", "text"),
+];
+
 /// The files' identities ([`FileColumns::identity`], parameters `$first` to `$first + 5`) as
 /// rows named `alias`, numbered from 1 in their order as `ord`.
 pub(crate) fn identity_rows(first: usize, alias: &str) -> String {
-    let p = |k: usize| first + k;
+    let arrays: Vec<String> = IDENTITY
+        .iter()
+        .enumerate()
+        .map(|(k, (_, ty))| format!("${}::{ty}[]", first + k))
+        .collect();
+    let names: Vec<&str> = IDENTITY.iter().map(|(c, _)| *c).collect();
     format!(
-        "unnest(${}::text[], ${}::text[], ${}::bigint[], ${}::bigint[], ${}::text[], \
-         ${}::text[]) WITH ORDINALITY AS {alias}(path, tbl, size, modified_ns, fingerprint, \
-         settings, ord)",
-        p(0),
-        p(1),
-        p(2),
-        p(3),
-        p(4),
-        p(5)
+        "unnest({}) WITH ORDINALITY AS {alias}({}, ord)",
+        arrays.join(", "),
+        names.join(", ")
     )
 }
 
 /// Whether `job_files` row `f` records the file of identity row `q` ([`identity_rows`]).
 pub(crate) fn same_file(f: &str, q: &str) -> String {
-    [
-        "path",
-        "tbl",
-        "size",
-        "modified_ns",
-        "fingerprint",
-        "settings",
-    ]
-    .iter()
-    .map(|c| format!("{f}.{c} = {q}.{c}"))
-    .collect::<Vec<_>>()
-    .join(" AND ")
+    IDENTITY
+        .iter()
+        .map(|(c, _)| format!("{f}.{c} = {q}.{c}"))
+        .collect::<Vec<_>>()
+        .join(" AND ")
 }
 
 /// Records `files` as job `job`'s files numbered `n`, in one statement.
@@ -719,8 +722,8 @@ pub async fn placements(
     Ok(out)
 }
 
-/// Takes job `job`'s lock for this session, or says who holds it.
-async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
+/// Takes job `job`'s lock for this session (until it ends), or says who holds it.
+pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     let got: bool = client
         .fetch_one(
             "SELECT pg_try_advisory_lock($1, $2)",
@@ -841,7 +844,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
 
 /// Takes an unfinished job's lock and marks it running again.
 pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
-    hold(client, job).await?;
+    take_lock(client, job).await?;
     client
         .run(
             "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
@@ -850,11 +853,6 @@ pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
         )
         .await?;
     Ok(())
-}
-
-/// Takes job `job`'s lock for this session (until it ends), or says who holds it.
-pub async fn hold(client: &Client, job: i64) -> Result<(), LedgerError> {
-    take_lock(client, job).await
 }
 
 /// Ends a job in `state`.
