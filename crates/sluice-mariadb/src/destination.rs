@@ -749,9 +749,8 @@ impl Ledger for MariaDbDestination {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::resume(c, job))
                 .map_err(|e| self.ledger_error(e))
-        })?;
-        self.holds(job);
-        Ok(())
+        })
+        .inspect(|_| self.holds(job))
     }
 
     fn end_job(
@@ -771,9 +770,8 @@ impl Ledger for MariaDbDestination {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::take_lock(c, job))
                 .map_err(|e| self.ledger_error(e))
-        })?;
-        self.holds(job);
-        Ok(())
+        })
+        .inspect(|_| self.holds(job))
     }
 
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {

@@ -8,7 +8,7 @@
 mod common;
 
 use common::mariadb::{mdb, MDb};
-use common::{gen_tpch, sluice_cmd, stderr, strip_trailing_bars, tpch_ddl, tpch_table};
+use common::{assert_has, gen_tpch, sluice_cmd, stderr, strip_trailing_bars, tpch_ddl, tpch_table};
 use std::os::unix::fs::PermissionsExt;
 
 /// Everything a command printed.
@@ -413,20 +413,18 @@ fn prepared_branches_of_another_databases_job_are_not_this_ones() {
     // B's job 1: its own branches rolled back, its files loaded again; A's untouched.
     let again = run(&b, &fb, None);
     assert_ok(&again);
-    assert!(
-        stderr(&again).contains(&format!("rolled back {left_b} it had not")),
-        "{}",
-        printed(&again)
+    assert_has(
+        &stderr(&again),
+        &[&format!("rolled back {left_b} it had not")],
     );
     assert_eq!((b.count("t"), b.prepared()), (4000, 0));
     assert_eq!((a.prepared(), a.count("t")), (left_a, 0));
     // A's job 1: its decided branches committed, nothing loaded twice.
     let again = run(&a, &fa, None);
     assert_ok(&again);
-    assert!(
-        stderr(&again).contains(&format!("committed {left_a} of its prepared")),
-        "{}",
-        printed(&again)
+    assert_has(
+        &stderr(&again),
+        &[&format!("committed {left_a} of its prepared")],
     );
     assert_eq!((a.count("t"), a.prepared()), (4000, 0));
     assert_eq!(a.count("(SELECT DISTINCT id FROM t) x"), 4000);
@@ -465,7 +463,7 @@ fn four_streams_into_two_tables_commit_all_or_nothing() {
     };
     let failed = run(&write(true));
     assert_eq!(failed.status.code(), Some(3), "{}", printed(&failed));
-    assert!(stderr(&failed).contains("pb.3.txt"), "{}", printed(&failed));
+    assert_has(&stderr(&failed), &["pb.3.txt"]);
     assert_eq!((d.count("pa"), d.count("pb"), d.prepared()), (0, 0, 0));
     assert_ok(&run(&write(false)));
     assert_eq!(
@@ -585,11 +583,7 @@ fn ddl_tpch_creates_mariadbs_tables_plain_and_partitioned() {
     );
     let again = ddl(&[]);
     assert_eq!(again.status.code(), Some(2), "{}", printed(&again));
-    assert!(
-        stderr(&again).contains("already exist"),
-        "{}",
-        printed(&again)
-    );
+    assert_has(&stderr(&again), &["already exist"]);
     assert!(!printed(&again).contains(d.password()));
     assert_ok(&ddl(&[
         "--replace",
@@ -612,11 +606,7 @@ fn ddl_tpch_creates_mariadbs_tables_plain_and_partitioned() {
     // More partitions than a table has rows at the scale: refused, not invalid SQL.
     let too_many = ddl(&["--replace", "--partitions", "16", "--scale", "0.001"]);
     assert_eq!(too_many.status.code(), Some(2), "{}", printed(&too_many));
-    assert!(
-        stderr(&too_many).contains("would be empty"),
-        "{}",
-        printed(&too_many)
-    );
+    assert_has(&stderr(&too_many), &["would be empty"]);
     let files = gen_tpch(&d.dir.join("sf001"), "0.01", "4");
     let names: Vec<String> = files.iter().map(|f| f.to_str().unwrap().into()).collect();
     let mut args = vec!["--jobs", "2"];
@@ -656,15 +646,15 @@ fn demo_runs_end_to_end_on_a_private_mariadb() {
     for _ in 0..2 {
         let o = demo();
         assert_ok(&o);
-        let out = String::from_utf8_lossy(&o.stdout);
-        for part in [
-            "verified: all eight tables hold exactly the generated rows",
-            "TPC-H Q1",
-            "count_order",
-            "the private MariaDB stopped with the demo",
-        ] {
-            assert!(out.contains(part), "expected {part:?} in:\n{}", printed(&o));
-        }
+        assert_has(
+            &String::from_utf8_lossy(&o.stdout),
+            &[
+                "verified: all eight tables hold exactly the generated rows",
+                "TPC-H Q1",
+                "count_order",
+                "the private MariaDB stopped with the demo",
+            ],
+        );
     }
     // Stopped: nothing listens on its socket any more.
     let socket = server.join("mariadb.sock");
@@ -718,11 +708,9 @@ fn a_server_that_refuses_load_data_local_is_named_before_anything_starts() {
         .arg(&f);
     let o = common::run_bounded(c, 60);
     assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
-    assert!(
-        stderr(&o).contains("local_infile is OFF")
-            && stderr(&o).contains("SET GLOBAL local_infile"),
-        "{}",
-        printed(&o)
+    assert_has(
+        &stderr(&o),
+        &["local_infile is OFF", "SET GLOBAL local_infile"],
     );
     let tables = server
         .root_sql("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'l'")
