@@ -964,6 +964,18 @@ impl Ranges<'_> {
     }
 }
 
+/// Why a destination that publishes one partition at a time cannot stage a load that keeps no
+/// ledger: a publish cut off between two partitions is finished by the next run of the same
+/// job, which needs the job.
+fn per_partition_without_job<D: Staging>(dest: &D, job: Option<&JobRun>) -> Option<&'static str> {
+    let per_partition = dest.capabilities().publish == Some(PublishModel::PerPartition);
+    (per_partition && job.is_none()).then_some(
+        "this destination publishes one partition at a time, and a publish cut off halfway is \
+         finished by the next run of the same job: staging needs the resume ledger, which this \
+         load does not keep",
+    )
+}
+
 /// Each table's partitioning, as the destination reads it.
 fn partitionings<D: Staging>(plan: &Plan, dest: &D) -> Result<Vec<Partitioning>, Failure> {
     (0..plan.tables.len())
@@ -995,7 +1007,14 @@ impl Stage {
             isolate_rejects,
             temp_dir,
         } = opts;
-        let partitionings = partitionings(plan, dest)?;
+        let mut partitionings = partitionings(plan, dest)?;
+        if let Some(why) = per_partition_without_job(dest, job) {
+            for p in partitionings.iter_mut() {
+                if matches!(p, Partitioning::IntegerKey { .. }) {
+                    *p = Partitioning::Unroutable(why.into());
+                }
+            }
+        }
         // The staging area is readied when a table could use it.
         let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerKey { .. });
         let back = match partitionings.iter().any(routable) {

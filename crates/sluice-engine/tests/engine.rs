@@ -511,6 +511,38 @@ fn a_publish_per_partition_stopped_between_steps_is_finished_by_the_rerun() {
     assert_eq!(store.staging_tables(), 0);
 }
 
+/// A destination that publishes one partition at a time stages only a load with a ledger (the
+/// next run of the job finishes a publish cut off halfway): without one, `auto` loads directly
+/// and says why, and `--strategy stage` is refused with the reason.
+#[test]
+fn a_publish_per_partition_needs_the_ledger() {
+    let inputs = Inputs::new("publish_each_no_ledger");
+    let (store, mut s) = partitioned(&inputs);
+    store.arm(Faults {
+        ledger_refused: true,
+        ..Faults::default()
+    });
+    let model = PublishModel::PerPartition;
+    let (result, _) = staged(&store, &s, model, None).unwrap();
+    let Err(Failure::Usage(why)) = result else {
+        panic!("--strategy stage without a ledger was not refused");
+    };
+    assert!(why.contains("needs the resume ledger"), "{why}");
+    assert_eq!(store.count("p"), 0);
+    s.strategy = sluice_engine::spec::StrategyChoice::Auto;
+    let (result, host) = staged(&store, &s, model, None).unwrap();
+    let report = result.unwrap();
+    assert_eq!(report.strategy, "direct");
+    assert!(!report.fallbacks.is_empty());
+    assert!(report
+        .fallbacks
+        .iter()
+        .all(|f| f.reason.contains("needs the resume ledger")));
+    assert!(host.heard("keeps no resume ledger"));
+    every_key_once(&store, 6000);
+    assert_eq!(store.staging_tables(), 0);
+}
+
 /// Files cut elsewhere than the partitions' bounds: their rows are routed to their partitions
 /// on the client and staged, every key once; a connection lost while a partition loads from
 /// the spill loads it again from the spill; a stop at each point of a routed load, then the

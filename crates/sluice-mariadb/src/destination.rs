@@ -6,8 +6,8 @@
 //! free of async code and of `mysql_async`. It keeps one connection of its own for the catalog
 //! and the ledger (it holds the running job's named lock), and each stream opens its own.
 //!
-//! What it answers about itself ([`Capabilities`]) is what it does today: no staging (every
-//! input loads directly), prepared transactions through XA (`xa.rs`: each stream begins as a
+//! What it answers about itself ([`Capabilities`]) is what it does today: staging with one
+//! exchange per partition (`staging.rs`, `stage.rs`), prepared transactions through XA (`xa.rs`: each stream begins as a
 //! branch named for the load, is prepared, and is committed on its own connection once the
 //! ledger holds the decision), and no sampling of the server's activity for the verdict yet.
 //! The watch (`watchdog.rs`) ends a stream's wait on a sibling's key and names the key.
@@ -25,8 +25,8 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice_core::destination::{
     Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
-    ErrorKind, ErrorReport, IdentifierRules, Ledger, LoadTable, RecordEncoder, ServerWaits,
-    TableInfo,
+    ErrorKind, ErrorReport, IdentifierRules, Ledger, LoadTable, PublishModel, RecordEncoder,
+    ServerWaits, TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{
@@ -51,14 +51,14 @@ pub enum OpenError {
 
 /// One table as the load fills it: the plan's columns, in field order.
 #[derive(Clone, Debug)]
-struct LoadTarget {
-    table: Table,
-    columns: Vec<Column>,
+pub(crate) struct LoadTarget {
+    pub(crate) table: Table,
+    pub(crate) columns: Vec<Column>,
 }
 
 /// A MariaDB (or MySQL) server, for one load.
 pub struct MariaDbDestination {
-    rt: Runtime,
+    pub(crate) rt: Runtime,
     pub info: ConnInfo,
     /// The load's own connection: catalog and ledger (it holds the running job's lock).
     conn: Mutex<Option<Conn>>,
@@ -71,7 +71,7 @@ pub struct MariaDbDestination {
     cannot: Option<String>,
     free_slots: Option<u64>,
     described: Vec<Table>,
-    tables: Vec<LoadTarget>,
+    pub(crate) tables: Vec<LoadTarget>,
     /// The streams' server connections and the conflicts the watch found.
     watched: Arc<Watched>,
     watch: Mutex<Option<Watch>>,
@@ -85,6 +85,8 @@ pub struct MariaDbDestination {
     prepared: Mutex<HashMap<String, (Xid, Conn)>>,
     /// The jobs whose lock the own connection holds.
     held_jobs: Mutex<Vec<i64>>,
+    /// What staging needs (`staging.rs`).
+    pub(crate) staging: crate::staging::StagingState,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -164,6 +166,7 @@ impl MariaDbDestination {
             branches: AtomicUsize::new(0),
             prepared: Mutex::new(HashMap::new()),
             held_jobs: Mutex::new(Vec::new()),
+            staging: crate::staging::StagingState::default(),
         })
     }
 
@@ -201,7 +204,7 @@ impl MariaDbDestination {
     }
 
     /// Runs `f` on the load's own connection.
-    fn on_own<T>(
+    pub(crate) fn on_own<T>(
         &self,
         f: impl FnOnce(&Runtime, &mut Conn) -> Result<T, DestinationError>,
     ) -> Result<T, DestinationError> {
@@ -217,7 +220,7 @@ impl MariaDbDestination {
     }
 
     /// A server error on stream `n` (or the own connection) in the engine's terms.
-    fn error(&self, e: ServerError) -> DestinationError {
+    pub(crate) fn error(&self, e: ServerError) -> DestinationError {
         let kind = if e.lost {
             ErrorKind::Connection
         } else if e.warning {
@@ -244,7 +247,7 @@ impl MariaDbDestination {
     }
 
     /// A server error on stream `n`: a statement the watch ended is the conflict it found.
-    fn stream_error(&self, n: usize, e: ServerError) -> DestinationError {
+    pub(crate) fn stream_error(&self, n: usize, e: ServerError) -> DestinationError {
         let conflict = match e.code {
             1317 => self.watched.take_conflict(n),
             _ => None,
@@ -276,7 +279,7 @@ impl MariaDbDestination {
         err
     }
 
-    fn db_error(&self, e: mysql_async::Error) -> DestinationError {
+    pub(crate) fn db_error(&self, e: mysql_async::Error) -> DestinationError {
         self.error(ServerError::from_driver(&e))
     }
 
@@ -382,6 +385,7 @@ impl Destination for MariaDbDestination {
             }
             targets.push(LoadTarget { table, columns });
         }
+        self.staging.reset(targets.len());
         self.tables = targets;
         Ok(())
     }
@@ -402,7 +406,7 @@ impl Destination for MariaDbDestination {
                 case_insensitive_columns: true,
                 max_bytes: 64,
             },
-            publish: None,
+            publish: Some(PublishModel::PerPartition),
             savepoints_in_staged_unit: false,
             prepare: self.xa_database().map(|_| u32::MAX),
         }
@@ -447,6 +451,7 @@ impl Destination for MariaDbDestination {
             n,
             stream,
             load: None,
+            stage: None,
             ledger: Vec::new(),
         })
     }
@@ -745,12 +750,19 @@ impl Ledger for MariaDbDestination {
         .inspect(|&job| self.holds(job))
     }
 
+    /// Takes the job's lock, then settles the partition exchanges its last run began and did
+    /// not record (`stage.rs`), before anyone reads which of its chunks are done.
     fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::resume(c, job))
                 .map_err(|e| self.ledger_error(e))
         })
-        .inspect(|_| self.holds(job))
+        .inspect(|_| self.holds(job))?;
+        self.on_own(|rt, c| {
+            rt.block_on(crate::stage::settle_job(c, job))
+                .map_err(|e| self.db_error(e))
+        })
+        .map(|_| ())
     }
 
     fn end_job(
@@ -780,7 +792,10 @@ impl Ledger for MariaDbDestination {
                 .map_err(|e| self.ledger_error(e))
         })?;
         self.released(job);
-        Ok(Vec::new())
+        self.on_own(|rt, c| {
+            rt.block_on(crate::stage::drop_job(c, job))
+                .map_err(|e| self.db_error(e))
+        })
     }
 }
 
@@ -806,10 +821,12 @@ impl RecordEncoder for MariaDbEncoder {
 
 /// One connection of a load, inside its transaction.
 pub struct MariaDbStream<'a> {
-    dest: &'a MariaDbDestination,
-    n: usize,
-    stream: Stream,
+    pub(crate) dest: &'a MariaDbDestination,
+    pub(crate) n: usize,
+    pub(crate) stream: Stream,
     load: Option<Load>,
+    /// The staging table this stream's loads go to, while it fills one.
+    pub(crate) stage: Option<crate::staging::InProgress>,
     /// Chunk records not yet inserted: they go in with the commit (the same transaction), so
     /// that many small chunks pay one round trip.
     ledger: Vec<(i64, ChunkRecord)>,
@@ -853,11 +870,11 @@ impl DestinationStream for MariaDbStream<'_> {
     fn begin_copy(&mut self, table: usize) -> Result<(), DestinationError> {
         let t = &self.dest.tables[table];
         let columns: Vec<String> = t.columns.iter().map(|c| c.name.clone()).collect();
-        let relation = format!(
-            "{}.{}",
-            quote_ident(&t.table.schema),
-            quote_ident(&t.table.name)
-        );
+        let name = match &self.stage {
+            Some(s) if s.table == table => &s.staging,
+            _ => &t.table.name,
+        };
+        let relation = format!("{}.{}", quote_ident(&t.table.schema), quote_ident(name));
         // The LOAD's task runs on the runtime: spawn it from inside.
         let _guard = self.dest.rt.enter();
         let load = self

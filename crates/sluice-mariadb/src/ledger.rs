@@ -80,7 +80,7 @@ pub enum LedgerError {
 }
 
 /// The named lock of job `job` of the ledger in the connection's database.
-const LOCK_NAME: &str = "CONCAT('sluice:', DATABASE(), ':', ?)";
+pub(crate) const LOCK_NAME: &str = "CONCAT('sluice:', DATABASE(), ':', ?)";
 
 /// Creates the ledger's tables in the target's database unless they are there.
 pub async fn open(conn: &mut Conn) -> Result<(), LedgerError> {

@@ -28,6 +28,8 @@ pub mod connect;
 pub mod conninfo;
 pub mod destination;
 pub mod ledger;
+pub mod stage;
+mod staging;
 pub mod stream;
 pub mod types;
 pub mod watchdog;

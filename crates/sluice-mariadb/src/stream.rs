@@ -263,6 +263,25 @@ impl Stream {
         Ok((xid, conn))
     }
 
+    /// Ends the transaction the stream is in, which holds nothing yet (an XA branch is ended
+    /// and rolled back), so that DDL can run: each statement of it commits on its own, and
+    /// none may run inside an XA branch. The stream's later transactions are plain ones
+    /// ([`begin`](Stream::begin)): a staging table's rows commit on their own.
+    pub async fn leave_transaction(&mut self) -> Result<(), ServerError> {
+        let xid = self.xid.take();
+        let conn = self.conn()?;
+        let left = match xid {
+            Some(xid) => xa::end_and_roll_back(conn, &xid).await,
+            None => conn.query_drop("ROLLBACK").await,
+        };
+        left.map_err(|e| ServerError::from_driver(&e))
+    }
+
+    /// Begins a plain transaction (after [`leave_transaction`](Stream::leave_transaction)).
+    pub async fn begin(&mut self) -> Result<(), ServerError> {
+        self.execute("START TRANSACTION").await
+    }
+
     /// The connection, for statements outside a LOAD.
     pub fn connection(&mut self) -> Result<&mut Conn, ServerError> {
         self.conn()

@@ -105,6 +105,12 @@ pub async fn commit_one_phase(conn: &mut Conn, xid: &Xid) -> Result<(), mysql_as
         .await
 }
 
+/// Ends branch `xid`, not prepared, and rolls it back.
+pub async fn end_and_roll_back(conn: &mut Conn, xid: &Xid) -> Result<(), mysql_async::Error> {
+    conn.query_drop(format!("XA END {}", xid.sql())).await?;
+    conn.query_drop(format!("XA ROLLBACK {}", xid.sql())).await
+}
+
 /// Commits (or rolls back) prepared branch `xid` on the session that prepared it.
 pub async fn finish(conn: &mut Conn, xid: &Xid, commit: bool) -> Result<(), mysql_async::Error> {
     let verb = if commit { "COMMIT" } else { "ROLLBACK" };

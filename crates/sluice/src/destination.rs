@@ -33,9 +33,7 @@ impl Opened {
     pub fn load(&mut self, spec: &LoadSpec, host: &dyn Host) -> Result<Report, Failure> {
         match self {
             Opened::Postgres(d) => load_staging(spec, &mut **d, host),
-            // No staging on MariaDB yet: every input loads directly (the engine refuses
-            // `--strategy stage` saying so).
-            Opened::MariaDb(d) => sluice_engine::load::load(spec, &mut **d, host),
+            Opened::MariaDb(d) => load_staging(spec, &mut **d, host),
         }
     }
 

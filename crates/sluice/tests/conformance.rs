@@ -7,8 +7,9 @@
 //! stage, it cannot prepare) must take the named fallback and say so. The behaviours: all or
 //! nothing across streams, a duplicate across streams, a bad row named with its position,
 //! rejects and isolation, the ledger and resume at kill points, prepared commits finished
-//! after a kill at each point, a rerun after a truncate, the stage strategy and its publish, a
-//! lost connection retried.
+//! after a kill at each point, a rerun after a truncate, the stage strategy and its publish
+//! (cut off by a kill, and with files that cross the partitions' bounds), a lost connection
+//! retried.
 
 mod common;
 
@@ -30,6 +31,11 @@ trait Target {
     fn end_a_loading_session(&self) -> bool;
     /// The prepared (two-phase) transactions of this database that wait for their end.
     fn prepared(&self) -> u64;
+    /// Staging tables left in this database.
+    fn staging_left(&self) -> u64;
+    /// The kill point inside the destination's publish: in its one transaction, or between
+    /// two partitions' steps.
+    fn publish_point(&self) -> &'static str;
 }
 
 /// A kind of server.
@@ -248,6 +254,46 @@ fn the_stage_strategy_or_its_fallback(s: &dyn Server) {
     }
 }
 
+/// Killed inside the publish (in its transaction, or between two partitions' exchanges), the
+/// same command finishes it: every row once, no staging table left.
+fn a_publish_cut_off_is_finished_by_the_same_command(s: &dyn Server) {
+    let t = s.fresh("conf_stage_kill");
+    let bounds = [(0, 3000), (3000, 6000)];
+    let a = write(&*t, "a.csv", &rows(0, 3000, &[]));
+    let b = write(&*t, "b.csv", &rows(3000, 6000, &[]));
+    if t.partitioned("p", &bounds).is_none() {
+        return;
+    }
+    let args = ["--strategy", "stage"];
+    let kill = [("SLUICE_KILL_AT", t.publish_point())];
+    let out = load(&*t, "p", &[&a, &b], &args, &kill);
+    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+    let out = load(&*t, "p", &[&a, &b], &args, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(t.count("p"), 6000);
+    assert_eq!(t.count("(SELECT DISTINCT id FROM p) x"), 6000);
+    assert_eq!(t.staging_left(), 0);
+}
+
+/// Files whose rows cross the partitions' bounds (another generator's cuts) still load every
+/// row once under `--strategy stage`, whatever the strategy does with them.
+fn files_across_partition_bounds_load_once(s: &dyn Server) {
+    let t = s.fresh("conf_stage_cross");
+    let bounds = [(0, 3000), (3000, 6000)];
+    if t.partitioned("p", &bounds).is_none() {
+        return;
+    }
+    let a = write(&*t, "a.csv", &rows(0, 1000, &[]));
+    let b = write(&*t, "b.csv", &rows(1000, 4500, &[]));
+    let c = write(&*t, "c.csv", &rows(4500, 6000, &[]));
+    let out = load(&*t, "p", &[&a, &b, &c], &["--strategy", "stage"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(&String::from_utf8_lossy(&out.stdout), &["strategy: stage"]);
+    assert_eq!(t.count("p"), 6000);
+    assert_eq!(t.count("(SELECT DISTINCT id FROM p) x"), 6000);
+    assert_eq!(t.staging_left(), 0);
+}
+
 fn a_lost_connection_is_retried(s: &dyn Server) {
     let t = s.fresh("conf_lost");
     t.sql("CREATE TABLE t (id int, v varchar(80))");
@@ -304,6 +350,8 @@ conformance!(
         prepared_commits_are_finished_after_a_kill_at_each_point,
         a_rerun_after_truncate_loads_again,
         the_stage_strategy_or_its_fallback,
+        a_publish_cut_off_is_finished_by_the_same_command,
+        files_across_partition_bounds_load_once,
         a_lost_connection_is_retried,
     ]
 );
@@ -360,6 +408,14 @@ impl Target for common::Db {
     fn prepared(&self) -> u64 {
         self.count("pg_prepared_xacts WHERE database = current_database()")
     }
+
+    fn staging_left(&self) -> u64 {
+        self.count("information_schema.tables WHERE table_schema = 'sluice_stage'")
+    }
+
+    fn publish_point(&self) -> &'static str {
+        "publish"
+    }
 }
 
 conformance!(
@@ -373,6 +429,8 @@ conformance!(
         prepared_commits_are_finished_after_a_kill_at_each_point,
         a_rerun_after_truncate_loads_again,
         the_stage_strategy_or_its_fallback,
+        a_publish_cut_off_is_finished_by_the_same_command,
+        files_across_partition_bounds_load_once,
         a_lost_connection_is_retried,
     ]
 );
@@ -403,9 +461,18 @@ impl Target for common::mariadb::MDb {
         common::mariadb::MDb::count(self, table)
     }
 
-    /// MariaDB cannot stage yet.
-    fn partitioned(&self, _name: &str, _bounds: &[(u32, u32)]) -> Option<()> {
-        None
+    fn partitioned(&self, name: &str, bounds: &[(u32, u32)]) -> Option<()> {
+        let parts: Vec<String> = bounds
+            .iter()
+            .enumerate()
+            .map(|(k, (_, hi))| format!("PARTITION p{k} VALUES LESS THAN ({hi})"))
+            .collect();
+        self.sql(&format!(
+            "CREATE TABLE {name} (id int NOT NULL, v varchar(40), PRIMARY KEY (id), KEY (v)) \
+             PARTITION BY RANGE (id) ({})",
+            parts.join(", ")
+        ));
+        Some(())
     }
 
     fn end_a_loading_session(&self) -> bool {
@@ -423,5 +490,17 @@ impl Target for common::mariadb::MDb {
 
     fn prepared(&self) -> u64 {
         common::mariadb::MDb::prepared(self)
+    }
+
+    fn staging_left(&self) -> u64 {
+        self.count(
+            "information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME LIKE 'sluice!_stage!_%' ESCAPE '!'",
+        )
+    }
+
+    /// Between two partitions' exchanges.
+    fn publish_point(&self) -> &'static str {
+        "switched"
     }
 }

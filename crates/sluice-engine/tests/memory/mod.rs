@@ -104,6 +104,8 @@ pub struct Faults {
     pub fail_commit: Option<usize>,
     /// The commit decision is recorded, but its answer is lost (the connection drops).
     pub decision_answer_lost: bool,
+    /// The role may not keep a ledger: opening it is refused.
+    pub ledger_refused: bool,
 }
 
 /// What the "server" holds: tables, ledger, prepared transactions, locks, faults.
@@ -726,7 +728,13 @@ impl Destination for Memory {
 
 impl Ledger for Memory {
     fn open_ledger(&self) -> Result<(), DestinationError> {
-        Ok(())
+        match self.store.lock().faults.ledger_refused {
+            true => Err(DestinationError::new(
+                ErrorKind::Usage,
+                "the role may not create the ledger's tables",
+            )),
+            false => Ok(()),
+        }
     }
 
     fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {

@@ -1,0 +1,945 @@
+//! Staging tables exchanged into partitions: the seed paper's design in MariaDB's terms.
+//!
+//! A staging table is made by one stream, in the target's database, named for its job
+//! (`sluice_stage_j<job>_<run>_<n>`): `CREATE TABLE … LIKE` the parent, `REMOVE PARTITIONING`,
+//! its secondary indexes dropped (built again after the rows, as the record's loads did) and the
+//! partition's bound added as a CHECK named [`BOUND_CHECK`]. `LOAD DATA LOCAL` turns a row that
+//! fails the CHECK into warning 4025, which the stream's warning trap makes an error: the engine
+//! then stages that partition's other files again and loads the file in the publish. The rows
+//! commit, the indexes are built (`ALTER TABLE … ADD KEY`, the parent's own definitions, read
+//! from `SHOW CREATE TABLE`), and only then is the table's record written in
+//! `sluice_ledger_staged`: which job, parent, partition and bound, and which chunks it holds. A
+//! staging table without a record was cut off before it was finished; the next load drops it
+//! unless its job is running.
+//!
+//! MariaDB's DDL commits on its own and `EXCHANGE PARTITION` fails inside XA, so the publish
+//! cannot be one transaction as on PostgreSQL: it is one durable step per partition
+//! ([`PublishModel::PerPartition`](sluice_core::destination::PublishModel)). Each step marks
+//! the record `switching`, exchanges (10.11 scans the staging table to check every row against
+//! the partition; `WITHOUT VALIDATION` is 11.4's), then in one transaction writes the chunks'
+//! ledger rows and deletes the record, then drops the staging table (which now holds the empty
+//! partition). A step cut off after its exchange is settled by the next load ([`prepare`]): a
+//! staging table that is empty while its partition has rows was exchanged, so its chunks are
+//! recorded; otherwise it is a leftover again. Exactly once either way.
+//!
+//! A partition that has rows by the publish is not exchanged: the staging table's rows are
+//! appended to it (`INSERT … SELECT`) in the transaction that records their chunks.
+
+use crate::catalog::quote_ident;
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use sluice_core::destination::{KeyBound, KeyPartition, Partitioning};
+use sluice_core::ledger::{ChunkRecord, JobState};
+use std::time::Duration;
+
+/// The names of staging tables begin so.
+pub const PREFIX: &str = "sluice_stage_";
+/// The name of the CHECK that carries a partition's bound on its staging table.
+pub const BOUND_CHECK: &str = "sluice_partition_bound";
+/// How long an exchange waits for its metadata lock before it gives way and tries again,
+/// unless the load says otherwise.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Exchanges tried before the publish gives up.
+pub const EXCHANGE_ATTEMPTS: u32 = 5;
+
+const CREATE_RECORDS: &str = "CREATE TABLE IF NOT EXISTS sluice_ledger_staged (
+    staging VARCHAR(64) NOT NULL PRIMARY KEY,
+    job BIGINT NOT NULL,
+    parent VARCHAR(64) NOT NULL,
+    part VARCHAR(64) NOT NULL,
+    bound TEXT NOT NULL,
+    chunks LONGTEXT NOT NULL,
+    switching BOOLEAN NOT NULL DEFAULT FALSE) ENGINE=InnoDB CHARACTER SET utf8mb4 \
+    COLLATE utf8mb4_bin COMMENT 'sluice: finished staging tables, waiting to be exchanged'";
+
+/// One partition, with what the staging table and the publish need.
+#[derive(Clone, Debug)]
+pub struct PartitionDetail {
+    /// The partition's name, as the server spells it.
+    pub name: String,
+    /// `PARTITION_DESCRIPTION` as the server prints it: a leftover must still match it.
+    pub description: String,
+    pub range: KeyPartition,
+}
+
+/// A table's partitioning with its details.
+#[derive(Clone, Debug)]
+pub struct TablePartitions {
+    pub partitioning: Partitioning,
+    /// The key column.
+    pub column: String,
+    pub details: Vec<PartitionDetail>,
+}
+
+impl TablePartitions {
+    fn unroutable(why: String) -> TablePartitions {
+        TablePartitions {
+            partitioning: Partitioning::Unroutable(why),
+            column: String::new(),
+            details: Vec::new(),
+        }
+    }
+}
+
+/// A row of `information_schema.PARTITIONS`: name, subpartition, method, expression,
+/// description.
+type PartRow = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// How `table` is partitioned, and whether sluice can stage it: RANGE or LIST (or their
+/// COLUMNS forms) of one integer column, no subpartitions, no triggers (an exchange would
+/// bypass them). A partition with rows cannot be replaced: its obstacle says so.
+pub async fn describe_partitions(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+) -> Result<TablePartitions, mysql_async::Error> {
+    let rows: Vec<PartRow> = conn
+        .exec(
+            "SELECT PARTITION_NAME, SUBPARTITION_NAME, PARTITION_METHOD, PARTITION_EXPRESSION, \
+             PARTITION_DESCRIPTION FROM information_schema.PARTITIONS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             ORDER BY PARTITION_ORDINAL_POSITION, SUBPARTITION_ORDINAL_POSITION",
+            (schema, table),
+        )
+        .await?;
+    let layout = match layout(&rows) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return Ok(TablePartitions {
+                partitioning: Partitioning::None,
+                column: String::new(),
+                details: Vec::new(),
+            })
+        }
+        Err(why) => return Ok(TablePartitions::unroutable(why)),
+    };
+    let data_type: Option<String> = conn
+        .exec_first(
+            "SELECT DATA_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+            (schema, table, &layout.column),
+        )
+        .await?;
+    let integer = ["tinyint", "smallint", "mediumint", "int", "bigint"];
+    if !data_type.is_some_and(|t| integer.contains(&t.to_ascii_lowercase().as_str())) {
+        return Ok(TablePartitions::unroutable(format!(
+            "its partition key {} is not an integer column",
+            layout.column
+        )));
+    }
+    let triggers: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TRIGGERS \
+             WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = ?",
+            (schema, table),
+        )
+        .await?;
+    if triggers.unwrap_or(0) > 0 {
+        return Ok(TablePartitions::unroutable(
+            "it has triggers, which exchanging a partition would bypass".into(),
+        ));
+    }
+    let mut details = Vec::with_capacity(layout.parts.len());
+    for (name, description, bound) in layout.parts {
+        let taken = partition_has_rows(conn, schema, table, &name).await?;
+        details.push(PartitionDetail {
+            range: KeyPartition {
+                name: format!("partition {} of {}", quote_ident(&name), quote_ident(table)),
+                bound,
+                obstacle: taken.then(|| format!("partition {name} of {table} is not empty")),
+            },
+            name,
+            description,
+        });
+    }
+    Ok(TablePartitions {
+        partitioning: Partitioning::IntegerKey {
+            column: layout.column.clone(),
+            partitions: details.iter().map(|d| d.range.clone()).collect(),
+            default: false,
+        },
+        column: layout.column,
+        details,
+    })
+}
+
+/// A partitioning sluice can stage: its key column and each partition's name, description and
+/// bound.
+#[derive(Debug, PartialEq)]
+struct Layout {
+    column: String,
+    parts: Vec<(String, String, KeyBound)>,
+}
+
+/// The layout `rows` describe, `None` for a plain table, or why sluice cannot stage it.
+fn layout(rows: &[PartRow]) -> Result<Option<Layout>, String> {
+    let Some(first) = rows.first().filter(|r| r.0.is_some()) else {
+        return Ok(None);
+    };
+    if rows.iter().any(|r| r.1.is_some()) {
+        return Err("it is subpartitioned".into());
+    }
+    let method = first.2.clone().unwrap_or_default();
+    let list = match method.as_str() {
+        "RANGE" | "RANGE COLUMNS" => false,
+        "LIST" | "LIST COLUMNS" => true,
+        other => {
+            return Err(format!(
+                "it is partitioned by {other}; sluice stages RANGE and LIST partitions"
+            ))
+        }
+    };
+    let expression = first.3.clone().unwrap_or_default();
+    let column = bare_column(&expression).ok_or_else(|| {
+        format!("it is partitioned by the expression {expression}, not by one column")
+    })?;
+    let mut parts = Vec::with_capacity(rows.len());
+    let mut lower = None;
+    for r in rows {
+        let name = r.0.clone().unwrap_or_default();
+        let description = r.4.clone().unwrap_or_default();
+        let bound = match list {
+            true => list_bound(&description),
+            false => range_upper(&description).map(|upper| KeyBound::Range { lower, upper }),
+        }
+        .ok_or_else(|| format!("its partition {name} has bound {description}"))?;
+        if let KeyBound::Range { upper, .. } = bound {
+            lower = upper;
+        }
+        parts.push((name, description, bound));
+    }
+    Ok(Some(Layout { column, parts }))
+}
+
+/// `` `k` `` or `k`: the column a partitioning is by; `None` for an expression.
+fn bare_column(expression: &str) -> Option<String> {
+    let e = expression.trim();
+    let name = match e.strip_prefix('`').and_then(|s| s.strip_suffix('`')) {
+        Some(quoted) if !quoted.contains('`') => quoted,
+        Some(_) => return None,
+        None => e,
+    };
+    let plain = name
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '$');
+    (!name.is_empty() && (plain || e.starts_with('`'))).then(|| name.to_string())
+}
+
+/// A RANGE partition's upper bound: a number, or `None` for MAXVALUE.
+fn range_upper(description: &str) -> Option<Option<i64>> {
+    match description.trim() {
+        "MAXVALUE" => Some(None),
+        d => d.parse().ok().map(Some),
+    }
+}
+
+/// A LIST partition's values (`1,2,NULL`); `None` for DEFAULT or a value that is not an
+/// integer.
+fn list_bound(description: &str) -> Option<KeyBound> {
+    let mut values = Vec::new();
+    let mut null = false;
+    for v in description.split(',').map(str::trim) {
+        match v {
+            "NULL" => null = true,
+            v => values.push(v.parse().ok()?),
+        }
+    }
+    Some(KeyBound::List { values, null })
+}
+
+async fn partition_has_rows(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+    partition: &str,
+) -> Result<bool, mysql_async::Error> {
+    let any: Option<i64> = conn
+        .query_first(format!(
+            "SELECT EXISTS (SELECT 1 FROM {}.{} PARTITION ({}))",
+            quote_ident(schema),
+            quote_ident(table),
+            quote_ident(partition)
+        ))
+        .await?;
+    Ok(any == Some(1))
+}
+
+/// The CHECK that holds a staging table's rows to `bound` of key `column`. A RANGE's first
+/// partition also holds NULL keys, as MariaDB puts them there.
+pub fn bound_check(column: &str, bound: &KeyBound) -> String {
+    let k = quote_ident(column);
+    match bound {
+        KeyBound::Range { lower, upper } => {
+            let mut terms = Vec::new();
+            if let Some(l) = lower {
+                terms.push(format!("{k} >= {l}"));
+            }
+            if let Some(u) = upper {
+                terms.push(format!("{k} < {u}"));
+            }
+            match (terms.is_empty(), lower.is_some()) {
+                (true, _) => "TRUE".into(),
+                (false, true) => terms.join(" AND "),
+                (false, false) => format!("{k} IS NULL OR {}", terms.join(" AND ")),
+            }
+        }
+        KeyBound::List { values, null } => {
+            let list: Vec<String> = values.iter().map(i64::to_string).collect();
+            let mut s = match list.is_empty() {
+                true => "FALSE".to_string(),
+                false => format!("{k} IN ({})", list.join(", ")),
+            };
+            if *null {
+                s = format!("{k} IS NULL OR {s}");
+            }
+            s
+        }
+        KeyBound::Hash { .. } => "TRUE".into(),
+    }
+}
+
+/// A staging table's name: its job, this run, and a number.
+pub fn staging_name(job: i64, run: u32, seq: u32) -> String {
+    format!("{PREFIX}j{job}_{run:08x}_{seq}")
+}
+
+/// The job a staging table's name carries.
+fn job_of(name: &str) -> Option<i64> {
+    name.strip_prefix(PREFIX)?
+        .strip_prefix('j')?
+        .split('_')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The secondary index definitions of a table, as `SHOW CREATE TABLE` prints them (`KEY` and
+/// `UNIQUE KEY` lines): each with its name.
+pub async fn secondary_indexes(
+    conn: &mut Conn,
+    relation: &str,
+) -> Result<Vec<(String, String)>, mysql_async::Error> {
+    let row: Option<(String, String)> = conn
+        .query_first(format!("SHOW CREATE TABLE {relation}"))
+        .await?;
+    Ok(row.map(|(_, ddl)| index_lines(&ddl)).unwrap_or_default())
+}
+
+/// The `KEY` and `UNIQUE KEY` lines of a `CREATE TABLE`, with their names.
+fn index_lines(ddl: &str) -> Vec<(String, String)> {
+    ddl.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("KEY `") || l.starts_with("UNIQUE KEY `"))
+        .filter_map(|l| {
+            let def = l.trim_end_matches(',').to_string();
+            let name = def.split('`').nth(1)?.to_string();
+            Some((name, def))
+        })
+        .collect()
+}
+
+/// Creates staging table `staging` for the partition of `parent` that `check` bounds, on
+/// `conn` (each statement commits on its own), and returns the secondary indexes it left out.
+pub async fn create_staging(
+    conn: &mut Conn,
+    parent: &str,
+    staging: &str,
+    check: &str,
+) -> Result<Vec<(String, String)>, mysql_async::Error> {
+    let s = quote_ident(staging);
+    conn.query_drop(format!("CREATE TABLE {s} LIKE {parent}"))
+        .await?;
+    conn.query_drop(format!("ALTER TABLE {s} REMOVE PARTITIONING"))
+        .await?;
+    let indexes = secondary_indexes(conn, &s).await?;
+    let mut changes: Vec<String> = indexes
+        .iter()
+        .map(|(name, _)| format!("DROP INDEX {}", quote_ident(name)))
+        .collect();
+    changes.push(format!(
+        "ADD CONSTRAINT {} CHECK ({check})",
+        quote_ident(BOUND_CHECK)
+    ));
+    conn.query_drop(format!("ALTER TABLE {s} {}", changes.join(", ")))
+        .await?;
+    Ok(indexes)
+}
+
+/// Builds `indexes` on staging table `staging`, in one statement.
+pub async fn build_indexes(
+    conn: &mut Conn,
+    staging: &str,
+    indexes: &[(String, String)],
+) -> Result<(), mysql_async::Error> {
+    if indexes.is_empty() {
+        return Ok(());
+    }
+    let adds: Vec<String> = indexes.iter().map(|(_, d)| format!("ADD {d}")).collect();
+    conn.query_drop(format!(
+        "ALTER TABLE {} {}",
+        quote_ident(staging),
+        adds.join(", ")
+    ))
+    .await
+}
+
+/// A finished staging table's record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub staging: String,
+    pub job: i64,
+    pub parent: String,
+    pub part: String,
+    pub bound: String,
+    pub chunks: Vec<ChunkRecord>,
+    /// Its exchange began: settle it before anything else.
+    pub switching: bool,
+}
+
+fn chunks_text(chunks: &[ChunkRecord]) -> String {
+    chunks
+        .iter()
+        .map(|c| {
+            let end = c.end.map_or("-".to_string(), |e| e.to_string());
+            format!("{} {} {end} {}", c.file, c.start, c.rows)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn parse_chunks(text: &str) -> Option<Vec<ChunkRecord>> {
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let mut f = l.split(' ');
+            let file = f.next()?.parse().ok()?;
+            let start = f.next()?.parse().ok()?;
+            let end = match f.next()? {
+                "-" => None,
+                e => Some(e.parse().ok()?),
+            };
+            let rows = f.next()?.parse().ok()?;
+            Some(ChunkRecord {
+                file,
+                start,
+                end,
+                rows,
+            })
+        })
+        .collect()
+}
+
+/// Writes a finished staging table's record (it commits on its own: the table's rows and
+/// indexes are in before it).
+pub async fn record(conn: &mut Conn, r: &Record) -> Result<(), mysql_async::Error> {
+    conn.exec_drop(
+        "INSERT INTO sluice_ledger_staged (staging, job, parent, part, bound, chunks) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            &r.staging,
+            r.job,
+            &r.parent,
+            &r.part,
+            &r.bound,
+            chunks_text(&r.chunks),
+        ),
+    )
+    .await
+}
+
+async fn records(conn: &mut Conn) -> Result<Vec<Record>, mysql_async::Error> {
+    type Row = (String, i64, String, String, String, String, bool);
+    let rows: Vec<Row> = conn
+        .query(
+            "SELECT staging, job, parent, part, bound, chunks, switching \
+             FROM sluice_ledger_staged ORDER BY staging",
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Record {
+            // A record whose chunks do not read back holds none this run can reuse.
+            chunks: parse_chunks(&r.5).unwrap_or_default(),
+            staging: r.0,
+            job: r.1,
+            parent: r.2,
+            part: r.3,
+            bound: r.4,
+            switching: r.6,
+        })
+        .collect())
+}
+
+/// What readying the staging area found.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub dropped: Vec<String>,
+    pub waiting: Vec<String>,
+    /// This job's finished staging tables.
+    pub candidates: Vec<Record>,
+    /// Exchanges an earlier run made and did not record, recorded now.
+    pub settled: Vec<String>,
+}
+
+/// Whether job `job`'s lock is held by another connection than this one: a load runs it.
+async fn runs_elsewhere(conn: &mut Conn, job: i64) -> Result<bool, mysql_async::Error> {
+    let other: Option<i64> = conn
+        .exec_first(
+            format!(
+                "SELECT COALESCE(IS_USED_LOCK({0}) <> CONNECTION_ID(), 0)",
+                crate::ledger::LOCK_NAME
+            ),
+            (job,),
+        )
+        .await?;
+    Ok(other == Some(1))
+}
+
+async fn resumable(conn: &mut Conn, job: i64) -> Result<bool, mysql_async::Error> {
+    let state: Option<String> = conn
+        .exec_first("SELECT state FROM sluice_ledger_jobs WHERE id = ?", (job,))
+        .await?;
+    Ok(state
+        .and_then(|s| JobState::parse(&s))
+        .is_some_and(JobState::resumable))
+}
+
+/// Before a load of `job`: settles exchanges cut off halfway, drops what dead loads left
+/// (staging tables without a record, of no running job; finished ones of a job that cannot
+/// be resumed), and returns this job's finished staging tables.
+pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_async::Error> {
+    conn.query_drop(CREATE_RECORDS).await?;
+    let tables: Vec<String> = conn
+        .query(format!(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME LIKE '{}%' ESCAPE '!'",
+            PREFIX.replace('_', "!_")
+        ))
+        .await?;
+    let mut found = Found::default();
+    let mut recorded = Vec::new();
+    for r in records(conn).await? {
+        recorded.push(r.staging.clone());
+        let mine = Some(r.job) == job;
+        if !mine && runs_elsewhere(conn, r.job).await? {
+            found
+                .waiting
+                .push(format!("{} (job {}, running)", r.staging, r.job));
+            continue;
+        }
+        let exists = tables.contains(&r.staging);
+        if r.switching && settle(conn, &r, exists).await? {
+            found.settled.push(r.staging.clone());
+            continue;
+        }
+        if !exists {
+            forget(conn, &r.staging).await?;
+        } else if mine {
+            found.candidates.push(r);
+        } else if resumable(conn, r.job).await? {
+            found.waiting.push(format!("{} (job {})", r.staging, r.job));
+        } else {
+            drop_staging(conn, &r.staging).await?;
+            found.dropped.push(format!(
+                "{} (job {}, which cannot be resumed)",
+                r.staging, r.job
+            ));
+        }
+    }
+    for t in tables.iter().filter(|t| !recorded.contains(t)) {
+        let running = match job_of(t) {
+            Some(j) if Some(j) != job => runs_elsewhere(conn, j).await?,
+            _ => false,
+        };
+        if !running {
+            drop_staging(conn, t).await?;
+            found
+                .dropped
+                .push(format!("{t} (left unfinished by a load that stopped)"));
+        }
+    }
+    Ok(found)
+}
+
+/// Settles the exchanges job `job`'s last run began and did not record (run under the job's
+/// lock, before the job's chunks are read: a settled exchange's chunks are then done).
+/// Returns the staging tables whose exchange had happened.
+pub async fn settle_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
+    let kept: Option<i64> = conn
+        .query_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = 'sluice_ledger_staged'",
+        )
+        .await?;
+    if kept != Some(1) {
+        return Ok(Vec::new());
+    }
+    let mut settled = Vec::new();
+    for r in records(conn).await? {
+        if r.job != job || !r.switching {
+            continue;
+        }
+        let exists: Option<i64> = conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+                 AND TABLE_NAME = ?",
+                (&r.staging,),
+            )
+            .await?;
+        if settle(conn, &r, exists == Some(1)).await? {
+            settled.push(r.staging);
+        }
+    }
+    Ok(settled)
+}
+
+/// Drops job `job`'s staging tables and their records (the job is forgotten).
+pub async fn drop_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
+    let tables: Vec<String> = conn
+        .query(format!(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME LIKE '{}j{job}!_%' ESCAPE '!'",
+            PREFIX.replace('_', "!_")
+        ))
+        .await?;
+    let mut dropped = Vec::new();
+    for t in tables.into_iter().filter(|t| job_of(t) == Some(job)) {
+        drop_table(conn, &t).await?;
+        dropped.push(t);
+    }
+    let kept: Option<i64> = conn
+        .query_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = 'sluice_ledger_staged'",
+        )
+        .await?;
+    if kept == Some(1) {
+        conn.exec_drop("DELETE FROM sluice_ledger_staged WHERE job = ?", (job,))
+            .await?;
+    }
+    Ok(dropped)
+}
+
+async fn drop_table(conn: &mut Conn, name: &str) -> Result<(), mysql_async::Error> {
+    conn.query_drop(format!("DROP TABLE IF EXISTS {}", quote_ident(name)))
+        .await
+}
+
+/// Settles record `r`, whose exchange began: whether it happened (then its chunks are
+/// recorded now) or not (it waits to be published again).
+async fn settle(conn: &mut Conn, r: &Record, exists: bool) -> Result<bool, mysql_async::Error> {
+    let staged_rows = match exists {
+        true => {
+            let any: Option<i64> = conn
+                .query_first(format!(
+                    "SELECT EXISTS (SELECT 1 FROM {})",
+                    quote_ident(&r.staging)
+                ))
+                .await?;
+            any == Some(1)
+        }
+        false => false,
+    };
+    let parent_rows = partition_has_rows_here(conn, &r.parent, &r.part).await?;
+    if staged_rows || !parent_rows {
+        conn.exec_drop(
+            "UPDATE sluice_ledger_staged SET switching = FALSE WHERE staging = ?",
+            (&r.staging,),
+        )
+        .await?;
+        return Ok(false);
+    }
+    switched(conn, r.job, &r.staging, &r.chunks).await?;
+    Ok(true)
+}
+
+async fn partition_has_rows_here(
+    conn: &mut Conn,
+    parent: &str,
+    part: &str,
+) -> Result<bool, mysql_async::Error> {
+    let db: Option<String> = conn.query_first("SELECT DATABASE()").await?;
+    partition_has_rows(conn, &db.unwrap_or_default(), parent, part).await
+}
+
+/// After the exchange: the chunks' ledger rows and the record's end in one transaction, then
+/// the staging table (the empty partition now) dropped.
+async fn switched(
+    conn: &mut Conn,
+    job: i64,
+    staging: &str,
+    chunks: &[ChunkRecord],
+) -> Result<(), mysql_async::Error> {
+    conn.query_drop("START TRANSACTION").await?;
+    let r = async {
+        crate::ledger::record(conn, job, chunks).await?;
+        forget(conn, staging).await
+    }
+    .await;
+    end_transaction(conn, r).await?;
+    conn.query_drop(format!("DROP TABLE IF EXISTS {}", quote_ident(staging)))
+        .await
+}
+
+/// Ends the transaction `r` was the work of: committed if it succeeded, else rolled back.
+async fn end_transaction(
+    conn: &mut Conn,
+    r: Result<(), mysql_async::Error>,
+) -> Result<(), mysql_async::Error> {
+    match r {
+        Ok(()) => conn.query_drop("COMMIT").await,
+        Err(e) => {
+            let _ = conn.query_drop("ROLLBACK").await;
+            Err(e)
+        }
+    }
+}
+
+/// Drops a staging table and its record.
+pub async fn drop_staging(conn: &mut Conn, staging: &str) -> Result<(), mysql_async::Error> {
+    drop_table(conn, staging).await?;
+    forget(conn, staging).await
+}
+
+async fn forget(conn: &mut Conn, staging: &str) -> Result<(), mysql_async::Error> {
+    conn.exec_drop(
+        "DELETE FROM sluice_ledger_staged WHERE staging = ?",
+        (staging,),
+    )
+    .await
+}
+
+/// Whether staging table `staging` still has the structure of `parent`'s partitions: the same
+/// columns and the same indexes (the exchange refuses any difference).
+pub async fn still_fits(
+    conn: &mut Conn,
+    staging: &str,
+    parent: &str,
+) -> Result<bool, mysql_async::Error> {
+    let shape = |t: &str| {
+        format!(
+            "SELECT CONCAT_WS('|', (SELECT GROUP_CONCAT(COLUMN_NAME, ' ', COLUMN_TYPE, ' ', \
+             IS_NULLABLE, ' ', IFNULL(COLLATION_NAME, '') ORDER BY ORDINAL_POSITION) \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = \
+             '{t}'), (SELECT GROUP_CONCAT(INDEX_NAME, ' ', NON_UNIQUE, ' ', COLUMN_NAME, ' ', \
+             IFNULL(SUB_PART, '') ORDER BY INDEX_NAME, SEQ_IN_INDEX) FROM \
+             information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = \
+             '{t}'))",
+            t = t.replace('\'', "''").replace('\\', "\\\\")
+        )
+    };
+    let a: Option<Option<String>> = conn.query_first(shape(staging)).await?;
+    let b: Option<Option<String>> = conn.query_first(shape(parent)).await?;
+    Ok(a.as_ref().is_some_and(|a| a.is_some()) && a == b)
+}
+
+/// What one exchange step did.
+#[derive(Debug, Default)]
+pub struct Exchanged {
+    pub attempts: u32,
+    /// The partition had rows: the staging table's rows were appended instead.
+    pub appended: bool,
+}
+
+/// Publishes staging table `r.staging` into its partition (see the module doc), waiting at
+/// most `wait` for each lock, [`EXCHANGE_ATTEMPTS`] times.
+pub async fn exchange(
+    conn: &mut Conn,
+    r: &Record,
+    wait: Duration,
+) -> Result<Exchanged, mysql_async::Error> {
+    let parent = quote_ident(&r.parent);
+    let staging = quote_ident(&r.staging);
+    let seconds = wait.as_secs().max(1);
+    conn.query_drop(format!(
+        "SET SESSION lock_wait_timeout = {seconds}, SESSION innodb_lock_wait_timeout = {seconds}"
+    ))
+    .await?;
+    if partition_has_rows_here(conn, &r.parent, &r.part).await? {
+        let (job, chunks) = (r.job, r.chunks.as_slice());
+        let sql = format!("INSERT INTO {parent} SELECT * FROM {staging}");
+        conn.query_drop("START TRANSACTION").await?;
+        let done = async {
+            conn.query_drop(sql).await?;
+            crate::ledger::record(conn, job, chunks).await?;
+            forget(conn, &r.staging).await
+        }
+        .await;
+        end_transaction(conn, done).await?;
+        conn.query_drop(format!("DROP TABLE IF EXISTS {staging}"))
+            .await?;
+        return Ok(Exchanged {
+            attempts: 1,
+            appended: true,
+        });
+    }
+    conn.exec_drop(
+        "UPDATE sluice_ledger_staged SET switching = TRUE WHERE staging = ?",
+        (&r.staging,),
+    )
+    .await?;
+    let sql = format!(
+        "ALTER TABLE {parent} EXCHANGE PARTITION {} WITH TABLE {staging}",
+        quote_ident(&r.part)
+    );
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match conn.query_drop(&sql).await {
+            Ok(()) => break,
+            Err(mysql_async::Error::Server(e))
+                if e.code == 1205 && attempts < EXCHANGE_ATTEMPTS =>
+            {
+                tokio::time::sleep(Duration::from_millis(200 << attempts)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    switched(conn, r.job, &r.staging, &r.chunks).await?;
+    Ok(Exchanged {
+        attempts,
+        appended: false,
+    })
+}
+
+/// `ANALYZE TABLE` of each parent, one at a time.
+pub async fn analyze(conn: &mut Conn, parents: &[String]) -> Result<(), mysql_async::Error> {
+    for p in parents {
+        let _: Vec<mysql_async::Row> = conn.query(format!("ANALYZE TABLE {p}")).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, method: &str, expr: &str, desc: &str) -> PartRow {
+        (
+            Some(name.into()),
+            None,
+            Some(method.into()),
+            Some(expr.into()),
+            Some(desc.into()),
+        )
+    }
+
+    #[test]
+    fn range_partitions_read_as_the_catalog_prints_them() {
+        let rows = [
+            row("p0", "RANGE", "`k`", "100"),
+            row("p1", "RANGE", "`k`", "200"),
+            row("p2", "RANGE", "`k`", "MAXVALUE"),
+        ];
+        let l = layout(&rows).unwrap().unwrap();
+        assert_eq!(l.column, "k");
+        let bounds: Vec<KeyBound> = l.parts.iter().map(|p| p.2.clone()).collect();
+        assert_eq!(
+            bounds,
+            [
+                KeyBound::Range {
+                    lower: None,
+                    upper: Some(100)
+                },
+                KeyBound::Range {
+                    lower: Some(100),
+                    upper: Some(200)
+                },
+                KeyBound::Range {
+                    lower: Some(200),
+                    upper: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn what_sluice_cannot_stage_says_why() {
+        assert_eq!(layout(&[(None, None, None, None, None)]), Ok(None));
+        let hash = [row("p0", "HASH", "`k`", "")];
+        assert!(layout(&hash).unwrap_err().contains("HASH"));
+        let expr = [row("p0", "RANGE", "year(`d`)", "2000")];
+        assert!(layout(&expr).unwrap_err().contains("expression"));
+        let default = [row("p0", "LIST", "`k`", "DEFAULT")];
+        assert!(layout(&default).unwrap_err().contains("DEFAULT"));
+        let mut sub = row("p0", "RANGE", "`k`", "10");
+        sub.1 = Some("sp0".into());
+        assert!(layout(&[sub]).unwrap_err().contains("subpartitioned"));
+    }
+
+    #[test]
+    fn list_partitions_and_their_null() {
+        let l = layout(&[row("p0", "LIST", "`k`", "1,2,NULL")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            l.parts[0].2,
+            KeyBound::List {
+                values: vec![1, 2],
+                null: true
+            }
+        );
+    }
+
+    #[test]
+    fn checks_hold_a_staging_table_to_its_partition() {
+        let r = |lower, upper| KeyBound::Range { lower, upper };
+        assert_eq!(
+            bound_check("k", &r(None, Some(100))),
+            "`k` IS NULL OR `k` < 100"
+        );
+        assert_eq!(
+            bound_check("k", &r(Some(100), Some(200))),
+            "`k` >= 100 AND `k` < 200"
+        );
+        assert_eq!(bound_check("k", &r(Some(200), None)), "`k` >= 200");
+        let list = KeyBound::List {
+            values: vec![3, 4],
+            null: false,
+        };
+        assert_eq!(bound_check("k", &list), "`k` IN (3, 4)");
+    }
+
+    #[test]
+    fn index_lines_are_the_servers_own() {
+        let ddl = "CREATE TABLE `s` (\n  `k` int(11) NOT NULL,\n  `v` varchar(10),\n  \
+                   PRIMARY KEY (`k`),\n  KEY `iv` (`v`),\n  UNIQUE KEY `u` (`v`,`k`) COMMENT 'x',\n  \
+                   FULLTEXT KEY `f` (`v`)\n) ENGINE=InnoDB";
+        assert_eq!(
+            index_lines(ddl),
+            [
+                ("iv".to_string(), "KEY `iv` (`v`)".to_string()),
+                (
+                    "u".to_string(),
+                    "UNIQUE KEY `u` (`v`,`k`) COMMENT 'x'".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_records_chunks_read_back() {
+        let chunks = vec![
+            ChunkRecord {
+                file: 0,
+                start: 0,
+                end: Some(10),
+                rows: 3,
+            },
+            ChunkRecord {
+                file: 2,
+                start: 10,
+                end: None,
+                rows: 7,
+            },
+        ];
+        assert_eq!(parse_chunks(&chunks_text(&chunks)), Some(chunks));
+        assert_eq!(job_of(&staging_name(42, 7, 3)), Some(42));
+    }
+}

@@ -1,0 +1,423 @@
+//! MariaDB as a [`Staging`] destination: the engine's `stage` strategy, with each staging
+//! table exchanged into its partition as a durable step of its own
+//! ([`PublishModel::PerPartition`](sluice_core::destination::PublishModel)), since MariaDB's
+//! DDL commits on its own. What each step does in SQL, and why it survives a kill, is in
+//! `stage.rs`; this file keeps the load's side: which partitions the tables have, the
+//! staging table each stream fills, and the finished ones waiting for the publish.
+//!
+//! A staging table is named for its job, and found again by it: the engine stages on MariaDB
+//! only a load that keeps a ledger (a publish cut off between two exchanges is finished by the
+//! next run of the same job, which needs the job).
+
+use crate::destination::{MariaDbDestination, MariaDbStream};
+use crate::stage::{self, PartitionDetail, Record, TablePartitions};
+use sluice_core::destination::{
+    DestinationError, ErrorKind, Leftover, Partitioning, PreparedStaging, PublishTimes, StageTimes,
+    Staging,
+};
+use sluice_core::ledger::ChunkRecord;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The staging table a stream is filling.
+pub(crate) struct InProgress {
+    /// The load's table it stands in for a partition of.
+    pub table: usize,
+    pub staging: String,
+    partition: PartitionDetail,
+    /// The parent's secondary indexes, built after the rows.
+    indexes: Vec<(String, String)>,
+}
+
+/// What staging keeps for the load.
+pub struct StagingState {
+    /// Each table's partitions, read once.
+    partitions: Mutex<Vec<Option<TablePartitions>>>,
+    /// The job the load's staging tables belong to.
+    job: Mutex<Option<i64>>,
+    /// This run's number in its staging tables' names (a rerun of the job must not reuse a
+    /// leftover's name), and the next table's.
+    run: u32,
+    seq: AtomicU32,
+    lock_wait: Mutex<Duration>,
+    /// The leftovers offered to the engine, until it says which it keeps.
+    offered: Mutex<Vec<Record>>,
+    /// Finished staging tables, this run's and kept leftovers, waiting for the publish.
+    finished: Mutex<Vec<Record>>,
+    /// Parents that got a partition, for their statistics.
+    parents: Mutex<Vec<String>>,
+}
+
+impl Default for StagingState {
+    fn default() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        StagingState {
+            partitions: Mutex::new(Vec::new()),
+            job: Mutex::new(None),
+            run: nanos ^ std::process::id().rotate_left(16),
+            seq: AtomicU32::new(0),
+            lock_wait: Mutex::new(stage::DEFAULT_LOCK_WAIT),
+            offered: Mutex::new(Vec::new()),
+            finished: Mutex::new(Vec::new()),
+            parents: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl StagingState {
+    /// Forgets the partitions read for another set of tables.
+    pub(crate) fn reset(&self, tables: usize) {
+        *lock(&self.partitions) = vec![None; tables];
+    }
+}
+
+fn not_staging(what: &str) -> DestinationError {
+    DestinationError::new(
+        ErrorKind::Other,
+        format!("{what}: no staging table in progress"),
+    )
+}
+
+impl MariaDbDestination {
+    fn partition_detail(
+        &self,
+        table: usize,
+        partition: usize,
+    ) -> Option<(String, PartitionDetail)> {
+        let parts = lock(&self.staging.partitions);
+        let t = parts.get(table)?.as_ref()?;
+        Some((t.column.clone(), t.details.get(partition)?.clone()))
+    }
+
+    /// Where leftover `r` stands in the load's tables: its table and partition, as they are
+    /// now.
+    fn place_of(&self, r: &Record) -> Option<(usize, usize)> {
+        let t = self.tables.iter().position(|t| t.table.name == r.parent)?;
+        self.partitioning(t).ok()?;
+        let parts = lock(&self.staging.partitions);
+        let p = parts[t]
+            .as_ref()?
+            .details
+            .iter()
+            .position(|d| d.name == r.part && d.description == r.bound)?;
+        Some((t, p))
+    }
+
+    fn drop_staging(&self, names: &[String]) -> Result<(), DestinationError> {
+        self.on_own(|rt, c| {
+            for n in names {
+                rt.block_on(stage::drop_staging(c, n))
+                    .map_err(|e| self.db_error(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn on_stream<T>(
+        &self,
+        stream: &mut MariaDbStream<'_>,
+        f: impl AsyncOnConn<T>,
+    ) -> Result<T, DestinationError> {
+        let n = stream.n;
+        let conn = stream
+            .stream
+            .connection()
+            .map_err(|e| self.stream_error(n, e))?;
+        self.rt.block_on(f.run(conn)).map_err(|e| self.db_error(e))
+    }
+}
+
+/// An async step on a connection (a closure cannot return a future that borrows its argument).
+trait AsyncOnConn<T> {
+    async fn run(self, conn: &mut mysql_async::Conn) -> Result<T, mysql_async::Error>;
+}
+
+/// Creates a staging table.
+struct Create<'a> {
+    parent: &'a str,
+    staging: &'a str,
+    check: &'a str,
+}
+
+impl AsyncOnConn<Vec<(String, String)>> for Create<'_> {
+    async fn run(
+        self,
+        conn: &mut mysql_async::Conn,
+    ) -> Result<Vec<(String, String)>, mysql_async::Error> {
+        use mysql_async::prelude::Queryable;
+        let indexes = stage::create_staging(conn, self.parent, self.staging, self.check).await?;
+        conn.query_drop("START TRANSACTION").await?;
+        Ok(indexes)
+    }
+}
+
+/// Commits a staging table's rows, builds its indexes and writes its record.
+struct Finish<'a> {
+    record: &'a Record,
+    indexes: &'a [(String, String)],
+}
+
+impl AsyncOnConn<Duration> for Finish<'_> {
+    async fn run(self, conn: &mut mysql_async::Conn) -> Result<Duration, mysql_async::Error> {
+        use mysql_async::prelude::Queryable;
+        conn.query_drop("COMMIT").await?;
+        let started = Instant::now();
+        stage::build_indexes(conn, &self.record.staging, self.indexes).await?;
+        let built = started.elapsed();
+        stage::record(conn, self.record).await?;
+        Ok(built)
+    }
+}
+
+/// Rolls a staging table back and drops it.
+struct Abandon<'a> {
+    staging: &'a str,
+}
+
+impl AsyncOnConn<()> for Abandon<'_> {
+    async fn run(self, conn: &mut mysql_async::Conn) -> Result<(), mysql_async::Error> {
+        use mysql_async::prelude::Queryable;
+        conn.query_drop("ROLLBACK").await?;
+        stage::drop_staging(conn, self.staging).await
+    }
+}
+
+impl Staging for MariaDbDestination {
+    fn set_lock_wait(&mut self, wait: Duration) {
+        *lock(&self.staging.lock_wait) = wait;
+    }
+
+    fn prepare_staging(&self, job: Option<i64>) -> Result<PreparedStaging, DestinationError> {
+        let found = self.on_own(|rt, c| {
+            rt.block_on(stage::prepare(c, job))
+                .map_err(|e| self.db_error(e))
+        })?;
+        *lock(&self.staging.job) = job;
+        let mut prepared = PreparedStaging {
+            dropped: found.dropped,
+            waiting: found.waiting,
+            leftovers: Vec::new(),
+        };
+        let mut unfit = Vec::new();
+        for r in found.candidates {
+            let Some((table, partition)) = self.place_of(&r) else {
+                unfit.push((r.staging, "its partition is gone, or has other bounds"));
+                continue;
+            };
+            let parent = r.parent.clone();
+            let fits = self.on_own(|rt, c| {
+                rt.block_on(stage::still_fits(c, &r.staging, &parent))
+                    .map_err(|e| self.db_error(e))
+            })?;
+            if !fits {
+                unfit.push((r.staging, "the table's columns or indexes changed since"));
+                continue;
+            }
+            prepared.leftovers.push(Leftover {
+                id: r.staging.clone(),
+                table,
+                partition,
+                chunks: r.chunks.clone(),
+            });
+            lock(&self.staging.offered).push(r);
+        }
+        let names: Vec<String> = unfit.iter().map(|(n, _)| n.clone()).collect();
+        self.drop_staging(&names)?;
+        prepared.dropped.extend(
+            unfit
+                .into_iter()
+                .map(|(n, why)| format!("{n} (this job's, but {why})")),
+        );
+        Ok(prepared)
+    }
+
+    fn reuse_staging(&self, keep: &[String]) -> Result<(), DestinationError> {
+        let (kept, other): (Vec<Record>, Vec<Record>) =
+            std::mem::take(&mut *lock(&self.staging.offered))
+                .into_iter()
+                .partition(|r| keep.contains(&r.staging));
+        lock(&self.staging.finished).extend(kept);
+        let names: Vec<String> = other.into_iter().map(|r| r.staging).collect();
+        self.drop_staging(&names)
+    }
+
+    fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
+        if let Some(Some(p)) = lock(&self.staging.partitions).get(table) {
+            return Ok(p.partitioning.clone());
+        }
+        let t = &self.tables[table].table;
+        let (schema, name) = (t.schema.clone(), t.name.clone());
+        let p = self.on_own(|rt, c| {
+            rt.block_on(stage::describe_partitions(c, &schema, &name))
+                .map_err(|e| self.db_error(e))
+        })?;
+        let partitioning = p.partitioning.clone();
+        if let Some(slot) = lock(&self.staging.partitions).get_mut(table) {
+            *slot = Some(p);
+        }
+        Ok(partitioning)
+    }
+
+    fn begin_stage(
+        &self,
+        stream: &mut MariaDbStream<'_>,
+        table: usize,
+        partition: usize,
+    ) -> Result<(), DestinationError> {
+        let (column, detail) = self
+            .partition_detail(table, partition)
+            .ok_or_else(|| not_staging("staging before asking for partitions"))?;
+        let job = lock(&self.staging.job).ok_or_else(|| {
+            DestinationError::new(
+                ErrorKind::Usage,
+                "staging on MariaDB needs the load's ledger (its job names the staging tables)",
+            )
+        })?;
+        let seq = self.staging.seq.fetch_add(1, Ordering::Relaxed);
+        let staging = stage::staging_name(job, self.staging.run, seq);
+        let n = stream.n;
+        self.rt
+            .block_on(stream.stream.leave_transaction())
+            .map_err(|e| self.stream_error(n, e))?;
+        let parent = self.tables[table].table.qualified();
+        let check = stage::bound_check(&column, &detail.range.bound);
+        let indexes = self.on_stream(
+            stream,
+            Create {
+                parent: &parent,
+                staging: &staging,
+                check: &check,
+            },
+        )?;
+        stream.stage = Some(InProgress {
+            table,
+            staging,
+            partition: detail,
+            indexes,
+        });
+        Ok(())
+    }
+
+    fn finish_stage(
+        &self,
+        stream: &mut MariaDbStream<'_>,
+        job: Option<i64>,
+        chunks: &[ChunkRecord],
+    ) -> Result<StageTimes, DestinationError> {
+        let staged = stream
+            .stage
+            .take()
+            .ok_or_else(|| not_staging("finishing a staging table"))?;
+        let record = Record {
+            staging: staged.staging.clone(),
+            job: job.or(*lock(&self.staging.job)).unwrap_or_default(),
+            parent: self.tables[staged.table].table.name.clone(),
+            part: staged.partition.name.clone(),
+            bound: staged.partition.description.clone(),
+            chunks: chunks.to_vec(),
+            switching: false,
+        };
+        let index = self.on_stream(
+            stream,
+            Finish {
+                record: &record,
+                indexes: &staged.indexes,
+            },
+        )?;
+        lock(&self.staging.finished).push(record);
+        Ok(StageTimes {
+            table: staged.staging,
+            index,
+            analyze: Duration::ZERO,
+        })
+    }
+
+    fn abandon_stage(&self, stream: &mut MariaDbStream<'_>) -> Result<(), DestinationError> {
+        let Some(staged) = stream.stage.take() else {
+            return Ok(());
+        };
+        self.on_stream(
+            stream,
+            Abandon {
+                staging: &staged.staging,
+            },
+        )
+    }
+
+    /// Warning 4025 names the CHECK a row failed: the staging table's own is the partition's
+    /// bound.
+    fn outside_partition(&self, e: &DestinationError) -> bool {
+        e.message.contains(stage::BOUND_CHECK)
+    }
+
+    fn discard_staging(&self) -> Result<(), DestinationError> {
+        let names: Vec<String> = std::mem::take(&mut *lock(&self.staging.finished))
+            .into_iter()
+            .map(|r| r.staging)
+            .collect();
+        self.drop_staging(&names)
+    }
+
+    fn switch_one(
+        &self,
+        table: &str,
+        job: Option<i64>,
+        chunks: &[ChunkRecord],
+    ) -> Result<PublishTimes, DestinationError> {
+        let record = lock(&self.staging.finished)
+            .iter()
+            .find(|r| r.staging == table)
+            .cloned()
+            .ok_or_else(|| not_staging("publishing"))?;
+        let record = Record {
+            job: job.unwrap_or(record.job),
+            chunks: chunks.to_vec(),
+            ..record
+        };
+        let wait = *lock(&self.staging.lock_wait);
+        let started = Instant::now();
+        let done = self.on_own(|rt, c| {
+            rt.block_on(stage::exchange(c, &record, wait))
+                .map_err(|e| self.db_error(e))
+        })?;
+        lock(&self.staging.finished).retain(|r| r.staging != table);
+        let parent = crate::catalog::quote_ident(&record.parent);
+        let mut parents = lock(&self.staging.parents);
+        if !parents.contains(&parent) {
+            parents.push(parent);
+        }
+        Ok(PublishTimes {
+            publish: started.elapsed(),
+            analyze: Duration::ZERO,
+            attempts: done.attempts,
+            appended: match done.appended {
+                true => vec![format!("{}.{}", record.parent, record.part)],
+                false => Vec::new(),
+            },
+        })
+    }
+
+    fn switch_in(&self, _stream: &mut MariaDbStream<'_>) -> Result<PublishTimes, DestinationError> {
+        Err(DestinationError::new(
+            ErrorKind::Usage,
+            "MariaDB publishes one partition at a time (EXCHANGE PARTITION commits on its own)",
+        ))
+    }
+
+    fn gather_statistics(&self, _parallel: usize) -> Duration {
+        let parents = std::mem::take(&mut *lock(&self.staging.parents));
+        let started = Instant::now();
+        let _ = self.on_own(|rt, c| {
+            rt.block_on(stage::analyze(c, &parents))
+                .map_err(|e| self.db_error(e))
+        });
+        started.elapsed()
+    }
+}
