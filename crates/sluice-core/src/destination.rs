@@ -727,6 +727,12 @@ pub trait Staging: Destination {
     /// After the publish committed: gathers the parents' statistics, `parallel` at a time. A
     /// failure here is the destination's to report as a warning: the data is in.
     fn gather_statistics(&self, parallel: usize) -> std::time::Duration;
+
+    /// Why `--strategy auto` loads table `table` directly although it could stage it (staging
+    /// measured slower there on this destination), if so; `--strategy stage` stages it anyway.
+    fn auto_loads_directly(&self, _table: usize) -> Option<String> {
+        None
+    }
 }
 
 /// Converts one table's records, with the destination's rules, into its load format.

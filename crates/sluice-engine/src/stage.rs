@@ -1008,11 +1008,17 @@ impl Stage {
             temp_dir,
         } = opts;
         let mut partitionings = partitionings(plan, dest)?;
-        if let Some(why) = per_partition_without_job(dest, job) {
-            for p in partitionings.iter_mut() {
-                if matches!(p, Partitioning::IntegerKey { .. }) {
-                    *p = Partitioning::Unroutable(why.into());
-                }
+        let no_job = per_partition_without_job(dest, job);
+        for (t, p) in partitionings.iter_mut().enumerate() {
+            if !matches!(p, Partitioning::IntegerKey { .. }) {
+                continue;
+            }
+            let chosen = match mode {
+                Mode::Auto => dest.auto_loads_directly(t),
+                Mode::Required => None,
+            };
+            if let Some(why) = no_job.map(str::to_string).or(chosen) {
+                *p = Partitioning::Unroutable(why);
             }
         }
         // The staging area is readied when a table could use it.

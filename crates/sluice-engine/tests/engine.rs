@@ -543,6 +543,36 @@ fn a_publish_per_partition_needs_the_ledger() {
     assert_eq!(store.staging_tables(), 0);
 }
 
+/// A destination where staging a table measured slower than loading it directly: `auto` loads
+/// it directly and says why; `--strategy stage` still stages it.
+#[test]
+fn auto_loads_directly_where_the_destination_measured_staging_slower() {
+    let inputs = Inputs::new("auto_direct");
+    let (store, mut s) = partitioned(&inputs);
+    let load = |s: &LoadSpec| {
+        let host = Listener::default();
+        let mut dest = Memory::connect(&store);
+        dest.auto_direct = Some("staging measured slower here".into());
+        let report = sluice_engine::load::load_staging(s, &mut dest, &host).unwrap();
+        (report, host)
+    };
+    s.strategy = sluice_engine::spec::StrategyChoice::Auto;
+    let (report, _) = load(&s);
+    assert_eq!(report.strategy, "direct");
+    assert!(!report.fallbacks.is_empty());
+    assert!(report
+        .fallbacks
+        .iter()
+        .all(|f| f.reason.contains("staging measured slower here")));
+    every_key_once(&store, 6000);
+    store.truncate("p");
+    s.strategy = sluice_engine::spec::StrategyChoice::Stage;
+    s.restart = true;
+    let (report, _) = load(&s);
+    assert_eq!(report.strategy, "stage");
+    every_key_once(&store, 6000);
+}
+
 /// Files cut elsewhere than the partitions' bounds: their rows are routed to their partitions
 /// on the client and staged, every key once; a connection lost while a partition loads from
 /// the spill loads it again from the spill; a stop at each point of a routed load, then the

@@ -3,7 +3,8 @@
 //! A staging table is made by one stream, in the target's database, named for its job
 //! (`sluice_stage_j<job>_<run>_<n>`): `CREATE TABLE … LIKE` the parent, `REMOVE PARTITIONING`,
 //! its secondary indexes dropped (built again after the rows, as the record's loads did) and the
-//! partition's bound added as a CHECK named [`BOUND_CHECK`]. `LOAD DATA LOCAL` turns a row that
+//! partition's bound added as a CHECK named [`BOUND_CHECK`]. It fills on InnoDB's empty-table
+//! bulk path ([`begin_bulk`]). `LOAD DATA LOCAL` turns a row that
 //! fails the CHECK into warning 4025, which the stream's warning trap makes an error: the engine
 //! then stages that partition's other files again and loads the file in the publish. The rows
 //! commit, the indexes are built (`ALTER TABLE … ADD KEY`, the parent's own definitions, read
@@ -69,6 +70,9 @@ pub struct TablePartitions {
     /// The key column.
     pub column: String,
     pub details: Vec<PartitionDetail>,
+    /// Its secondary indexes (what a staged load builds after the rows, and a direct one keeps
+    /// up row by row).
+    pub secondary_indexes: u64,
 }
 
 impl TablePartitions {
@@ -77,6 +81,7 @@ impl TablePartitions {
             partitioning: Partitioning::Unroutable(why),
             column: String::new(),
             details: Vec::new(),
+            secondary_indexes: 0,
         }
     }
 }
@@ -115,6 +120,7 @@ pub async fn describe_partitions(
                 partitioning: Partitioning::None,
                 column: String::new(),
                 details: Vec::new(),
+                secondary_indexes: 0,
             })
         }
         Err(why) => return Ok(TablePartitions::unroutable(why)),
@@ -145,6 +151,13 @@ pub async fn describe_partitions(
             "it has triggers, which exchanging a partition would bypass".into(),
         ));
     }
+    let secondary: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME <> 'PRIMARY'",
+            (schema, table),
+        )
+        .await?;
     let mut details = Vec::with_capacity(layout.parts.len());
     for (name, description, bound) in layout.parts {
         let taken = partition_has_rows(conn, schema, table, &name).await?;
@@ -166,6 +179,7 @@ pub async fn describe_partitions(
         },
         column: layout.column,
         details,
+        secondary_indexes: secondary.unwrap_or(0).max(0) as u64,
     })
 }
 
@@ -271,34 +285,30 @@ async fn partition_has_rows(
 }
 
 /// The CHECK that holds a staging table's rows to `bound` of key `column`. A RANGE's first
-/// partition also holds NULL keys, as MariaDB puts them there.
+/// partition also holds NULL keys, as MariaDB puts them there; every other partition says
+/// `IS NOT NULL` outright, since a comparison with NULL passes a CHECK.
 pub fn bound_check(column: &str, bound: &KeyBound) -> String {
     let k = quote_ident(column);
     match bound {
         KeyBound::Range { lower, upper } => {
-            let mut terms = Vec::new();
-            if let Some(l) = lower {
-                terms.push(format!("{k} >= {l}"));
-            }
-            if let Some(u) = upper {
-                terms.push(format!("{k} < {u}"));
-            }
-            match (terms.is_empty(), lower.is_some()) {
-                (true, _) => "TRUE".into(),
-                (false, true) => terms.join(" AND "),
-                (false, false) => format!("{k} IS NULL OR {}", terms.join(" AND ")),
+            let upper = upper.map(|u| format!("{k} < {u}"));
+            match (lower, upper) {
+                (Some(l), Some(u)) => format!("{k} IS NOT NULL AND {k} >= {l} AND {u}"),
+                (Some(l), None) => format!("{k} IS NOT NULL AND {k} >= {l}"),
+                (None, Some(u)) => format!("{k} IS NULL OR {u}"),
+                (None, None) => "TRUE".into(),
             }
         }
         KeyBound::List { values, null } => {
             let list: Vec<String> = values.iter().map(i64::to_string).collect();
-            let mut s = match list.is_empty() {
+            let within = match list.is_empty() {
                 true => "FALSE".to_string(),
                 false => format!("{k} IN ({})", list.join(", ")),
             };
-            if *null {
-                s = format!("{k} IS NULL OR {s}");
+            match null {
+                true => format!("{k} IS NULL OR {within}"),
+                false => format!("{k} IS NOT NULL AND {within}"),
             }
-            s
         }
         KeyBound::Hash { .. } => "TRUE".into(),
     }
@@ -369,6 +379,19 @@ pub async fn create_staging(
     conn.query_drop(format!("ALTER TABLE {s} {}", changes.join(", ")))
         .await?;
     Ok(indexes)
+}
+
+/// Begins the transaction that fills a staging table just made, on InnoDB's empty-table bulk
+/// path: with `unique_checks` and `foreign_key_checks` off for the session, the first `LOAD
+/// DATA` into the empty table sorts each index's rows and writes whole pages (undo is one
+/// record, the table's lock is held to the commit: no other session touches a staging table).
+/// A duplicate key is not lost in silence under it: the statement gets warning 1062, which the
+/// warning trap makes an error (and the staging table is rolled back). The checks are off only
+/// on the staging connection, which loads nothing else.
+pub async fn begin_bulk(conn: &mut Conn) -> Result<(), mysql_async::Error> {
+    conn.query_drop("SET SESSION unique_checks = 0, SESSION foreign_key_checks = 0")
+        .await?;
+    conn.query_drop("START TRANSACTION").await
 }
 
 /// Builds `indexes` on staging table `staging`, in one statement.
@@ -734,6 +757,8 @@ pub async fn still_fits(
             t = t.replace('\'', "''").replace('\\', "\\\\")
         )
     };
+    conn.query_drop("SET SESSION group_concat_max_len = 16777216")
+        .await?;
     let a: Option<Option<String>> = conn.query_first(shape(staging)).await?;
     let b: Option<Option<String>> = conn.query_first(shape(parent)).await?;
     Ok(a.as_ref().is_some_and(|a| a.is_some()) && a == b)
@@ -796,7 +821,8 @@ pub async fn exchange(
             Err(mysql_async::Error::Server(e))
                 if e.code == 1205 && attempts < EXCHANGE_ATTEMPTS =>
             {
-                tokio::time::sleep(Duration::from_millis(200 << attempts)).await;
+                // A tenth of the wait, doubling, as the load's --help says.
+                tokio::time::sleep(wait / 10 * (1 << (attempts - 1))).await;
             }
             Err(e) => return Err(e),
         }
@@ -896,14 +922,17 @@ mod tests {
         );
         assert_eq!(
             bound_check("k", &r(Some(100), Some(200))),
-            "`k` >= 100 AND `k` < 200"
+            "`k` IS NOT NULL AND `k` >= 100 AND `k` < 200"
         );
-        assert_eq!(bound_check("k", &r(Some(200), None)), "`k` >= 200");
+        assert_eq!(
+            bound_check("k", &r(Some(200), None)),
+            "`k` IS NOT NULL AND `k` >= 200"
+        );
         let list = KeyBound::List {
             values: vec![3, 4],
             null: false,
         };
-        assert_eq!(bound_check("k", &list), "`k` IN (3, 4)");
+        assert_eq!(bound_check("k", &list), "`k` IS NOT NULL AND `k` IN (3, 4)");
     }
 
     #[test]

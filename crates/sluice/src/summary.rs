@@ -66,8 +66,13 @@ pub fn render(report: &Report) -> String {
             ));
         }
         if !t.server_converted_columns.is_empty() {
+            let how = match t.copy_format {
+                "text" => "loads through text COPY; the server converts",
+                // MariaDB's one format: the server checks what sluice does not.
+                _ => "goes as written; the server checks and converts",
+            };
             out.push_str(&format!(
-                "note: {} loads through text COPY; the server converts {}\n",
+                "note: {} {how} {}\n",
                 t.table,
                 t.server_converted_columns.join(", ")
             ));
@@ -129,12 +134,7 @@ pub fn render(report: &Report) -> String {
             ));
         }
     }
-    for f in &report.fallbacks {
-        out.push_str(&format!(
-            "direct: {} (table {}): {}\n",
-            f.file, f.table, f.reason
-        ));
-    }
+    out.push_str(&fallback_lines(&report.fallbacks));
     if let Some(w) = report.wal_bytes {
         out.push_str(&format!(
             "WAL written during the load: {}\n",
@@ -241,4 +241,59 @@ fn routed_line(r: &sluice_engine::route::RoutedSummary) -> String {
         sluice_engine::units::human_bytes(r.spill_bytes),
         r.spill_dir
     )
+}
+
+/// The inputs loaded directly, and why: one line per table and reason (a table of many files
+/// that all went direct for one reason says so once).
+fn fallback_lines(fallbacks: &[sluice_engine::stage::Fallback]) -> String {
+    let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    for f in fallbacks {
+        match groups
+            .iter_mut()
+            .find(|(t, r, _)| *t == f.table && *r == f.reason)
+        {
+            Some(g) => g.2.push(&f.file),
+            None => groups.push((&f.table, &f.reason, vec![&f.file])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(table, reason, files)| {
+            let which = match files.len() {
+                1 => files[0].to_string(),
+                n => format!("{} and {} more file(s)", files[0], n - 1),
+            };
+            format!("direct: {which} (table {table}): {reason}\n")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_engine::stage::Fallback;
+
+    fn fallback(file: &str, table: &str, reason: &str) -> Fallback {
+        Fallback {
+            file: file.into(),
+            table: table.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_tables_files_that_went_direct_for_one_reason_are_said_once() {
+        let lines = fallback_lines(&[
+            fallback("l.1.tbl", "lineitem", "measured slower"),
+            fallback("o.1.tbl", "orders", "measured slower"),
+            fallback("l.2.tbl", "lineitem", "measured slower"),
+            fallback("l.3.tbl", "lineitem", "it has triggers"),
+        ]);
+        assert_eq!(
+            lines,
+            "direct: l.1.tbl and 1 more file(s) (table lineitem): measured slower\n\
+             direct: o.1.tbl (table orders): measured slower\n\
+             direct: l.3.tbl (table lineitem): it has triggers\n"
+        );
+    }
 }

@@ -268,6 +268,8 @@ pub struct Memory {
     pub prepare_slots: u32,
     /// How it publishes staging tables.
     pub publish: PublishModel,
+    /// Why `--strategy auto` loads every table directly here, if it does.
+    pub auto_direct: Option<String>,
     /// The staging tables this process finished or took back, for the publish.
     finished: Mutex<Vec<String>>,
     /// The leftovers `prepare_staging` offered: those `reuse_staging` does not keep go.
@@ -283,6 +285,7 @@ impl Memory {
             tables: Vec::new(),
             prepare_slots: 0,
             publish: PublishModel::OneTransaction,
+            auto_direct: None,
             finished: Mutex::new(Vec::new()),
             offered: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -1100,5 +1103,9 @@ impl Staging for Memory {
 
     fn gather_statistics(&self, _parallel: usize) -> std::time::Duration {
         std::time::Duration::ZERO
+    }
+
+    fn auto_loads_directly(&self, _table: usize) -> Option<String> {
+        self.auto_direct.clone()
     }
 }

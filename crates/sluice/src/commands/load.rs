@@ -53,8 +53,8 @@ pub struct LoadArgs {
     /// Connection: a URI (postgresql://user@host:5432/db) or key=value string; libpq's PG*
     /// variables and ~/.pgpass fill the gaps. Without it, sluice's private cluster is used.
     /// mariadb://user@host:3306/db (or mysql://) loads into MariaDB, with ~/.my.cnf's [client]
-    /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps; not on MariaDB yet: the
-    /// stage strategy, --workers.
+    /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps; not on MariaDB yet:
+    /// --workers.
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
 
@@ -107,7 +107,11 @@ pub struct LoadArgs {
     /// summary says why. `auto`: stage where it applies (a table partitioned by one integer column,
     /// by ranges, lists or hash, into empty partitions), direct elsewhere. When a table's files cross its
     /// partitions' bounds (cut elsewhere, or unsorted), its rows are routed to their
-    /// partitions on the client, through a spill under --temp-dir.
+    /// partitions on the client, through a spill under --temp-dir. On MariaDB a staging table
+    /// fills on InnoDB's empty-table bulk path, and each is exchanged into its partition
+    /// (EXCHANGE PARTITION) as a step of its own: readers see the partitions appear one by
+    /// one, and a stop between two steps is finished by the same command (staging there
+    /// needs the resume ledger).
     #[arg(
         long,
         value_enum,
