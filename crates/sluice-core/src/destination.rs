@@ -719,9 +719,11 @@ pub trait Staging: Destination {
     }
 
     /// [`PublishModel::OneTransaction`]: in `stream`'s transaction (opened for the publish;
-    /// the caller commits it), switches every finished staging table in for its partition (or appends its rows, when the
-    /// partition has rows by then). The caller may load more rows into the parents in the
-    /// same transaction afterwards: rows that could not be staged.
+    /// the caller commits it), switches every finished staging table in for its partition (or
+    /// appends its rows, when the partition has rows by then). The caller may load more rows
+    /// into the parents in the same transaction afterwards: rows that could not be staged. A
+    /// [`PublishModel::PerPartition`] destination is asked for this too, when there are such
+    /// rows: it appends every staging table's rows, so that all appear at once or none.
     fn switch_in(&self, stream: &mut Self::Stream<'_>) -> Result<PublishTimes, DestinationError>;
 
     /// After the publish committed: gathers the parents' statistics, `parallel` at a time. A

@@ -1328,7 +1328,14 @@ impl<D: Staging> Strategy<D> for Stage {
         let deferred = lock(&self.deferred).clone();
         let staged = lock(&self.staged_inputs).iter().filter(|&&s| s).count();
         if staged > 0 || !deferred.is_empty() {
-            let model = dest.capabilities().publish;
+            // Rows loaded after a partition's own step could fail once others are visible:
+            // with any, every staging table goes in with them, in one transaction.
+            let model = match dest.capabilities().publish {
+                Some(PublishModel::PerPartition) if !deferred.is_empty() => {
+                    Some(PublishModel::OneTransaction)
+                }
+                m => m,
+            };
             host.event(Event::Info(format!(
                 "publishing the staging tables of {staged} input(s){} {}, then gathering the \
                  tables' statistics",
@@ -1337,16 +1344,19 @@ impl<D: Staging> Strategy<D> for Stage {
                 } else {
                     format!(" and {} chunk(s) that could not be staged", deferred.len())
                 },
-                match model {
-                    Some(PublishModel::PerPartition) => "one partition at a time",
+                match (model, dest.capabilities().publish) {
+                    (Some(PublishModel::PerPartition), _) => "one partition at a time",
+                    (_, Some(PublishModel::PerPartition)) => {
+                        "in one transaction, their rows appended rather than switched in one \
+                         partition at a time, so that they and the rows loaded after them \
+                         appear at once or not at all"
+                    }
                     _ => "in one transaction",
                 }
             )));
             let started = Instant::now();
             let switched = match model {
-                Some(PublishModel::PerPartition) => {
-                    self.publish_per_partition(dest, run, &deferred, host)?
-                }
+                Some(PublishModel::PerPartition) => self.publish_per_partition(dest, host)?,
                 _ => self.publish_at_once(dest, run, &deferred, host)?,
             };
             self.published.store(true, Ordering::SeqCst);
@@ -1406,14 +1416,12 @@ impl Stage {
     }
 
     /// One durable step per staging table, each recording its chunks as its switch happens
-    /// (readers may see the partitions appear one by one); then the rows that could not be
-    /// staged, in a transaction of their own. A failure part way leaves the steps taken: the
-    /// same command, run again, finishes the publish.
-    fn publish_per_partition<'s, D: Staging>(
+    /// (readers may see the partitions appear one by one). A failure part way leaves the
+    /// steps taken: the same command, run again, finishes the publish. (A load with rows that
+    /// could not be staged publishes at once instead: see [`Stage::publish`].)
+    fn publish_per_partition<D: Staging>(
         &self,
-        dest: &'s D,
-        run: &mut ChunkRunner<'_, 's, D>,
-        deferred: &[usize],
+        dest: &D,
         host: &dyn Host,
     ) -> Result<PublishTimes, Failure> {
         let finished = lock(&self.finished).clone();
@@ -1433,15 +1441,6 @@ impl Stage {
             times.attempts = times.attempts.max(step.attempts);
             times.appended.extend(step.appended);
             host.event(Event::Point("switched"));
-        }
-        if !deferred.is_empty() {
-            let mut publisher = self.publisher(dest)?;
-            run(&mut publisher, deferred, Vec::new())?;
-            host.event(Event::Point("publish"));
-            publisher
-                .fire_deferred_checks()
-                .and_then(|()| publisher.commit())
-                .map_err(|e| crate::run::destination_failure(&e, e.to_string()))?;
         }
         Ok(times)
     }

@@ -543,6 +543,59 @@ fn a_publish_per_partition_needs_the_ledger() {
     assert_eq!(store.staging_tables(), 0);
 }
 
+/// A per-partition destination with rows that could not be staged (a file crossing into
+/// another partition only in its middle, found during the load): those rows could fail after
+/// some partitions were switched in, so every staging table is appended in the one
+/// transaction that loads them; a bad row among them leaves nothing visible.
+#[test]
+fn a_publish_per_partition_with_late_rows_goes_in_one_transaction() {
+    let inputs = Inputs::new("publish_each_late_rows");
+    for bad in [true, false] {
+        let store = Store::new();
+        store.create_partitioned(
+            "p",
+            &["id", "v"],
+            &[("p0", 0, 2000), ("p1", 2000, 4000), ("p2", 4000, 6000)],
+        );
+        let stray = if bad { "refused" } else { "v100" };
+        let p0: String = csv(0, 2000, &[])
+            .lines()
+            .filter(|l| *l != "100,v100")
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let p2 = format!(
+            "{}100,{stray}\n{}",
+            csv(4000, 5000, &[]),
+            csv(5000, 6000, &[])
+        );
+        let files = vec![
+            inputs.file(&format!("a{bad}.csv"), &p0),
+            inputs.file(&format!("b{bad}.csv"), &csv(2000, 4000, &[])),
+            inputs.file(&format!("c{bad}.csv"), &p2),
+        ];
+        let mut s = spec(files);
+        s.table = Some("p".into());
+        s.strategy = sluice_engine::spec::StrategyChoice::Stage;
+        store.arm(Faults {
+            refuse: Some("refused".into()),
+            refuse_unstaged_only: true,
+            ..Faults::default()
+        });
+        let (result, host) = staged(&store, &s, PublishModel::PerPartition, None).unwrap();
+        assert!(host.heard("appear at once or not at all"), "bad: {bad}");
+        match bad {
+            true => {
+                assert!(result.is_err());
+                assert_eq!(store.count("p"), 0, "nothing visible after a late bad row");
+            }
+            false => {
+                result.unwrap();
+                every_key_once(&store, 6000);
+            }
+        }
+    }
+}
+
 /// A destination where staging a table measured slower than loading it directly: `auto` loads
 /// it directly and says why; `--strategy stage` still stages it.
 #[test]

@@ -54,6 +54,8 @@ pub enum OpenError {
 pub(crate) struct LoadTarget {
     pub(crate) table: Table,
     pub(crate) columns: Vec<Column>,
+    /// Its unique indexes with their columns, to name the key of a duplicate.
+    unique: Vec<(String, Vec<String>)>,
 }
 
 /// A MariaDB (or MySQL) server, for one load.
@@ -279,6 +281,30 @@ impl MariaDbDestination {
         err
     }
 
+    /// `table`'s unique indexes, each with its columns in order.
+    fn unique_indexes(
+        &self,
+        table: &Table,
+    ) -> Result<Vec<(String, Vec<String>)>, DestinationError> {
+        let rows: Vec<(String, String)> = self.on_own(|rt, c| {
+            rt.block_on(c.exec(
+                "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
+                 ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+                (&table.schema, &table.name),
+            ))
+            .map_err(|e| self.db_error(e))
+        })?;
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for (index, column) in rows {
+            match out.last_mut() {
+                Some((i, cols)) if *i == index => cols.push(column),
+                _ => out.push((index, vec![column])),
+            }
+        }
+        Ok(out)
+    }
+
     pub(crate) fn db_error(&self, e: mysql_async::Error) -> DestinationError {
         self.error(ServerError::from_driver(&e))
     }
@@ -383,7 +409,12 @@ impl Destination for MariaDbDestination {
                     })?;
                 columns.push(c);
             }
-            targets.push(LoadTarget { table, columns });
+            let unique = self.unique_indexes(&table)?;
+            targets.push(LoadTarget {
+                table,
+                columns,
+                unique,
+            });
         }
         self.staging.reset(targets.len());
         self.tables = targets;
@@ -452,6 +483,7 @@ impl Destination for MariaDbDestination {
             stream,
             load: None,
             stage: None,
+            table: None,
             ledger: Vec::new(),
         })
     }
@@ -827,6 +859,8 @@ pub struct MariaDbStream<'a> {
     load: Option<Load>,
     /// The staging table this stream's loads go to, while it fills one.
     pub(crate) stage: Option<crate::staging::InProgress>,
+    /// The table of the LOAD in progress (or the last one), for its errors.
+    table: Option<usize>,
     /// Chunk records not yet inserted: they go in with the commit (the same transaction), so
     /// that many small chunks pay one round trip.
     ledger: Vec<(i64, ChunkRecord)>,
@@ -843,6 +877,21 @@ impl Drop for MariaDbStream<'_> {
 const LEDGER_BATCH: usize = 512;
 
 impl MariaDbStream<'_> {
+    /// A LOAD's error in the engine's terms, with the key of a duplicate named by the loaded
+    /// table's unique index (the engine then finds the rows that hold it).
+    fn load_error(&self, e: ServerError) -> DestinationError {
+        let mut err = self.dest.stream_error(self.n, e);
+        if !err.duplicate || err.key.is_some() {
+            return err;
+        }
+        let unique = self.table.map(|t| &self.dest.tables[t].unique);
+        if let Some((index, key)) = unique.and_then(|u| condition::duplicate_key(&err.message, u)) {
+            err.key = Some(key);
+            err.index = Some(index);
+        }
+        err
+    }
+
     fn execute(&mut self, sql: &str) -> Result<(), DestinationError> {
         self.dest
             .rt
@@ -875,6 +924,7 @@ impl DestinationStream for MariaDbStream<'_> {
             _ => &t.table.name,
         };
         let relation = format!("{}.{}", quote_ident(&t.table.schema), quote_ident(name));
+        self.table = Some(table);
         // The LOAD's task runs on the runtime: spawn it from inside.
         let _guard = self.dest.rt.enter();
         let load = self
@@ -899,7 +949,7 @@ impl DestinationStream for MariaDbStream<'_> {
                 Err(e) => e,
                 Ok(_) => ServerError::client("the server ended the LOAD before its data did"),
             };
-            return Err(self.dest.stream_error(self.n, e));
+            return Err(self.load_error(e));
         }
         Ok(())
     }
@@ -911,10 +961,8 @@ impl DestinationStream for MariaDbStream<'_> {
                 "no LOAD in progress",
             ));
         };
-        self.dest
-            .rt
-            .block_on(self.stream.finish(load))
-            .map_err(|e| self.dest.stream_error(self.n, e))
+        let done = self.dest.rt.block_on(self.stream.finish(load));
+        done.map_err(|e| self.load_error(e))
     }
 
     /// MariaDB checks foreign keys row by row; nothing waits for the commit but the ledger's

@@ -787,13 +787,10 @@ pub async fn exchange(
     ))
     .await?;
     if partition_has_rows_here(conn, &r.parent, &r.part).await? {
-        let (job, chunks) = (r.job, r.chunks.as_slice());
-        let sql = format!("INSERT INTO {parent} SELECT * FROM {staging}");
         conn.query_drop("START TRANSACTION").await?;
         let done = async {
-            conn.query_drop(sql).await?;
-            crate::ledger::record(conn, job, chunks).await?;
-            forget(conn, &r.staging).await
+            append(conn, r).await?;
+            crate::ledger::record(conn, r.job, &r.chunks).await
         }
         .await;
         end_transaction(conn, done).await?;
@@ -832,6 +829,18 @@ pub async fn exchange(
         attempts,
         appended: false,
     })
+}
+
+/// In the connection's transaction: appends staging table `r.staging`'s rows to its parent
+/// and removes its record (the caller commits both, with whatever else the transaction holds).
+pub async fn append(conn: &mut Conn, r: &Record) -> Result<(), mysql_async::Error> {
+    conn.query_drop(format!(
+        "INSERT INTO {} SELECT * FROM {}",
+        quote_ident(&r.parent),
+        quote_ident(&r.staging)
+    ))
+    .await?;
+    forget(conn, &r.staging).await
 }
 
 /// `ANALYZE TABLE` of each parent, one at a time.

@@ -192,6 +192,20 @@ impl AsyncOnConn<()> for Abandon<'_> {
     }
 }
 
+/// Appends finished staging tables' rows to their parents, in the connection's transaction.
+struct Append<'a> {
+    records: &'a [Record],
+}
+
+impl AsyncOnConn<()> for Append<'_> {
+    async fn run(self, conn: &mut mysql_async::Conn) -> Result<(), mysql_async::Error> {
+        for r in self.records {
+            stage::append(conn, r).await?;
+        }
+        Ok(())
+    }
+}
+
 impl Staging for MariaDbDestination {
     fn set_lock_wait(&mut self, wait: Duration) {
         *lock(&self.staging.lock_wait) = wait;
@@ -412,11 +426,26 @@ impl Staging for MariaDbDestination {
         })
     }
 
-    fn switch_in(&self, _stream: &mut MariaDbStream<'_>) -> Result<PublishTimes, DestinationError> {
-        Err(DestinationError::new(
-            ErrorKind::Usage,
-            "MariaDB publishes one partition at a time (EXCHANGE PARTITION commits on its own)",
-        ))
+    /// Rows that could not be staged load in the publish: an exchange commits on its own, so
+    /// every staging table's rows are appended instead, in `stream`'s transaction with them
+    /// and with the removal of their records; the tables, unrecorded, are dropped after.
+    fn switch_in(&self, stream: &mut MariaDbStream<'_>) -> Result<PublishTimes, DestinationError> {
+        let records = lock(&self.staging.finished).clone();
+        let started = Instant::now();
+        self.on_stream(stream, Append { records: &records })?;
+        let mut appended = Vec::new();
+        let mut drop_after = lock(&self.staging.begun);
+        for r in records {
+            appended.push(format!("{}.{}", r.parent, r.part));
+            drop_after.push(r.staging);
+        }
+        lock(&self.staging.finished).clear();
+        Ok(PublishTimes {
+            publish: started.elapsed(),
+            analyze: Duration::ZERO,
+            attempts: 1,
+            appended,
+        })
     }
 
     /// A table without secondary indexes loads directly under `auto`: measured at

@@ -720,6 +720,54 @@ fn auto_stages_where_staging_measured_faster() {
     }
 }
 
+/// A key twice in the rows one transaction loads (a file and another of the same partition):
+/// the server's warning 1062 names only the entry and the index, and sluice names the row, with
+/// file and line, as a bad row (exit 3, nothing committed, no staging table left), directly
+/// and on the staged bulk path alike; a rerun could not fix it, so it is not a server error.
+#[test]
+fn a_duplicate_key_in_one_streams_rows_is_a_bad_row_named_by_its_line() {
+    let d = mdb("dup_line");
+    d.sql(
+        "CREATE TABLE p (id int NOT NULL, v varchar(40), PRIMARY KEY (id), KEY (v)) \
+         PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (3000), \
+         PARTITION p1 VALUES LESS THAN (6000))",
+    );
+    let text = |r: std::ops::Range<u32>| -> String { r.map(|i| format!("{i},v{i}\n")).collect() };
+    let a = d.file("a.csv", text(0..3000).as_bytes());
+    let b = d.file(
+        "b.csv",
+        format!("{}17,again\n", text(3000..4000)).as_bytes(),
+    );
+    for strategy in ["stage", "direct"] {
+        let args = [
+            "--table",
+            "p",
+            "--jobs",
+            "1",
+            "--strategy",
+            strategy,
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ];
+        let out = d.load(&args, &[], 120);
+        assert_eq!(out.status.code(), Some(3), "{strategy}: {}", printed(&out));
+        assert_has(
+            &stderr(&out),
+            &[
+                "b.csv, line 1001",
+                "Duplicate entry '17'",
+                "nothing was committed",
+            ],
+        );
+        assert_eq!(d.count("p"), 0);
+        let left = d.count(
+            "information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME LIKE 'sluice!_stage!_%' ESCAPE '!'",
+        );
+        assert_eq!(left, 0, "{strategy}: staging tables left behind");
+    }
+}
+
 /// A partition's step cut off between its `EXCHANGE PARTITION` and its record (made here by
 /// hand, with the statements the step runs, after a kill between two partitions), and one cut
 /// off just before its exchange: the same command settles each, and loads nothing twice.

@@ -98,6 +98,9 @@ pub struct Faults {
     pub abort_at: Option<(String, u32)>,
     /// The server refuses every record holding this value (a check constraint).
     pub refuse: Option<String>,
+    /// ... only in a table itself, not in a staging table (a check the parent has and its
+    /// staging table does not).
+    pub refuse_unstaged_only: bool,
     /// The server's disk is full when a record holding this value arrives.
     pub full_at: Option<String>,
     /// The `n`-th stream commit (0-based, counted over the store's life) loses its connection.
@@ -382,7 +385,8 @@ impl MemStream<'_> {
                 record,
             ));
         }
-        if f.refuse.as_deref().is_some_and(has) {
+        let staging = self.stage.is_some() && f.refuse_unstaged_only;
+        if f.refuse.as_deref().is_some_and(has) && !staging {
             return Some(at_record(ErrorKind::Rejected, "check violated", record));
         }
         None
