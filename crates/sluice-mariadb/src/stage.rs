@@ -43,6 +43,9 @@ pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Exchanges tried before the publish gives up.
 pub const EXCHANGE_ATTEMPTS: u32 = 5;
 
+/// The table of finished staging tables' records.
+const RECORDS: &str = "sluice_ledger_staged";
+
 const CREATE_RECORDS: &str = "CREATE TABLE IF NOT EXISTS sluice_ledger_staged (
     staging VARCHAR(64) NOT NULL PRIMARY KEY,
     job BIGINT NOT NULL,
@@ -538,13 +541,7 @@ async fn resumable(conn: &mut Conn, job: i64) -> Result<bool, mysql_async::Error
 /// be resumed), and returns this job's finished staging tables.
 pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_async::Error> {
     conn.query_drop(CREATE_RECORDS).await?;
-    let tables: Vec<String> = conn
-        .query(format!(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME LIKE '{}%' ESCAPE '!'",
-            PREFIX.replace('_', "!_")
-        ))
-        .await?;
+    let tables = staging_tables(conn, "").await?;
     let mut found = Found::default();
     let mut recorded = Vec::new();
     for r in records(conn).await? {
@@ -594,13 +591,7 @@ pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_a
 /// lock, before the job's chunks are read: a settled exchange's chunks are then done).
 /// Returns the staging tables whose exchange had happened.
 pub async fn settle_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
-    let kept: Option<i64> = conn
-        .query_first(
-            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME = 'sluice_ledger_staged'",
-        )
-        .await?;
-    if kept != Some(1) {
+    if !table_exists(conn, RECORDS).await? {
         return Ok(Vec::new());
     }
     let mut settled = Vec::new();
@@ -608,41 +599,46 @@ pub async fn settle_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_
         if r.job != job || !r.switching {
             continue;
         }
-        let exists: Option<i64> = conn
-            .exec_first(
-                "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-                 AND TABLE_NAME = ?",
-                (&r.staging,),
-            )
-            .await?;
-        if settle(conn, &r, exists == Some(1)).await? {
+        let exists = table_exists(conn, &r.staging).await?;
+        if settle(conn, &r, exists).await? {
             settled.push(r.staging);
         }
     }
     Ok(settled)
 }
 
+/// The staging tables of the connection's database whose names go on with `more` after
+/// [`PREFIX`].
+async fn staging_tables(conn: &mut Conn, more: &str) -> Result<Vec<String>, mysql_async::Error> {
+    conn.exec(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME LIKE ? ESCAPE '!'",
+        (format!("{PREFIX}{more}%").replace('_', "!_"),),
+    )
+    .await
+}
+
+/// Whether table `name` is in the connection's database.
+async fn table_exists(conn: &mut Conn, name: &str) -> Result<bool, mysql_async::Error> {
+    let n: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = ?",
+            (name,),
+        )
+        .await?;
+    Ok(n == Some(1))
+}
+
 /// Drops job `job`'s staging tables and their records (the job is forgotten).
 pub async fn drop_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
-    let tables: Vec<String> = conn
-        .query(format!(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME LIKE '{}j{job}!_%' ESCAPE '!'",
-            PREFIX.replace('_', "!_")
-        ))
-        .await?;
+    let tables = staging_tables(conn, &format!("j{job}_")).await?;
     let mut dropped = Vec::new();
     for t in tables.into_iter().filter(|t| job_of(t) == Some(job)) {
         drop_table(conn, &t).await?;
         dropped.push(t);
     }
-    let kept: Option<i64> = conn
-        .query_first(
-            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME = 'sluice_ledger_staged'",
-        )
-        .await?;
-    if kept == Some(1) {
+    if table_exists(conn, RECORDS).await? {
         conn.exec_drop("DELETE FROM sluice_ledger_staged WHERE job = ?", (job,))
             .await?;
     }

@@ -29,6 +29,14 @@ fn assert_ok(o: &std::process::Output) {
     );
 }
 
+/// Staging tables left in `d`'s database.
+fn staging_left(d: &MDb) -> u64 {
+    d.count(
+        "information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME LIKE 'sluice!_stage!_%' ESCAPE '!'",
+    )
+}
+
 /// The TPC-H DDL `sluice ddl tpch` prints (standard SQL that MariaDB takes as it is) in
 /// database `db`.
 fn create_tpch(d: &MDb, db: &str) {
@@ -669,10 +677,7 @@ fn tpch_parts_are_staged_and_exchanged_into_their_partitions() {
     ] {
         d.assert_same_rows(t, &format!("{}.{t}", e.name));
     }
-    let left = d.count(
-        "information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-         AND TABLE_NAME LIKE 'sluice!_stage!_%' ESCAPE '!'",
-    );
+    let left = staging_left(&d);
     assert_eq!(left, 0, "staging tables left behind");
 }
 
@@ -760,10 +765,7 @@ fn a_duplicate_key_in_one_streams_rows_is_a_bad_row_named_by_its_line() {
             ],
         );
         assert_eq!(d.count("p"), 0);
-        let left = d.count(
-            "information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME LIKE 'sluice!_stage!_%' ESCAPE '!'",
-        );
+        let left = staging_left(&d);
         assert_eq!(left, 0, "{strategy}: staging tables left behind");
     }
 }
@@ -812,10 +814,7 @@ fn an_exchange_cut_off_before_its_record_is_settled_by_the_same_command() {
         assert_eq!(d.count("p"), 6000, "exchanged: {exchanged}");
         assert_eq!(d.count("(SELECT DISTINCT id FROM p) x"), 6000);
         assert_eq!(d.count("sluice_ledger_staged"), 0);
-        let left = d.count(
-            "information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME LIKE 'sluice!_stage!_%' ESCAPE '!'",
-        );
+        let left = staging_left(&d);
         assert_eq!(left, 0, "staging tables left behind");
     }
 }
