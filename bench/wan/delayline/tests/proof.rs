@@ -27,22 +27,25 @@ fn skip(test: &str) -> bool {
     }
 }
 
-/// ping's average round trip to `to` from the path's client side, in ms.
-fn ping_average(path: &Path, count: u32) -> f64 {
+/// Each of `count` pings' round trip from the path's client side to its server, in ms,
+/// sorted.
+fn ping_times(path: &Path, count: u32) -> Vec<f64> {
     let out = path
         .client_command("ping")
-        .args(["-q", "-n", "-c", &count.to_string(), "-i", "0.2", "-W", "2"])
+        .args(["-n", "-c", &count.to_string(), "-i", "0.2", "-W", "2"])
         .arg(path.server.to_string())
         .output()
         .expect("run ping");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "ping failed: {text}");
-    // rtt min/avg/max/mdev = 80.337/80.489/80.929/0.223 ms
-    let figures = text
+    // 64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=80.4 ms
+    let mut times: Vec<f64> = text
         .lines()
-        .find_map(|l| l.split(" = ").nth(1).filter(|_| l.starts_with("rtt")))
-        .unwrap_or_else(|| panic!("no rtt line in ping's output: {text}"));
-    figures.split('/').nth(1).unwrap().parse().unwrap()
+        .filter_map(|l| l.split("time=").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(times.len(), count as usize, "ping's output: {text}");
+    times.sort_by(f64::total_cmp);
+    times
 }
 
 #[test]
@@ -59,13 +62,20 @@ fn ping_shows_the_configured_round_trip() {
     }
     for rtt_ms in [40.0, 100.0] {
         let path = Path::up(Config::rtt(Duration::from_secs_f64(rtt_ms / 1e3)), 1500).unwrap();
-        let avg = ping_average(&path, 6);
-        eprintln!("configured {rtt_ms} ms: ping average {avg:.3} ms");
-        // Tolerance: never less than configured; at most 2 ms more (a thread's wake-up and
-        // the kernel's own path, on a shared 2-core machine).
+        let times = ping_times(&path, 9);
+        let median = times[times.len() / 2];
+        eprintln!("configured {rtt_ms} ms: ping's round trips {times:?} ms");
+        // No packet ever comes back early; the median is at most 2 ms more than configured (a
+        // thread's wake-up and the kernel's own path). The median, not the mean: on a shared
+        // 2-core machine one ping in nine may wait for a core, and says nothing of the line.
         assert!(
-            (rtt_ms..rtt_ms + 2.0).contains(&avg),
-            "configured {rtt_ms} ms, ping says {avg} ms"
+            times[0] >= rtt_ms,
+            "configured {rtt_ms} ms, a ping took {}",
+            times[0]
+        );
+        assert!(
+            median < rtt_ms + 2.0,
+            "configured {rtt_ms} ms, ping's median {median} ms"
         );
     }
 }
