@@ -1432,7 +1432,8 @@ impl Stage {
                     &e,
                     format!(
                         "publishing staging table {table}: {e}; {k} of {} staging table(s) \
-                         were published before it, and stay: run the same command again to \
+                         were published before it, and stay (this one's step may have taken \
+                         too: the next run settles it): run the same command again to \
                          publish the rest",
                         finished.len()
                     ),
@@ -1440,6 +1441,8 @@ impl Stage {
             })?;
             times.attempts = times.attempts.max(step.attempts);
             times.appended.extend(step.appended);
+            // Published: no longer among the staging tables a failure keeps or drops.
+            lock(&self.finished).retain(|(t, _)| t != table);
             host.event(Event::Point("switched"));
         }
         Ok(times)

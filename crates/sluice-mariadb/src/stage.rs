@@ -128,6 +128,14 @@ pub async fn describe_partitions(
         }
         Err(why) => return Ok(TablePartitions::unroutable(why)),
     };
+    let here: Option<String> = conn.query_first("SELECT DATABASE()").await?;
+    if here.as_deref() != Some(schema) {
+        return Ok(TablePartitions::unroutable(format!(
+            "it is in database {schema}, and staging tables are made in the target's database \
+             ({}): name the table's database in the target to stage it",
+            here.unwrap_or_else(|| "none".into())
+        )));
+    }
     let data_type: Option<String> = conn
         .exec_first(
             "SELECT DATA_TYPE FROM information_schema.COLUMNS \
@@ -382,6 +390,17 @@ pub async fn create_staging(
     conn.query_drop(format!("ALTER TABLE {s} {}", changes.join(", ")))
         .await?;
     Ok(indexes)
+}
+
+/// Bounds the session's waits for a table's metadata lock and for a row lock to `wait` (at
+/// least a second, the server's unit): a user's open transaction on a parent must not hold a
+/// staging step up forever (`lock_wait_timeout` is a year by default).
+pub async fn bound_lock_waits(conn: &mut Conn, wait: Duration) -> Result<(), mysql_async::Error> {
+    let seconds = wait.as_secs().max(1);
+    conn.query_drop(format!(
+        "SET SESSION lock_wait_timeout = {seconds}, SESSION innodb_lock_wait_timeout = {seconds}"
+    ))
+    .await
 }
 
 /// Begins the transaction that fills a staging table just made, on InnoDB's empty-table bulk
@@ -674,7 +693,7 @@ async fn settle(conn: &mut Conn, r: &Record, exists: bool) -> Result<bool, mysql
         .await?;
         return Ok(false);
     }
-    switched(conn, r.job, &r.staging, &r.chunks).await?;
+    switched(conn, r, exists).await?;
     Ok(true)
 }
 
@@ -687,23 +706,22 @@ async fn partition_has_rows_here(
     partition_has_rows(conn, &db.unwrap_or_default(), parent, part).await
 }
 
-/// After the exchange: the chunks' ledger rows and the record's end in one transaction, then
-/// the staging table (the empty partition now) dropped.
-async fn switched(
-    conn: &mut Conn,
-    job: i64,
-    staging: &str,
-    chunks: &[ChunkRecord],
-) -> Result<(), mysql_async::Error> {
+/// After the exchange: in one transaction, the rows the staging table holds now put back (the
+/// partition was empty when the step looked, but another session may have written to it
+/// before the exchange took its lock), the chunks' ledger rows and the record's end; then the
+/// staging table dropped.
+async fn switched(conn: &mut Conn, r: &Record, exists: bool) -> Result<(), mysql_async::Error> {
     conn.query_drop("START TRANSACTION").await?;
-    let r = async {
-        crate::ledger::record(conn, job, chunks).await?;
-        forget(conn, staging).await
+    let done = async {
+        if exists {
+            copy_rows(conn, &r.staging, &r.parent).await?;
+        }
+        crate::ledger::record(conn, r.job, &r.chunks).await?;
+        forget(conn, &r.staging).await
     }
     .await;
-    end_transaction(conn, r).await?;
-    conn.query_drop(format!("DROP TABLE IF EXISTS {}", quote_ident(staging)))
-        .await
+    end_transaction(conn, done).await?;
+    drop_table(conn, &r.staging).await
 }
 
 /// Ends the transaction `r` was the work of: committed if it succeeded, else rolled back.
@@ -777,11 +795,7 @@ pub async fn exchange(
 ) -> Result<Exchanged, mysql_async::Error> {
     let parent = quote_ident(&r.parent);
     let staging = quote_ident(&r.staging);
-    let seconds = wait.as_secs().max(1);
-    conn.query_drop(format!(
-        "SET SESSION lock_wait_timeout = {seconds}, SESSION innodb_lock_wait_timeout = {seconds}"
-    ))
-    .await?;
+    bound_lock_waits(conn, wait).await?;
     if partition_has_rows_here(conn, &r.parent, &r.part).await? {
         conn.query_drop("START TRANSACTION").await?;
         let done = async {
@@ -820,7 +834,7 @@ pub async fn exchange(
             Err(e) => return Err(e),
         }
     }
-    switched(conn, r.job, &r.staging, &r.chunks).await?;
+    switched(conn, r, true).await?;
     Ok(Exchanged {
         attempts,
         appended: false,
@@ -830,13 +844,28 @@ pub async fn exchange(
 /// In the connection's transaction: appends staging table `r.staging`'s rows to its parent
 /// and removes its record (the caller commits both, with whatever else the transaction holds).
 pub async fn append(conn: &mut Conn, r: &Record) -> Result<(), mysql_async::Error> {
-    conn.query_drop(format!(
-        "INSERT INTO {} SELECT * FROM {}",
-        quote_ident(&r.parent),
-        quote_ident(&r.staging)
-    ))
-    .await?;
+    copy_rows(conn, &r.staging, &r.parent).await?;
     forget(conn, &r.staging).await
+}
+
+/// `INSERT INTO to SELECT FROM from`, of every stored column by name (an `INVISIBLE` column
+/// too; a generated one is the server's to compute), in the connection's transaction.
+async fn copy_rows(conn: &mut Conn, from: &str, to: &str) -> Result<(), mysql_async::Error> {
+    let columns: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = ? AND IS_GENERATED = 'NEVER' ORDER BY ORDINAL_POSITION",
+            (to,),
+        )
+        .await?;
+    let list: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+    let list = list.join(", ");
+    conn.query_drop(format!(
+        "INSERT INTO {} ({list}) SELECT {list} FROM {}",
+        quote_ident(to),
+        quote_ident(from)
+    ))
+    .await
 }
 
 /// `ANALYZE TABLE` of each parent, one at a time.

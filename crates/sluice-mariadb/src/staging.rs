@@ -148,6 +148,7 @@ struct Create<'a> {
     parent: &'a str,
     staging: &'a str,
     check: &'a str,
+    wait: Duration,
 }
 
 impl AsyncOnConn<Vec<(String, String)>> for Create<'_> {
@@ -155,6 +156,7 @@ impl AsyncOnConn<Vec<(String, String)>> for Create<'_> {
         self,
         conn: &mut mysql_async::Conn,
     ) -> Result<Vec<(String, String)>, mysql_async::Error> {
+        stage::bound_lock_waits(conn, self.wait).await?;
         let indexes = stage::create_staging(conn, self.parent, self.staging, self.check).await?;
         stage::begin_bulk(conn).await?;
         Ok(indexes)
@@ -195,10 +197,12 @@ impl AsyncOnConn<()> for Abandon<'_> {
 /// Appends finished staging tables' rows to their parents, in the connection's transaction.
 struct Append<'a> {
     records: &'a [Record],
+    wait: Duration,
 }
 
 impl AsyncOnConn<()> for Append<'_> {
     async fn run(self, conn: &mut mysql_async::Conn) -> Result<(), mysql_async::Error> {
+        stage::bound_lock_waits(conn, self.wait).await?;
         for r in self.records {
             stage::append(conn, r).await?;
         }
@@ -306,12 +310,14 @@ impl Staging for MariaDbDestination {
         let parent = self.tables[table].table.qualified();
         let check = stage::bound_check(&column, &detail.range.bound);
         lock(&self.staging.begun).push(staging.clone());
+        let wait = *lock(&self.staging.lock_wait);
         let indexes = self.on_stream(
             stream,
             Create {
                 parent: &parent,
                 staging: &staging,
                 check: &check,
+                wait,
             },
         )?;
         stream.stage = Some(InProgress {
@@ -432,13 +438,26 @@ impl Staging for MariaDbDestination {
     fn switch_in(&self, stream: &mut MariaDbStream<'_>) -> Result<PublishTimes, DestinationError> {
         let records = lock(&self.staging.finished).clone();
         let started = Instant::now();
-        self.on_stream(stream, Append { records: &records })?;
+        let wait = *lock(&self.staging.lock_wait);
+        self.on_stream(
+            stream,
+            Append {
+                records: &records,
+                wait,
+            },
+        )?;
         let mut appended = Vec::new();
         let mut drop_after = lock(&self.staging.begun);
+        let mut parents = lock(&self.staging.parents);
         for r in records {
             appended.push(format!("{}.{}", r.parent, r.part));
             drop_after.push(r.staging);
+            let parent = crate::catalog::quote_ident(&r.parent);
+            if !parents.contains(&parent) {
+                parents.push(parent);
+            }
         }
+        drop(parents);
         lock(&self.staging.finished).clear();
         Ok(PublishTimes {
             publish: started.elapsed(),

@@ -722,6 +722,11 @@ fn auto_stages_where_staging_measured_faster() {
             false => assert_has(&summary, &["strategy: stage", "2 staging tables"]),
         }
         assert_eq!(d.count(table), 6000);
+        // The exchanged table is the one the ledger knows: the same command loads nothing.
+        let again = d.load(&args, &[], 120);
+        assert_ok(&again);
+        assert_has(&stderr(&again), &["nothing to load"]);
+        assert_eq!(d.count(table), 6000);
     }
 }
 
