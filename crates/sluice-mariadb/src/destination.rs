@@ -794,7 +794,6 @@ impl Ledger for MariaDbDestination {
             rt.block_on(crate::stage::settle_job(c, job))
                 .map_err(|e| self.db_error(e))
         })
-        .map(|_| ())
     }
 
     fn end_job(

@@ -19,7 +19,8 @@
 //! the record `switching`, exchanges (10.11 scans the staging table to check every row against
 //! the partition; `WITHOUT VALIDATION` is 11.4's), then in one transaction writes the chunks'
 //! ledger rows and deletes the record, then drops the staging table (which now holds the empty
-//! partition). A step cut off after its exchange is settled by the next load ([`prepare`]): a
+//! partition). A step cut off after its exchange is settled by the next run of its job
+//! ([`settle_job`], before the job's chunks are read; [`prepare`] settles other jobs'): a
 //! staging table that is empty while its partition has rows was exchanged, so its chunks are
 //! recorded; otherwise it is a leftover again. Exactly once either way.
 //!
@@ -171,7 +172,8 @@ pub async fn describe_partitions(
         .await?;
     let mut details = Vec::with_capacity(layout.parts.len());
     for (name, description, bound) in layout.parts {
-        let taken = partition_has_rows(conn, schema, table, &name).await?;
+        let relation = format!("{}.{}", quote_ident(schema), quote_ident(table));
+        let taken = partition_has_rows(conn, &relation, &name).await?;
         details.push(PartitionDetail {
             range: KeyPartition {
                 name: format!("partition {} of {}", quote_ident(&name), quote_ident(table)),
@@ -278,17 +280,15 @@ fn list_bound(description: &str) -> Option<KeyBound> {
     Some(KeyBound::List { values, null })
 }
 
+/// Whether partition `partition` of `relation` (quoted, qualified or not) has a row.
 async fn partition_has_rows(
     conn: &mut Conn,
-    schema: &str,
-    table: &str,
+    relation: &str,
     partition: &str,
 ) -> Result<bool, mysql_async::Error> {
     let any: Option<i64> = conn
         .query_first(format!(
-            "SELECT EXISTS (SELECT 1 FROM {}.{} PARTITION ({}))",
-            quote_ident(schema),
-            quote_ident(table),
+            "SELECT EXISTS (SELECT 1 FROM {relation} PARTITION ({}))",
             quote_ident(partition)
         ))
         .await?;
@@ -401,6 +401,43 @@ pub async fn bound_lock_waits(conn: &mut Conn, wait: Duration) -> Result<(), mys
         "SET SESSION lock_wait_timeout = {seconds}, SESSION innodb_lock_wait_timeout = {seconds}"
     ))
     .await
+}
+
+/// On a staging stream's connection, with its lock waits bounded to `wait`: creates staging
+/// table `staging` ([`create_staging`]) and begins its transaction on the bulk path
+/// ([`begin_bulk`]). Returns the secondary indexes to build after the rows.
+pub async fn begin(
+    conn: &mut Conn,
+    parent: &str,
+    staging: &str,
+    check: &str,
+    wait: Duration,
+) -> Result<Vec<(String, String)>, mysql_async::Error> {
+    bound_lock_waits(conn, wait).await?;
+    let indexes = create_staging(conn, parent, staging, check).await?;
+    begin_bulk(conn).await?;
+    Ok(indexes)
+}
+
+/// Commits a staging table's rows, builds its `indexes`, then writes its record `r` (a table
+/// without one is unfinished). Returns how long the index build took.
+pub async fn finish(
+    conn: &mut Conn,
+    r: &Record,
+    indexes: &[(String, String)],
+) -> Result<Duration, mysql_async::Error> {
+    conn.query_drop("COMMIT").await?;
+    let started = std::time::Instant::now();
+    build_indexes(conn, &r.staging, indexes).await?;
+    let built = started.elapsed();
+    record(conn, r).await?;
+    Ok(built)
+}
+
+/// Rolls back the staging table in progress and drops it.
+pub async fn abandon(conn: &mut Conn, staging: &str) -> Result<(), mysql_async::Error> {
+    conn.query_drop("ROLLBACK").await?;
+    drop_staging(conn, staging).await
 }
 
 /// Begins the transaction that fills a staging table just made, on InnoDB's empty-table bulk
@@ -528,8 +565,6 @@ pub struct Found {
     pub waiting: Vec<String>,
     /// This job's finished staging tables.
     pub candidates: Vec<Record>,
-    /// Exchanges an earlier run made and did not record, recorded now.
-    pub settled: Vec<String>,
 }
 
 /// Whether job `job`'s lock is held by another connection than this one: a load runs it.
@@ -574,7 +609,6 @@ pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_a
         }
         let exists = tables.contains(&r.staging);
         if r.switching && settle(conn, &r, exists).await? {
-            found.settled.push(r.staging.clone());
             continue;
         }
         if !exists {
@@ -608,22 +642,17 @@ pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_a
 
 /// Settles the exchanges job `job`'s last run began and did not record (run under the job's
 /// lock, before the job's chunks are read: a settled exchange's chunks are then done).
-/// Returns the staging tables whose exchange had happened.
-pub async fn settle_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
+pub async fn settle_job(conn: &mut Conn, job: i64) -> Result<(), mysql_async::Error> {
     if !table_exists(conn, RECORDS).await? {
-        return Ok(Vec::new());
+        return Ok(());
     }
-    let mut settled = Vec::new();
     for r in records(conn).await? {
-        if r.job != job || !r.switching {
-            continue;
-        }
-        let exists = table_exists(conn, &r.staging).await?;
-        if settle(conn, &r, exists).await? {
-            settled.push(r.staging);
+        if r.job == job && r.switching {
+            let exists = table_exists(conn, &r.staging).await?;
+            settle(conn, &r, exists).await?;
         }
     }
-    Ok(settled)
+    Ok(())
 }
 
 /// The staging tables of the connection's database whose names go on with `more` after
@@ -651,11 +680,9 @@ async fn table_exists(conn: &mut Conn, name: &str) -> Result<bool, mysql_async::
 
 /// Drops job `job`'s staging tables and their records (the job is forgotten).
 pub async fn drop_job(conn: &mut Conn, job: i64) -> Result<Vec<String>, mysql_async::Error> {
-    let tables = staging_tables(conn, &format!("j{job}_")).await?;
-    let mut dropped = Vec::new();
-    for t in tables.into_iter().filter(|t| job_of(t) == Some(job)) {
-        drop_table(conn, &t).await?;
-        dropped.push(t);
+    let dropped = staging_tables(conn, &format!("j{job}_")).await?;
+    for t in &dropped {
+        drop_table(conn, t).await?;
     }
     if table_exists(conn, RECORDS).await? {
         conn.exec_drop("DELETE FROM sluice_ledger_staged WHERE job = ?", (job,))
@@ -697,19 +724,20 @@ async fn settle(conn: &mut Conn, r: &Record, exists: bool) -> Result<bool, mysql
     Ok(true)
 }
 
+/// [`partition_has_rows`] of `parent` in the connection's database.
 async fn partition_has_rows_here(
     conn: &mut Conn,
     parent: &str,
     part: &str,
 ) -> Result<bool, mysql_async::Error> {
-    let db: Option<String> = conn.query_first("SELECT DATABASE()").await?;
-    partition_has_rows(conn, &db.unwrap_or_default(), parent, part).await
+    partition_has_rows(conn, &quote_ident(parent), part).await
 }
 
 /// After the exchange: in one transaction, the rows the staging table holds now put back (the
 /// partition was empty when the step looked, but another session may have written to it
 /// before the exchange took its lock), the chunks' ledger rows and the record's end; then the
-/// staging table dropped.
+/// staging table dropped. Without an exchange (the partition had rows), the same transaction
+/// appends the staged rows themselves.
 async fn switched(conn: &mut Conn, r: &Record, exists: bool) -> Result<(), mysql_async::Error> {
     conn.query_drop("START TRANSACTION").await?;
     let done = async {
@@ -759,22 +787,16 @@ pub async fn still_fits(
     staging: &str,
     parent: &str,
 ) -> Result<bool, mysql_async::Error> {
-    let shape = |t: &str| {
-        format!(
-            "SELECT CONCAT_WS('|', (SELECT GROUP_CONCAT(COLUMN_NAME, ' ', COLUMN_TYPE, ' ', \
-             IS_NULLABLE, ' ', IFNULL(COLLATION_NAME, '') ORDER BY ORDINAL_POSITION) \
-             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = \
-             '{t}'), (SELECT GROUP_CONCAT(INDEX_NAME, ' ', NON_UNIQUE, ' ', COLUMN_NAME, ' ', \
-             IFNULL(SUB_PART, '') ORDER BY INDEX_NAME, SEQ_IN_INDEX) FROM \
-             information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = \
-             '{t}'))",
-            t = t.replace('\'', "''").replace('\\', "\\\\")
-        )
-    };
+    const SHAPE: &str = "SELECT CONCAT_WS('|', (SELECT GROUP_CONCAT(COLUMN_NAME, ' ', \
+         COLUMN_TYPE, ' ', IS_NULLABLE, ' ', IFNULL(COLLATION_NAME, '') ORDER BY \
+         ORDINAL_POSITION) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND \
+         TABLE_NAME = ?), (SELECT GROUP_CONCAT(INDEX_NAME, ' ', NON_UNIQUE, ' ', COLUMN_NAME, \
+         ' ', IFNULL(SUB_PART, '') ORDER BY INDEX_NAME, SEQ_IN_INDEX) FROM \
+         information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?))";
     conn.query_drop("SET SESSION group_concat_max_len = 16777216")
         .await?;
-    let a: Option<Option<String>> = conn.query_first(shape(staging)).await?;
-    let b: Option<Option<String>> = conn.query_first(shape(parent)).await?;
+    let a: Option<Option<String>> = conn.exec_first(SHAPE, (staging, staging)).await?;
+    let b: Option<Option<String>> = conn.exec_first(SHAPE, (parent, parent)).await?;
     Ok(a.as_ref().is_some_and(|a| a.is_some()) && a == b)
 }
 
@@ -793,19 +815,10 @@ pub async fn exchange(
     r: &Record,
     wait: Duration,
 ) -> Result<Exchanged, mysql_async::Error> {
-    let parent = quote_ident(&r.parent);
-    let staging = quote_ident(&r.staging);
     bound_lock_waits(conn, wait).await?;
     if partition_has_rows_here(conn, &r.parent, &r.part).await? {
-        conn.query_drop("START TRANSACTION").await?;
-        let done = async {
-            append(conn, r).await?;
-            crate::ledger::record(conn, r.job, &r.chunks).await
-        }
-        .await;
-        end_transaction(conn, done).await?;
-        conn.query_drop(format!("DROP TABLE IF EXISTS {staging}"))
-            .await?;
+        // The same transaction as after an exchange: the staging table's rows go in.
+        switched(conn, r, true).await?;
         return Ok(Exchanged {
             attempts: 1,
             appended: true,
@@ -817,8 +830,10 @@ pub async fn exchange(
     )
     .await?;
     let sql = format!(
-        "ALTER TABLE {parent} EXCHANGE PARTITION {} WITH TABLE {staging}",
-        quote_ident(&r.part)
+        "ALTER TABLE {} EXCHANGE PARTITION {} WITH TABLE {}",
+        quote_ident(&r.parent),
+        quote_ident(&r.part),
+        quote_ident(&r.staging)
     );
     let mut attempts = 0;
     loop {
@@ -841,11 +856,20 @@ pub async fn exchange(
     })
 }
 
-/// In the connection's transaction: appends staging table `r.staging`'s rows to its parent
-/// and removes its record (the caller commits both, with whatever else the transaction holds).
-pub async fn append(conn: &mut Conn, r: &Record) -> Result<(), mysql_async::Error> {
-    copy_rows(conn, &r.staging, &r.parent).await?;
-    forget(conn, &r.staging).await
+/// In the connection's transaction, with its lock waits bounded to `wait`: appends each
+/// staging table's rows to its parent and removes its record (the caller commits them, with
+/// whatever else the transaction holds).
+pub async fn append_all(
+    conn: &mut Conn,
+    records: &[Record],
+    wait: Duration,
+) -> Result<(), mysql_async::Error> {
+    bound_lock_waits(conn, wait).await?;
+    for r in records {
+        copy_rows(conn, &r.staging, &r.parent).await?;
+        forget(conn, &r.staging).await?;
+    }
+    Ok(())
 }
 
 /// `INSERT INTO to SELECT FROM from`, of every stored column by name (an `INVISIBLE` column

@@ -124,89 +124,25 @@ impl MariaDbDestination {
         })
     }
 
-    fn on_stream<T>(
+    /// `stream`'s connection, for a staging step's statements.
+    fn stream_conn<'s>(
         &self,
-        stream: &mut MariaDbStream<'_>,
-        f: impl AsyncOnConn<T>,
-    ) -> Result<T, DestinationError> {
+        stream: &'s mut MariaDbStream<'_>,
+    ) -> Result<&'s mut mysql_async::Conn, DestinationError> {
         let n = stream.n;
-        let conn = stream
+        stream
             .stream
             .connection()
-            .map_err(|e| self.stream_error(n, e))?;
-        self.rt.block_on(f.run(conn)).map_err(|e| self.db_error(e))
+            .map_err(|e| self.stream_error(n, e))
     }
-}
 
-/// An async step on a connection (a closure cannot return a future that borrows its argument).
-trait AsyncOnConn<T> {
-    async fn run(self, conn: &mut mysql_async::Conn) -> Result<T, mysql_async::Error>;
-}
-
-/// Creates a staging table.
-struct Create<'a> {
-    parent: &'a str,
-    staging: &'a str,
-    check: &'a str,
-    wait: Duration,
-}
-
-impl AsyncOnConn<Vec<(String, String)>> for Create<'_> {
-    async fn run(
-        self,
-        conn: &mut mysql_async::Conn,
-    ) -> Result<Vec<(String, String)>, mysql_async::Error> {
-        stage::bound_lock_waits(conn, self.wait).await?;
-        let indexes = stage::create_staging(conn, self.parent, self.staging, self.check).await?;
-        stage::begin_bulk(conn).await?;
-        Ok(indexes)
-    }
-}
-
-/// Commits a staging table's rows, builds its indexes and writes its record.
-struct Finish<'a> {
-    record: &'a Record,
-    indexes: &'a [(String, String)],
-}
-
-impl AsyncOnConn<Duration> for Finish<'_> {
-    async fn run(self, conn: &mut mysql_async::Conn) -> Result<Duration, mysql_async::Error> {
-        use mysql_async::prelude::Queryable;
-        conn.query_drop("COMMIT").await?;
-        let started = Instant::now();
-        stage::build_indexes(conn, &self.record.staging, self.indexes).await?;
-        let built = started.elapsed();
-        stage::record(conn, self.record).await?;
-        Ok(built)
-    }
-}
-
-/// Rolls a staging table back and drops it.
-struct Abandon<'a> {
-    staging: &'a str,
-}
-
-impl AsyncOnConn<()> for Abandon<'_> {
-    async fn run(self, conn: &mut mysql_async::Conn) -> Result<(), mysql_async::Error> {
-        use mysql_async::prelude::Queryable;
-        conn.query_drop("ROLLBACK").await?;
-        stage::drop_staging(conn, self.staging).await
-    }
-}
-
-/// Appends finished staging tables' rows to their parents, in the connection's transaction.
-struct Append<'a> {
-    records: &'a [Record],
-    wait: Duration,
-}
-
-impl AsyncOnConn<()> for Append<'_> {
-    async fn run(self, conn: &mut mysql_async::Conn) -> Result<(), mysql_async::Error> {
-        stage::bound_lock_waits(conn, self.wait).await?;
-        for r in self.records {
-            stage::append(conn, r).await?;
+    /// Notes that `parent` got rows from staging tables: its statistics are gathered after.
+    fn note_parent(&self, parent: &str) {
+        let parent = crate::catalog::quote_ident(parent);
+        let mut parents = lock(&self.staging.parents);
+        if !parents.contains(&parent) {
+            parents.push(parent);
         }
-        Ok(())
     }
 }
 
@@ -311,15 +247,11 @@ impl Staging for MariaDbDestination {
         let check = stage::bound_check(&column, &detail.range.bound);
         lock(&self.staging.begun).push(staging.clone());
         let wait = *lock(&self.staging.lock_wait);
-        let indexes = self.on_stream(
-            stream,
-            Create {
-                parent: &parent,
-                staging: &staging,
-                check: &check,
-                wait,
-            },
-        )?;
+        let conn = self.stream_conn(stream)?;
+        let indexes = self
+            .rt
+            .block_on(stage::begin(conn, &parent, &staging, &check, wait))
+            .map_err(|e| self.db_error(e))?;
         stream.stage = Some(InProgress {
             table,
             staging,
@@ -348,13 +280,11 @@ impl Staging for MariaDbDestination {
             chunks: chunks.to_vec(),
             switching: false,
         };
-        let index = self.on_stream(
-            stream,
-            Finish {
-                record: &record,
-                indexes: &staged.indexes,
-            },
-        )?;
+        let conn = self.stream_conn(stream)?;
+        let index = self
+            .rt
+            .block_on(stage::finish(conn, &record, &staged.indexes))
+            .map_err(|e| self.db_error(e))?;
         lock(&self.staging.finished).push(record);
         lock(&self.staging.begun).retain(|b| *b != staged.staging);
         Ok(StageTimes {
@@ -368,12 +298,10 @@ impl Staging for MariaDbDestination {
         let Some(staged) = stream.stage.take() else {
             return Ok(());
         };
-        self.on_stream(
-            stream,
-            Abandon {
-                staging: &staged.staging,
-            },
-        )?;
+        let conn = self.stream_conn(stream)?;
+        self.rt
+            .block_on(stage::abandon(conn, &staged.staging))
+            .map_err(|e| self.db_error(e))?;
         lock(&self.staging.begun).retain(|b| *b != staged.staging);
         Ok(())
     }
@@ -416,11 +344,7 @@ impl Staging for MariaDbDestination {
                 .map_err(|e| self.db_error(e))
         })?;
         lock(&self.staging.finished).retain(|r| r.staging != table);
-        let parent = crate::catalog::quote_ident(&record.parent);
-        let mut parents = lock(&self.staging.parents);
-        if !parents.contains(&parent) {
-            parents.push(parent);
-        }
+        self.note_parent(&record.parent);
         Ok(PublishTimes {
             publish: started.elapsed(),
             analyze: Duration::ZERO,
@@ -439,25 +363,16 @@ impl Staging for MariaDbDestination {
         let records = lock(&self.staging.finished).clone();
         let started = Instant::now();
         let wait = *lock(&self.staging.lock_wait);
-        self.on_stream(
-            stream,
-            Append {
-                records: &records,
-                wait,
-            },
-        )?;
+        let conn = self.stream_conn(stream)?;
+        self.rt
+            .block_on(stage::append_all(conn, &records, wait))
+            .map_err(|e| self.db_error(e))?;
         let mut appended = Vec::new();
-        let mut drop_after = lock(&self.staging.begun);
-        let mut parents = lock(&self.staging.parents);
         for r in records {
             appended.push(format!("{}.{}", r.parent, r.part));
-            drop_after.push(r.staging);
-            let parent = crate::catalog::quote_ident(&r.parent);
-            if !parents.contains(&parent) {
-                parents.push(parent);
-            }
+            self.note_parent(&r.parent);
+            lock(&self.staging.begun).push(r.staging);
         }
-        drop(parents);
         lock(&self.staging.finished).clear();
         Ok(PublishTimes {
             publish: started.elapsed(),
