@@ -313,26 +313,24 @@ fn walk_mapped(
 ) -> Result<u64, Failure> {
     let input = &plan.inputs[chunk.input];
     let io = |e: std::io::Error| Failure::Local(format!("cannot read {}: {e}", input.display));
-    let file = std::fs::File::open(path).map_err(io)?;
-    let end = match chunk.end {
-        Some(e) => e,
-        None => file.metadata().map_err(io)?.len(),
-    };
-    // A file that shrank since it was planned (its last chunk runs to its end).
-    if end < input.size.min(chunk.end.unwrap_or(u64::MAX)) {
-        return Err(truncated(&input.display, end, input.size));
-    }
-    if end <= chunk.start {
-        return Ok(0);
-    }
-    let aligned = chunk.start / PAGE as u64 * PAGE as u64;
-    let map = ChunkBytes::open(&file, aligned, (end - aligned) as usize).map_err(io)?;
-    if let ChunkBytes::Read(bytes) = &map {
-        let read_to = aligned + bytes.len() as u64;
-        if read_to < end {
-            return Err(truncated(&input.display, read_to, end));
+    let (file, map, aligned) = match &input.held {
+        Some(held) => {
+            let end = chunk
+                .end
+                .map_or(held.len(), |e| (e as usize).min(held.len()));
+            if end <= chunk.start as usize {
+                return Ok(0);
+            }
+            (None, ChunkBytes::Held(held.clone(), end), 0)
         }
-    }
+        None => {
+            let file = std::fs::File::open(path).map_err(io)?;
+            let Some((map, aligned)) = open_file_chunk(input, chunk, &file)? else {
+                return Ok(0);
+            };
+            (Some(file), map, aligned)
+        }
+    };
     let skip = (chunk.start - aligned) as usize;
     let data = &map.bytes()[skip..];
     let dialect = chunk_dialect(plan, chunk, &data[..data.len().min(64 << 10)]);
@@ -349,7 +347,7 @@ fn walk_mapped(
         let stop = (pos + window).min(data.len());
         let needed = chunk.start + stop as u64;
         let reading = Instant::now();
-        if map.is_mapped() {
+        if let (Some(file), true) = (&file, map.is_mapped()) {
             let now = file.metadata().map_err(io)?.len();
             if now < needed {
                 return Err(truncated(&input.display, now, needed));
@@ -412,6 +410,36 @@ fn walk_mapped(
     Ok(pos as u64)
 }
 
+/// A plain file's chunk, mapped or read from its page-aligned start (returned with it);
+/// `None` when the chunk is empty, an error when the file shrank since it was planned.
+fn open_file_chunk(
+    input: &crate::plan::Input,
+    chunk: &Chunk,
+    file: &std::fs::File,
+) -> Result<Option<(ChunkBytes, u64)>, Failure> {
+    let io = |e: std::io::Error| Failure::Local(format!("cannot read {}: {e}", input.display));
+    let end = match chunk.end {
+        Some(e) => e,
+        None => file.metadata().map_err(io)?.len(),
+    };
+    // A file that shrank since it was planned (its last chunk runs to its end).
+    if end < input.size.min(chunk.end.unwrap_or(u64::MAX)) {
+        return Err(truncated(&input.display, end, input.size));
+    }
+    if end <= chunk.start {
+        return Ok(None);
+    }
+    let aligned = chunk.start / PAGE as u64 * PAGE as u64;
+    let map = ChunkBytes::open(file, aligned, (end - aligned) as usize).map_err(io)?;
+    if let ChunkBytes::Read(bytes) = &map {
+        let read_to = aligned + bytes.len() as u64;
+        if read_to < end {
+            return Err(truncated(&input.display, read_to, end));
+        }
+    }
+    Ok(Some((map, aligned)))
+}
+
 const PAGE: usize = 4096;
 
 /// Chunks up to this size are read into memory rather than mapped: for a small file, a map's
@@ -419,10 +447,12 @@ const PAGE: usize = 4096;
 /// more than copying its bytes.
 const READ_BELOW: usize = 256 << 10;
 
-/// A plain chunk's bytes: mapped when big, read when small.
+/// A plain chunk's bytes: mapped when big, read when small, or held since planning (up to
+/// the chunk's end).
 enum ChunkBytes {
     Map(memmap2::Mmap),
     Read(Vec<u8>),
+    Held(std::sync::Arc<[u8]>, usize),
 }
 
 impl ChunkBytes {
@@ -450,6 +480,7 @@ impl ChunkBytes {
         match self {
             ChunkBytes::Map(m) => m,
             ChunkBytes::Read(v) => v,
+            ChunkBytes::Held(h, end) => &h[..*end],
         }
     }
 

@@ -92,6 +92,10 @@ pub struct Input {
     pub identity: Option<FileIdentity>,
     /// The ledger's fingerprint, when planning read the whole file already (small files).
     pub fingerprint: Option<String>,
+    /// The whole file as planning read it, for a small file within [`HELD_BYTES`]: the load
+    /// converts these bytes (the ones the fingerprint names) instead of opening the file again,
+    /// which for thousands of small files is most of their cost.
+    pub held: Option<std::sync::Arc<[u8]>>,
     pub source: InputSource,
     /// The name shown in messages: the path as given, or `-`.
     pub display: String,
@@ -324,6 +328,7 @@ fn stdin_input(spec: &LoadSpec, table: usize) -> Result<Input, Failure> {
     Ok(Input {
         identity: None,
         fingerprint: None,
+        held: None,
         source: InputSource::Stdin,
         display: "-".into(),
         compression: Compression::None,
@@ -334,11 +339,23 @@ fn stdin_input(spec: &LoadSpec, table: usize) -> Result<Input, Failure> {
     })
 }
 
+/// How much of the inputs' bytes planning keeps in memory for the load, all files together.
+pub const HELD_BYTES: u64 = 64 << 20;
+
+/// How much of a file's start planning reads: all of a small file.
+const PLAN_READ: usize = 64 << 10;
+
 /// A file as an input, from one open: its identity, compression, line ending, and (when it
-/// is small enough to have been read whole) its ledger fingerprint.
-fn file_input(spec: &LoadSpec, f: &str, table: usize) -> Result<Input, Failure> {
+/// is small enough to have been read whole) its ledger fingerprint and, while `budget` lasts,
+/// its bytes.
+fn file_input(
+    spec: &LoadSpec,
+    f: &str,
+    table: usize,
+    budget: &std::sync::atomic::AtomicU64,
+) -> Result<Input, Failure> {
     let path = PathBuf::from(f);
-    let opened = open_input(f, 64 << 10)?;
+    let opened = open_input(f, PLAN_READ)?;
     let format = format_for(f, spec.format).map_err(Failure::Usage)?;
     let mut dialect = dialect_for(format, spec)?;
     let compression = Compression::sniff(&opened.head);
@@ -351,6 +368,7 @@ fn file_input(spec: &LoadSpec, f: &str, table: usize) -> Result<Input, Failure> 
         fingerprint: opened
             .head_is_whole()
             .then(|| crate::ledger::fingerprint_whole(&opened.head)),
+        held: hold(&opened, budget),
         source: InputSource::File(path),
         display: f.to_string(),
         compression,
@@ -361,12 +379,31 @@ fn file_input(spec: &LoadSpec, f: &str, table: usize) -> Result<Input, Failure> 
     })
 }
 
+/// A wholly read file's bytes, kept when they fit what is left of `budget`.
+fn hold(
+    opened: &OpenedInput,
+    budget: &std::sync::atomic::AtomicU64,
+) -> Option<std::sync::Arc<[u8]>> {
+    use std::sync::atomic::Ordering;
+    if !opened.head_is_whole() {
+        return None;
+    }
+    let size = opened.head.len() as u64;
+    budget
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+            left.checked_sub(size)
+        })
+        .ok()
+        .map(|_| opened.head.as_slice().into())
+}
+
 /// Every input of the command, each file opened once (on several threads when there are
 /// many), in the command's order; the first error in that order. Tables are assigned later.
 pub fn plan_inputs(spec: &LoadSpec) -> Result<Vec<Input>, Failure> {
+    let budget = std::sync::atomic::AtomicU64::new(HELD_BYTES);
     let each = |i: usize| match spec.files[i].as_str() {
         "-" => stdin_input(spec, usize::MAX),
-        f => file_input(spec, f, usize::MAX),
+        f => file_input(spec, f, usize::MAX, &budget),
     };
     par_map(spec.files.len(), each).into_iter().collect()
 }
@@ -952,6 +989,31 @@ pub(crate) mod tests {
         )
     }
 
+    /// Planning holds files' bytes only while its budget lasts, and never a file it did not
+    /// read whole: the rest are read by the load, so memory stays bounded however many.
+    #[test]
+    fn held_bytes_stay_within_the_budget() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let dir = std::env::temp_dir().join(format!("sluice-plan-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let small = dir.join("small.csv");
+        std::fs::write(&small, "1,x\n".repeat(1000)).unwrap();
+        let big = dir.join("big.csv");
+        std::fs::write(&big, "1,x\n".repeat(PLAN_READ)).unwrap();
+        let spec = LoadSpec::new(vec![]);
+        let budget = AtomicU64::new(6000);
+        let f = small.to_str().unwrap();
+        let first = file_input(&spec, f, 0, &budget).unwrap();
+        assert_eq!(first.held.as_deref().map(<[u8]>::len), Some(4000));
+        assert_eq!(budget.load(Ordering::Relaxed), 2000);
+        let second = file_input(&spec, f, 0, &budget).unwrap();
+        assert!(second.held.is_none(), "past the budget");
+        assert_eq!(budget.load(Ordering::Relaxed), 2000);
+        let large = file_input(&spec, big.to_str().unwrap(), 0, &AtomicU64::new(u64::MAX));
+        assert!(large.unwrap().held.is_none(), "not read whole");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Many small files are planned on several threads, in the command's order, each from one
     /// open: a link names its target, and the fingerprint taken from the bytes read while
     /// planning is the one the ledger would read from the file.
@@ -983,6 +1045,9 @@ pub(crate) mod tests {
             assert_eq!(id.path, std::fs::canonicalize(f).unwrap());
             let read = crate::ledger::fingerprint(std::path::Path::new(f), input.size).unwrap();
             assert_eq!(input.fingerprint.as_deref(), Some(read.as_str()), "{f}");
+            // Its bytes are held for the load, which then opens it no more.
+            let held = input.held.as_deref().expect("a small file is held");
+            assert_eq!(held, std::fs::read(f).unwrap().as_slice(), "{f}");
         }
         assert_eq!(plan.inputs[600].identity, plan.inputs[7].identity);
         // A missing file among them is the first error in the command's order.

@@ -53,10 +53,17 @@ pub fn decompress_small(input: &Input) -> io::Result<Option<Vec<u8>>> {
     if input.compression == Compression::None || input.size > INLINE_COMPRESSED {
         return Ok(None);
     }
-    let raw = std::fs::read(path)?;
+    let read;
+    let raw: &[u8] = match &input.held {
+        Some(held) => held,
+        None => {
+            read = std::fs::read(path)?;
+            &read
+        }
+    };
     let decoder: Box<dyn Read> = match input.compression {
-        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(&raw[..])),
-        Compression::Zstd => Box::new(zstd::Decoder::with_buffer(&raw[..])?),
+        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(raw)),
+        Compression::Zstd => Box::new(zstd::Decoder::with_buffer(raw)?),
         Compression::None => return Ok(None),
     };
     let mut out = Vec::with_capacity(raw.len() * 8);

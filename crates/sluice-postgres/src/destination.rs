@@ -108,6 +108,26 @@ pub struct PgDestination {
     wire: Wire,
     /// Connections opened ahead of the streams and the watch ([`Destination::open_ahead`]).
     ahead: Mutex<Ahead>,
+    /// The ledger, when opened, held no finished job (a first load): no file of this load can
+    /// have been loaded by one, and the question is not sent (for 100,000 files, it is their
+    /// paths and sizes in one statement).
+    none_finished: std::sync::atomic::AtomicBool,
+    /// The second half of the job's start, sent and not yet answered ([`Begun`]).
+    begun: Mutex<Begun>,
+    /// The server's log position read with the job's row: where the load's log starts.
+    begin_lsn: Mutex<Option<String>>,
+}
+
+/// A job's start is two round trips: its row (whose id the streams need), then its files, its
+/// COMMIT and its lock, which for thousands of files take longer than the row. The second is
+/// sent and left to the runtime while the streams load; whatever makes rows visible (a
+/// stream's PREPARE or COMMIT, the commit's decision) or writes the job's end waits for it
+/// first ([`PgDestination::begun`]), so that no row is committed for a job whose files were
+/// not. Statements the load's connection is asked in the meantime queue behind its COMMIT.
+enum Begun {
+    Settled,
+    Pending(tokio::task::JoinHandle<Result<(), DestinationError>>),
+    Failed(DestinationError),
 }
 
 /// Connections being opened in the background, while the load's own connection does its
@@ -195,6 +215,9 @@ impl PgDestination {
             lock_wait: stage::DEFAULT_LOCK_WAIT,
             wire: Wire::Auto,
             ahead: Mutex::new(Ahead::default()),
+            none_finished: std::sync::atomic::AtomicBool::new(false),
+            begun: Mutex::new(Begun::Settled),
+            begin_lsn: Mutex::new(None),
         })
     }
 
@@ -304,6 +327,46 @@ impl PgDestination {
             let c = self.live().await?;
             f(c).await
         })
+    }
+
+    /// Sends `task`'s statements now (its first poll writes them all to the connection) and
+    /// leaves its answer to the runtime.
+    fn send_ahead(
+        &self,
+        task: impl std::future::Future<Output = Result<(), DestinationError>> + Send + 'static,
+    ) -> Result<Begun, DestinationError> {
+        use std::task::Poll;
+        let mut task = Box::pin(task);
+        let first = self.rt.block_on(std::future::poll_fn(|cx| {
+            Poll::Ready(task.as_mut().poll(cx))
+        }));
+        match first {
+            Poll::Ready(result) => result.map(|()| Begun::Settled),
+            Poll::Pending => Ok(Begun::Pending(self.rt.spawn(task))),
+        }
+    }
+
+    /// Waits for the job's start sent ahead ([`Begun`]), once; its failure, every time asked.
+    fn begun(&self) -> Result<(), DestinationError> {
+        let mut begun = lock(&self.begun);
+        if let Begun::Pending(_) = &*begun {
+            let Begun::Pending(task) = std::mem::replace(&mut *begun, Begun::Settled) else {
+                unreachable!("matched just above")
+            };
+            let answer = self.rt.block_on(task).unwrap_or_else(|e| {
+                Err(DestinationError::new(
+                    ErrorKind::Connection,
+                    format!("recording the job's files in the ledger: {e}"),
+                ))
+            });
+            if let Err(e) = answer {
+                *begun = Begun::Failed(e);
+            }
+        }
+        match &*begun {
+            Begun::Failed(e) => Err(e.clone()),
+            _ => Ok(()),
+        }
     }
 
     /// The conflict the watchdog declared for `stream`'s cancelled statement, taken: a stream
@@ -599,6 +662,7 @@ impl Destination for PgDestination {
     }
 
     fn decide_commit(&self, job: i64, ids: &[String]) -> Result<(), DestinationError> {
+        self.begun()?;
         let ids = ids.to_vec();
         self.on_client(|c| async move {
             crate::ledger::decide_commit(&c, job, &ids)
@@ -798,14 +862,20 @@ impl Destination for PgDestination {
     }
 
     fn log_position(&self) -> Option<u64> {
-        let lsn: String = self
-            .on_client(|c| async move {
-                c.fetch_one("SELECT pg_current_wal_lsn()::text", &[])
-                    .await
-                    .map_err(db_error)
-            })
-            .ok()?
-            .get(0);
+        // The load's first asks here right after the job's start: the position read with its
+        // row, rather than a question that would queue behind the files' insert.
+        let begun = lock(&self.begin_lsn).take();
+        let lsn: String = match begun {
+            Some(lsn) => lsn,
+            None => self
+                .on_client(|c| async move {
+                    c.fetch_one("SELECT pg_current_wal_lsn()::text", &[])
+                        .await
+                        .map_err(db_error)
+                })
+                .ok()?
+                .get(0),
+        };
         let (hi, lo) = lsn.split_once('/')?;
         Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
     }
@@ -1187,11 +1257,21 @@ fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
 
 impl Ledger for PgDestination {
     fn open_ledger(&self) -> Result<(), DestinationError> {
-        self.on_client(|c| async move { crate::ledger::open(&c).await.map_err(ledger_error) })
+        let finished =
+            self.on_client(|c| async move { crate::ledger::open(&c).await.map_err(ledger_error) })?;
+        self.none_finished.store(!finished, Ordering::Relaxed);
+        Ok(())
     }
 
     fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {
-        self.on_client(|c| async move { crate::ledger::jobs(&c, key).await.map_err(db_error) })
+        let jobs = self
+            .on_client(|c| async move { crate::ledger::jobs(&c, key).await.map_err(db_error) })?;
+        // A job of this key that finished since the ledger was opened (another process's run
+        // of the same command): the ledger is no longer without finished jobs.
+        if jobs.iter().any(|j| j.state == JobState::Finished) {
+            self.none_finished.store(false, Ordering::Relaxed);
+        }
+        Ok(jobs)
     }
 
     fn job_files(&self, job: i64) -> Result<Vec<FileRecord>, DestinationError> {
@@ -1205,6 +1285,9 @@ impl Ledger for PgDestination {
     }
 
     fn loaded_by(&self, files: &[FileRecord]) -> Result<Vec<Option<LoadedBy>>, DestinationError> {
+        if self.none_finished.load(Ordering::Relaxed) {
+            return Ok(vec![None; files.len()]);
+        }
         self.on_client(
             |c| async move { crate::ledger::loaded_by(&c, files).await.map_err(db_error) },
         )
@@ -1219,6 +1302,8 @@ impl Ledger for PgDestination {
     }
 
     fn finish_job(&self, job: i64, placements: &[Placement]) -> Result<(), DestinationError> {
+        self.begun()?;
+        self.none_finished.store(false, Ordering::Relaxed);
         self.on_client(|c| async move {
             crate::ledger::finish(&c, job, placements)
                 .await
@@ -1227,12 +1312,23 @@ impl Ledger for PgDestination {
     }
 
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
+        self.begun()?;
         let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
-        self.on_client(|c| async move {
-            crate::ledger::begin(&c, spec, &tables)
+        let (id, lsn, client) = self.on_client(|c| async move {
+            let (id, lsn) = crate::ledger::begin_row(&c, spec, &tables)
+                .await
+                .map_err(ledger_error)?;
+            Ok((id, lsn, c))
+        })?;
+        *lock(&self.begin_lsn) = Some(lsn);
+        let files = spec.files.clone();
+        let rest = async move {
+            crate::ledger::record_files(&client, id, &files)
                 .await
                 .map_err(ledger_error)
-        })
+        };
+        *lock(&self.begun) = self.send_ahead(rest)?;
+        Ok(id)
     }
 
     fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
@@ -1247,6 +1343,7 @@ impl Ledger for PgDestination {
         state: JobState,
         message: Option<&str>,
     ) -> Result<(), DestinationError> {
+        self.begun()?;
         self.on_client(|c| async move {
             crate::ledger::end(&c, job, state, message)
                 .await
@@ -1617,6 +1714,7 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn commit(mut self) -> Result<(), DestinationError> {
+        self.dest.begun()?;
         self.flush_ledger()?;
         self.dest
             .rt
@@ -1625,6 +1723,7 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn prepare(mut self, id: &str) -> Result<String, DestinationError> {
+        self.dest.begun()?;
         self.flush_ledger()?;
         self.dest
             .rt

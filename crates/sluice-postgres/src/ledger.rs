@@ -126,8 +126,9 @@ pub enum LedgerError {
 }
 
 /// Creates the ledger unless it is there (one session at a time: the creation is serialized
-/// by an advisory lock, since `IF NOT EXISTS` races with itself).
-pub async fn open(client: &Client) -> Result<(), LedgerError> {
+/// by an advisory lock, since `IF NOT EXISTS` races with itself). Returns whether it may hold
+/// a finished job (`false` only where it was seen to hold none).
+pub async fn open(client: &Client) -> Result<bool, LedgerError> {
     // A schema the role may not use fails every query below with "permission denied for
     // schema": say so with the GRANT that fixes it instead.
     // Both questions go out together (one round trip across a long path); the second's
@@ -179,10 +180,11 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
             });
         }
     }
-    // The version (read again only where the ledger was just made or upgraded) and the
-    // role's rights go out together; the rights count only in a ledger of this version (the
-    // check fails on tables that are not there).
-    let (version, may) = tokio::join!(
+    // The version (read again only where the ledger was just made or upgraded), the role's
+    // rights and whether any job finished go out together; the rights count only in a ledger
+    // of this version (the check fails on tables that are not there), and a question that
+    // failed (no right to read `jobs`, say) counts as "maybe".
+    let (version, may, finished) = tokio::join!(
         async {
             match (versioned, create) {
                 (false, _) => Ok(None),
@@ -195,8 +197,13 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
                 AND has_table_privilege('sluice_ledger.job_files', 'INSERT, SELECT') \
                 AND has_table_privilege('sluice_ledger.job_chunks', 'INSERT, SELECT')",
             &[],
+        ),
+        client.fetch_one(
+            "SELECT EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE state = 'finished')",
+            &[],
         )
     );
+    let finished = finished.map_or(true, |r| r.get::<_, bool>(0));
     let version: Option<i32> = version?;
     if version != Some(VERSION) {
         return Err(LedgerError::Refused(format!(
@@ -214,7 +221,7 @@ pub async fn open(client: &Client) -> Result<(), LedgerError> {
             grant(client).await?
         )));
     }
-    Ok(())
+    Ok(finished)
 }
 
 /// Creates the ledger, or upgrades it, under its lock: another session may have done so
@@ -782,8 +789,14 @@ async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> 
         .map(drop)
 }
 
-/// Records a new job and its files, and takes its lock.
-pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result<i64, LedgerError> {
+/// Opens the job's transaction with its row, and returns its id and the server's log position
+/// then: the first half of [`begin`], whose second, [`record_files`], must follow on the same
+/// connection.
+pub async fn begin_row(
+    client: &Client,
+    spec: &JobSpec,
+    tables: &[String],
+) -> Result<(i64, String), LedgerError> {
     let done = async {
         // BEGIN and the job's row go out together: one round trip across a long path.
         let (chunk_size, chunks, bytes) = (
@@ -799,32 +812,43 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
             &chunks,
             &bytes,
         ];
-        let (_, job) = tokio::try_join!(
+        let (_, job, lsn) = tokio::try_join!(
             client.batch_execute("BEGIN"),
             client.fetch_one(
                 "INSERT INTO sluice_ledger.jobs (key, state, tables, chunk_size, settings, \
                     chunks_total, bytes_total) \
                  VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
                 &job,
-            )
+            ),
+            client.fetch_one("SELECT pg_current_wal_lsn()::text", &[])
         )?;
-        Ok::<i64, tokio_postgres::Error>(job.get(0))
+        Ok::<(i64, String), tokio_postgres::Error>((job.get(0), lsn.get(0)))
     }
     .await;
-    let id = match done {
-        Ok(id) => id,
+    match done {
+        Ok(id) => Ok(id),
         Err(e) => {
             let _ = client.batch_execute("ROLLBACK").await;
-            return Err(e.into());
+            Err(e.into())
         }
-    };
+    }
+}
+
+/// The second half of [`begin`]: the job's files, its COMMIT and its lock. Its statements are
+/// all sent at its first poll, so that whatever the connection is asked next runs after the
+/// job's transaction ended.
+pub async fn record_files(
+    client: &Client,
+    id: i64,
+    files: &[FileRecord],
+) -> Result<(), LedgerError> {
     // Every file in one statement, the COMMIT and the job's lock behind it: one round trip.
     // A failed insert turns the COMMIT into a rollback (the server's rule for a failed
     // transaction block), and gives back the lock if it was taken.
-    let n: Vec<i32> = (0..spec.files.len() as i32).collect();
+    let n: Vec<i32> = (0..files.len() as i32).collect();
     let lock: [&dyn Param; 2] = [&LOCK_CLASS, &(id as i32)];
     let (files, committed, locked) = futures_util::join!(
-        insert_files(client, id, &n, &spec.files),
+        insert_files(client, id, &n, files),
         client.batch_execute("COMMIT"),
         client.fetch_one("SELECT pg_try_advisory_lock($1, $2)", &lock)
     );
@@ -839,7 +863,7 @@ pub async fn begin(client: &Client, spec: &JobSpec, tables: &[String]) -> Result
         // Taken already (or the statement failed): the lock's own path says by whom.
         take_lock(client, id).await?;
     }
-    Ok(id)
+    Ok(())
 }
 
 /// Takes an unfinished job's lock and marks it running again.

@@ -353,6 +353,60 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
     assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
 }
 
+/// A job's files are recorded while its streams load (their insert is the slow half of the
+/// job's start, for many files). When that insert fails (here a trigger refuses it), no
+/// stream's rows may be committed, prepared or left behind, whether the streams commit on
+/// their own (one stream) or through prepared transactions (two); once the ledger takes the
+/// files again, the same command loads every row once.
+#[test]
+fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
+    let d = db("ledger_files_refused");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files: Vec<PathBuf> = (0..40)
+        .map(|i| {
+            d.file(
+                &format!("f{i:02}.csv"),
+                rows(i * 100, i * 100 + 100).as_bytes(),
+            )
+        })
+        .collect();
+    // The ledger, made by a first load of another table.
+    d.psql("CREATE TABLE other (id int, v text)");
+    let first = d.file("other.csv", rows(0, 10).as_bytes());
+    let out = d.load(&["--table", "other", first.to_str().unwrap()], &[], 120);
+    assert!(out.status.success(), "{}", stderr(&out));
+    d.psql(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+         $$BEGIN RAISE EXCEPTION 'the ledger takes no files today'; END$$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON sluice_ledger.job_files \
+         FOR EACH STATEMENT EXECUTE FUNCTION refuse()",
+    );
+    let args = |jobs: &'static str| -> Vec<String> {
+        let mut a: Vec<String> = ["--table", "t", "--jobs", jobs].map(String::from).to_vec();
+        a.extend(files.iter().map(|f| f.to_str().unwrap().to_string()));
+        a
+    };
+    for jobs in ["1", "2"] {
+        let a = args(jobs);
+        let out = d.load(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[], 120);
+        assert!(!out.status.success(), "--jobs {jobs}: {}", stderr(&out));
+        assert_has(&stderr(&out), &["the ledger takes no files today"]);
+        assert_eq!(d.count("t"), 0, "--jobs {jobs}");
+        assert_eq!(prepared(&d), 0, "--jobs {jobs}");
+        assert_eq!(
+            d.count("sluice_ledger.jobs"),
+            1,
+            "--jobs {jobs}: only the first load's"
+        );
+    }
+    d.psql("DROP TRIGGER refuse ON sluice_ledger.job_files");
+    let a = args("2");
+    let out = d.load(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[], 120);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 4000);
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 4000);
+}
+
 /// A sluice cut off by its network leaves its server session, and with it the job's lock, to
 /// the server, which may not notice for hours: the same command is refused (never two runs of
 /// one job at once), naming the session and how to end it; once it is ended, the command

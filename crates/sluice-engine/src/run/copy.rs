@@ -134,7 +134,7 @@ fn copy_once<D: Destination>(
         on_reject: attempt.on_reject,
         read: &mut read,
     };
-    let sent = send_records(plan, chunk, job, stream.as_deref_mut(), &mut send);
+    let sent = send_records(plan, chunk, job, stream.as_deref_mut(), None, &mut send);
     let finished = stream
         .filter(|_| sent.is_ok())
         .map(|s| timed(&mut server, || s.finish_copy()));
@@ -175,6 +175,7 @@ pub(super) fn copy_shared<D: Destination>(
     timed(&mut server, || stream.begin_copy(t)).map_err(|e| (0, ChunkError::Destination(e)))?;
     let last = chunks.len() - 1;
     let mut outcomes = Vec::with_capacity(chunks.len());
+    let mut gather = Gather::new(ctx.opts.copy_buffer);
     for (k, chunk) in chunks.iter().enumerate() {
         let mut added = Added::default();
         let framing = (
@@ -190,9 +191,19 @@ pub(super) fn copy_shared<D: Destination>(
             &mut added,
             &mut read,
         );
-        let outcome =
-            send_records(plan, chunk, job, Some(&mut *stream), &mut send).map_err(|e| (k, e))?;
+        let outcome = send_records(
+            plan,
+            chunk,
+            job,
+            Some(&mut *stream),
+            Some(&mut gather),
+            &mut send,
+        )
+        .map_err(|e| (k, e))?;
         outcomes.push(outcome);
+    }
+    if let Some(rest) = gather.rest() {
+        timed(&mut send, || stream.send(rest)).map_err(|e| (last, ChunkError::Destination(e)))?;
     }
     let finished = timed(&mut server, || stream.finish_copy());
     book(timing, started, read, send, server);
@@ -401,20 +412,60 @@ pub(super) fn copy_spill<D: Destination>(
     })
 }
 
+/// A shared load's messages gathered to the load's message size: a stream of many small files
+/// sends one message (one system call, one wake-up of the connection's task) per
+/// `--copy-buffer` of converted rows rather than one per file.
+struct Gather {
+    pending: Vec<u8>,
+    size: usize,
+}
+
+impl Gather {
+    fn new(size: usize) -> Gather {
+        Gather {
+            pending: Vec::new(),
+            size,
+        }
+    }
+
+    /// Takes a converted message; gives back one to send once the gathered bytes fill one.
+    fn add(&mut self, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        if self.pending.is_empty() && bytes.len() >= self.size {
+            return Some(bytes);
+        }
+        self.pending.extend_from_slice(&bytes);
+        (self.pending.len() >= self.size).then(|| std::mem::take(&mut self.pending))
+    }
+
+    /// What is gathered and not yet sent.
+    fn rest(&mut self) -> Option<Vec<u8>> {
+        (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+    }
+}
+
 /// Converts a chunk's records (as `job` selects them) and hands them to `stream` (none in a
-/// dry run), counting the bytes sent and the time spent sending; a bad record comes back with
-/// its line in the input, a refused send as the destination's error.
+/// dry run), through `gather` when given (the caller sends its rest), counting the bytes sent
+/// and the time spent sending; a bad record comes back with its line in the input, a refused
+/// send as the destination's error.
 fn send_records<E: RecordEncoder, S: DestinationStream>(
     plan: &Plan,
     chunk: &Chunk,
     job: ChunkJob<'_, '_, E>,
     mut stream: Option<&mut S>,
+    mut gather: Option<&mut Gather>,
     send: &mut f64,
 ) -> Result<ChunkOutcome, ChunkError> {
     let mut send_failed = None;
     let mut wire_bytes = 0u64;
     let result = convert_chunk(job, |bytes| {
         wire_bytes += bytes.len() as u64;
+        let bytes = match gather.as_deref_mut() {
+            Some(g) => match g.add(bytes) {
+                Some(full) => full,
+                None => return Ok(()),
+            },
+            None => bytes,
+        };
         if let Some(s) = stream.as_deref_mut() {
             if let Err(e) = timed(send, || s.send(bytes)) {
                 send_failed = Some(e);
@@ -611,4 +662,26 @@ fn isolate<D: Destination>(
         counters.bytes.fetch_add(total.bytes, Ordering::Relaxed);
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gather;
+
+    /// Small messages wait until they fill one of the load's size; a full one goes as it is;
+    /// what is left goes at the end, in order, every byte once.
+    #[test]
+    fn gather_sends_full_messages_in_order() {
+        let mut g = Gather::new(10);
+        assert_eq!(g.add(b"abc".to_vec()), None);
+        assert_eq!(g.add(b"defg".to_vec()), None);
+        assert_eq!(g.add(b"hijk".to_vec()), Some(b"abcdefghijk".to_vec()));
+        assert_eq!(
+            g.add(b"0123456789ab".to_vec()),
+            Some(b"0123456789ab".to_vec())
+        );
+        assert_eq!(g.add(b"xy".to_vec()), None);
+        assert_eq!(g.rest(), Some(b"xy".to_vec()));
+        assert_eq!(g.rest(), None);
+    }
 }
