@@ -795,17 +795,60 @@ fn canonical_path(file: &File, path: &std::path::Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Opens an input once: checks that it is a readable regular file, and reads up to `head`
-/// bytes from its start. Opened without blocking, so that a FIFO given by mistake is refused
-/// rather than waited on.
-pub fn open_input(f: &str, head: usize) -> Result<OpenedInput, Failure> {
+/// The absolute path of a file that is not itself a link: its directory's, links resolved
+/// (asked once per directory and thread), and its name. `None` when the path has no name or
+/// its directory cannot be resolved.
+fn canonical_in_dir(path: &std::path::Path) -> Option<PathBuf> {
+    use std::collections::HashMap;
+    thread_local! {
+        static DIRS: std::cell::RefCell<HashMap<PathBuf, Option<PathBuf>>> =
+            std::cell::RefCell::new(HashMap::new());
+    }
+    let name = path.file_name()?;
+    let parent = match path.parent()? {
+        p if p.as_os_str().is_empty() => std::path::Path::new("."),
+        p => p,
+    };
+    let dir = DIRS.with(|dirs| {
+        dirs.borrow_mut()
+            .entry(parent.to_path_buf())
+            .or_insert_with(|| std::fs::canonicalize(parent).ok())
+            .clone()
+    })?;
+    Some(dir.join(name))
+}
+
+/// Opens `f` without blocking (a FIFO given by mistake is refused rather than waited on), and
+/// its absolute path. A file that is not a link is opened without following one, so that its
+/// path is its directory's and its name; a link's target is asked of the descriptor.
+fn open_named(f: &str) -> std::io::Result<(File, PathBuf)> {
     use std::os::unix::fs::OpenOptionsExt;
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(f)
+    };
+    let path = std::path::Path::new(f);
+    match open(libc::O_NONBLOCK | libc::O_NOFOLLOW) {
+        Ok(file) => {
+            let canonical = canonical_in_dir(path).unwrap_or_else(|| canonical_path(&file, path));
+            Ok((file, canonical))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            let file = open(libc::O_NONBLOCK)?;
+            let canonical = canonical_path(&file, path);
+            Ok((file, canonical))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens an input once: checks that it is a readable regular file, and reads up to `head`
+/// bytes from its start.
+pub fn open_input(f: &str, head: usize) -> Result<OpenedInput, Failure> {
     let cannot = |e: std::io::Error| Failure::Local(format!("cannot read {f}: {e}"));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(f)
-        .map_err(cannot)?;
+    let (file, canonical) = open_named(f).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     if meta.is_dir() {
         return Err(Failure::Local(format!(
@@ -820,7 +863,7 @@ pub fn open_input(f: &str, head: usize) -> Result<OpenedInput, Failure> {
     let got = read_full(&mut (&file), &mut buf).map_err(cannot)?;
     buf.truncate(got);
     Ok(OpenedInput {
-        canonical: canonical_path(&file, std::path::Path::new(f)),
+        canonical,
         meta,
         head: buf,
     })

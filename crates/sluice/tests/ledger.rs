@@ -416,8 +416,17 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     let d = db("ledger_ghost");
     d.psql("CREATE TABLE t (id int, v text)");
     let a = d.file("a.csv", rows(0, 1000).as_bytes());
-    let out = load(&d, &[&a], &[], &[("SLUICE_KILL_AT", "planned")]);
+    let b = d.file("b.csv", rows(1000, 2000).as_bytes());
+    // Killed between the two streams' COMMITs: the job is recorded (a stream commits only
+    // after its files are), one file's rows are in.
+    let out = load(
+        &d,
+        &[&a, &b],
+        &["--prepare", "off"],
+        &[("SLUICE_KILL_AT", "commit")],
+    );
     assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
+    assert_eq!(d.count("t"), 1000);
     // What the lost sluice's session holds: the job's advisory lock ('sljb', job 1).
     let ghost = d.open_session(
         "the_lost_sluice",
@@ -434,7 +443,7 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     };
     common::wait_until("the lock was never taken", 30, || !pid().is_empty());
     let held_by = pid();
-    let out = load(&d, &[&a], &[], &[]);
+    let out = load(&d, &[&a, &b], &["--prepare", "off"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_has(
         &stderr(&out),
@@ -446,12 +455,13 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
             &format!("SELECT pg_terminate_backend({held_by})"),
         ],
     );
-    assert_eq!(d.count("t"), 0);
+    assert_eq!(d.count("t"), 1000);
     d.psql(&format!("SELECT pg_terminate_backend({held_by})"));
     ghost.end();
-    let out = load(&d, &[&a], &[], &[]);
+    let out = load(&d, &[&a, &b], &["--prepare", "off"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(d.count("t"), 1000);
+    assert_eq!(d.count("t"), 2000);
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
     assert_eq!(
         d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
             .trim(),
