@@ -172,10 +172,10 @@ impl PgDestination {
             .thread_name("sluice-net")
             .build()
             .map_err(OpenError::Runtime)?;
-        let (info, client, identity, session, free) = rt.block_on(async {
+        let (info, client, identity, session, free, rtt) = rt.block_on(async {
             let connected = connect_host(target).await?;
             let info = target.pinned(connected.host);
-            let client = connected.client;
+            let (client, socket) = (connected.client, connected.socket);
             let server = |e: tokio_postgres::Error| OpenError::Server(e.to_string());
             // Independent questions, pipelined: one round trip across a long path, not four.
             let (identity, session, free) = tokio::join!(
@@ -184,7 +184,9 @@ impl PgDestination {
                 free_slots(&client)
             );
             let (identity, session) = (identity.map_err(server)?, session.map_err(server)?);
-            Ok::<_, OpenError>((info, client, identity, session, free))
+            // The round trip, as the kernel measured it over these exchanges.
+            let rtt = socket.as_ref().and_then(crate::network::kernel_round_trip);
+            Ok::<_, OpenError>((info, client, identity, session, free, rtt))
         })?;
         if session.server_encoding != "UTF8" && session.server_encoding != "SQL_ASCII" {
             return Err(OpenError::Unsupported(format!(
@@ -200,7 +202,7 @@ impl PgDestination {
             zone: SessionZone::from_setting(&session.timezone),
             session,
             free_slots: free,
-            round_trip_seen: Mutex::new(None),
+            round_trip_seen: Mutex::new(rtt),
             described: Vec::new(),
             tables: Vec::new(),
             watchdog: Mutex::new(None),
@@ -222,8 +224,9 @@ impl PgDestination {
     }
 
     /// Sets the socket buffers of every connection this load opens from here on (its
-    /// streams); `Auto` first measures the round trip on the load's own connection (the
-    /// median of 5 `SELECT 1`). Returns the buffer chosen and why, for the summary.
+    /// streams); `Auto` sizes them from the load's own connection's round trip
+    /// ([`Self::server_round_trip_or_ask`]). Returns the buffer chosen and why, for the
+    /// summary.
     pub fn size_sockets(
         &mut self,
         choice: crate::network::SocketBuffer,
@@ -241,8 +244,7 @@ impl PgDestination {
                 why: "--socket-buffer".into(),
             },
             SocketBuffer::Auto => {
-                let rtt = self.round_trip(5)?;
-                *lock(&self.round_trip_seen) = Some(rtt);
+                let rtt = self.server_round_trip_or_ask()?;
                 auto_buffer(rtt, &KernelLimits::read())
             }
         };
@@ -286,6 +288,18 @@ impl PgDestination {
             times.sort();
             Ok(times[times.len() / 2])
         })
+    }
+
+    /// The server's round trip: the kernel's figure from the connection's first exchanges
+    /// (a TCP connection), else the median of 5 `SELECT 1` (a Unix socket), asked once.
+    fn server_round_trip_or_ask(&self) -> Result<std::time::Duration, String> {
+        let mut seen = lock(&self.round_trip_seen);
+        if let Some(rtt) = *seen {
+            return Ok(rtt);
+        }
+        let rtt = self.round_trip(5)?;
+        *seen = Some(rtt);
+        Ok(rtt)
     }
 
     /// How long each attempt of the publish waits for its locks (the server's `lock_timeout`)
@@ -524,11 +538,7 @@ impl Destination for PgDestination {
     }
 
     fn server_round_trip(&self) -> Option<std::time::Duration> {
-        let mut seen = lock(&self.round_trip_seen);
-        if seen.is_none() {
-            *seen = self.round_trip(5).ok();
-        }
-        *seen
+        self.server_round_trip_or_ask().ok()
     }
 
     /// The probe's upload: `COPY ... WHERE false`, the network and COPY's input, nothing

@@ -242,9 +242,8 @@ async fn connect_one(
     Ok(stream)
 }
 
-/// The kernel's figures on a connected TCP socket (`TCP_INFO`, and its send buffer), or None
-/// where it gives none.
-pub fn transport(socket: &socket2::Socket) -> Option<sluice_core::destination::Transport> {
+/// The kernel's `TCP_INFO` on a connected TCP socket, or None where it gives none.
+fn tcp_info(socket: &socket2::Socket) -> Option<libc::tcp_info> {
     use std::os::fd::AsRawFd;
     // SAFETY: TCP_INFO fills at most `len` bytes of the zeroed struct it is given; a kernel
     // older than a field leaves it zero.
@@ -259,9 +258,26 @@ pub fn transport(socket: &socket2::Socket) -> Option<sluice_core::destination::T
             &mut len,
         )
     };
-    if rc != 0 {
-        return None;
-    }
+    (rc == 0).then_some(info)
+}
+
+/// The round trip the kernel measured on a connection that has carried a few exchanges (its
+/// handshake, the server's startup, a first question): the least it saw, which a late reply
+/// from a busy core does not lengthen, else its smoothed estimate. Free, where asking the
+/// server again costs round trips of its own.
+pub fn kernel_round_trip(socket: &socket2::Socket) -> Option<Duration> {
+    let info = tcp_info(socket)?;
+    let us = match info.tcpi_min_rtt {
+        0 => info.tcpi_rtt,
+        least => least,
+    };
+    (us > 0).then(|| Duration::from_micros(u64::from(us)))
+}
+
+/// The kernel's figures on a connected TCP socket (`TCP_INFO`, and its send buffer), or None
+/// where it gives none.
+pub fn transport(socket: &socket2::Socket) -> Option<sluice_core::destination::Transport> {
+    let info = tcp_info(socket)?;
     Some(sluice_core::destination::Transport {
         connections: 1,
         rtt_us: u64::from(info.tcpi_rtt),
@@ -331,6 +347,36 @@ mod tests {
         // Linux's stock limits: SO_SNDBUF cannot beat autotuning's 4 MiB, so none is set.
         let s = size_for(5_000_000, &KernelLimits::LINUX_DEFAULTS);
         assert_eq!((s.streams, s.buffer), (3, None), "{}", s.why);
+    }
+
+    /// A TCP connection that has carried an exchange has a round trip the kernel measured,
+    /// here a loopback's (well under a millisecond, and never zero).
+    #[test]
+    fn the_kernel_measures_a_connections_round_trip() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let echo = std::thread::spawn(move || {
+            let (mut peer, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4];
+            for _ in 0..3 {
+                peer.read_exact(&mut buf).unwrap();
+                peer.write_all(&buf).unwrap();
+            }
+        });
+        let stream = std::net::TcpStream::connect(addr).unwrap();
+        let socket = socket2::Socket::from(stream);
+        let mut buf = [0u8; 4];
+        for _ in 0..3 {
+            (&socket).write_all(b"ping").unwrap();
+            (&socket).read_exact(&mut buf).unwrap();
+        }
+        echo.join().unwrap();
+        let rtt = kernel_round_trip(&socket).expect("a TCP socket has TCP_INFO");
+        assert!(
+            rtt > Duration::ZERO && rtt < Duration::from_millis(100),
+            "{rtt:?}"
+        );
     }
 
     #[test]
