@@ -89,6 +89,8 @@ pub struct MariaDbDestination {
     held_jobs: Mutex<Vec<i64>>,
     /// What staging needs (`staging.rs`).
     pub(crate) staging: crate::staging::StagingState,
+    /// Where a step that failed after the data was in (a table's statistics, say) is said.
+    pub(crate) warn: Arc<dyn Fn(String) + Send + Sync>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -97,7 +99,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MariaDbDestination {
     /// Connects, and reads the server's version and free connection slots.
-    pub fn open(info: &ConnInfo) -> Result<MariaDbDestination, OpenError> {
+    pub fn open(
+        info: &ConnInfo,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+    ) -> Result<MariaDbDestination, OpenError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -169,6 +174,7 @@ impl MariaDbDestination {
             prepared: Mutex::new(HashMap::new()),
             held_jobs: Mutex::new(Vec::new()),
             staging: crate::staging::StagingState::default(),
+            warn,
         })
     }
 

@@ -893,16 +893,73 @@ async fn copy_rows(conn: &mut Conn, from: &str, to: &str) -> Result<(), mysql_as
 }
 
 /// `ANALYZE TABLE` of each parent, one at a time.
-pub async fn analyze(conn: &mut Conn, parents: &[String]) -> Result<(), mysql_async::Error> {
+pub async fn analyze(
+    conn: &mut Conn,
+    parents: &[String],
+) -> Result<Vec<String>, mysql_async::Error> {
+    let mut refused = Vec::new();
     for p in parents {
-        let _: Vec<mysql_async::Row> = conn.query(format!("ANALYZE TABLE {p}")).await?;
+        let rows: Vec<AnalyzeRow> = conn.query(format!("ANALYZE TABLE {p}")).await?;
+        refused.extend(analyze_errors(&rows));
     }
-    Ok(())
+    Ok(refused)
+}
+
+/// A row of `ANALYZE TABLE`'s answer: table, operation, message type, message.
+type AnalyzeRow = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// What `ANALYZE TABLE`'s answer says went wrong: the server reports a table it could not
+/// analyze as a row of type `error` (the statement itself succeeds).
+fn analyze_errors(rows: &[AnalyzeRow]) -> Vec<String> {
+    rows.iter()
+        .filter(|(_, _, kind, _)| {
+            kind.as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case("error"))
+        })
+        .map(|(table, _, _, text)| {
+            format!(
+                "{}: {}",
+                table.as_deref().unwrap_or("?"),
+                text.as_deref().unwrap_or("")
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table the server could not analyze is a row of type `error`; `status` and `note`
+    /// rows are not failures.
+    #[test]
+    fn analyze_errors_are_its_error_rows() {
+        let row = |t: &str, kind: &str, text: &str| -> AnalyzeRow {
+            (
+                Some(t.into()),
+                Some("analyze".into()),
+                Some(kind.into()),
+                Some(text.into()),
+            )
+        };
+        let rows = [
+            row("db.t", "status", "OK"),
+            row(
+                "db.u",
+                "note",
+                "The storage engine for the table doesn't support analyze",
+            ),
+            row("db.v", "Error", "Table 'db.v' doesn't exist"),
+            row("db.v", "status", "Operation failed"),
+        ];
+        assert_eq!(analyze_errors(&rows), ["db.v: Table 'db.v' doesn't exist"]);
+        assert!(analyze_errors(&rows[..2]).is_empty());
+    }
 
     fn row(name: &str, method: &str, expr: &str, desc: &str) -> PartRow {
         (

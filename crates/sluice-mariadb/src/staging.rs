@@ -404,12 +404,28 @@ impl Staging for MariaDbDestination {
     fn gather_statistics(&self, _parallel: usize) -> Duration {
         let parents = std::mem::take(&mut *lock(&self.staging.parents));
         let orphans = std::mem::take(&mut *lock(&self.staging.begun));
-        let _ = self.drop_staging(&orphans);
+        if let Err(e) = self.drop_staging(&orphans) {
+            (self.warn)(format!(
+                "could not drop the staging table(s) {} ({e}); the data is in. The next load \
+                 of the same job drops them, or DROP TABLE them yourself",
+                orphans.join(", ")
+            ));
+        }
         let started = Instant::now();
-        let _ = self.on_own(|rt, c| {
-            rt.block_on(stage::analyze(c, &parents))
-                .map_err(|e| self.db_error(e))
-        });
+        let refused = self
+            .on_own(|rt, c| {
+                rt.block_on(stage::analyze(c, &parents))
+                    .map_err(|e| self.db_error(e))
+            })
+            .unwrap_or_else(|e| vec![e.to_string()]);
+        if !refused.is_empty() {
+            (self.warn)(format!(
+                "ANALYZE TABLE {} failed ({}); the data is in, but the optimizer's statistics \
+                 are those from before the load until it is run again",
+                parents.join(", "),
+                refused.join("; ")
+            ));
+        }
         started.elapsed()
     }
 }

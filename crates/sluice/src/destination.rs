@@ -107,7 +107,8 @@ pub fn open_mariadb(
     info: &sluice_mariadb::conninfo::ConnInfo,
 ) -> Result<MariaDbDestination, Failure> {
     use sluice_mariadb::destination::OpenError;
-    MariaDbDestination::open(info).map_err(|e| match e {
+    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
+    MariaDbDestination::open(info, warn).map_err(|e| match e {
         OpenError::Server(m) => Failure::server(m),
         OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
         other => Failure::Connect(other.to_string()),

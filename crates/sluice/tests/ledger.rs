@@ -285,23 +285,30 @@ fn load(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> std::p
     d.load(&args, env, 120)
 }
 
-#[test]
-fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
-    let d = db("ledger_changed");
+/// A database `name` with table `t`, whose load of two files (`a.csv`, `b.csv`, 1,000 rows
+/// each) was killed between its two streams' COMMITs: the job is recorded (a stream commits
+/// only after the job's files are) and unfinished, one file's rows are in (committed back to
+/// back; with prepared transactions the second commit is decided, and the next command
+/// finishes it: `a_kill_between_prepared_commits_...`).
+fn killed_between_commits(name: &str) -> (Db, PathBuf, PathBuf) {
+    let d = db(name);
     d.psql("CREATE TABLE t (id int, v text)");
     let a = d.file("a.csv", rows(0, 1000).as_bytes());
     let b = d.file("b.csv", rows(1000, 2000).as_bytes());
-    // Killed between the two streams' COMMITs: one file's rows are in, the job unfinished
-    // (committed back to back; with prepared transactions the second commit is decided, and
-    // the next command finishes it: `a_kill_between_prepared_commits_...`).
     let out = load(
         &d,
         &[&a, &b],
         &["--prepare", "off"],
         &[("SLUICE_KILL_AT", "commit")],
     );
-    assert_eq!(out.status.code(), None, "{}", stderr(&out));
+    assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
     assert_eq!(d.count("t"), 1000);
+    (d, a, b)
+}
+
+#[test]
+fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
+    let (d, a, b) = killed_between_commits("ledger_changed");
     let jobs = d.sluice_ok(&["jobs"]);
     assert_has(&jobs, &["interrupted", "1/2", "1,000"]);
     // The uncommitted file changes: resuming would mix versions.
@@ -413,20 +420,7 @@ fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
 /// resumes the job.
 #[test]
 fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() {
-    let d = db("ledger_ghost");
-    d.psql("CREATE TABLE t (id int, v text)");
-    let a = d.file("a.csv", rows(0, 1000).as_bytes());
-    let b = d.file("b.csv", rows(1000, 2000).as_bytes());
-    // Killed between the two streams' COMMITs: the job is recorded (a stream commits only
-    // after its files are), one file's rows are in.
-    let out = load(
-        &d,
-        &[&a, &b],
-        &["--prepare", "off"],
-        &[("SLUICE_KILL_AT", "commit")],
-    );
-    assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
-    assert_eq!(d.count("t"), 1000);
+    let (d, a, b) = killed_between_commits("ledger_ghost");
     // What the lost sluice's session holds: the job's advisory lock ('sljb', job 1).
     let ghost = d.open_session(
         "the_lost_sluice",
