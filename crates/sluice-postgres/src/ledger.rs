@@ -789,9 +789,9 @@ async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> 
         .map(drop)
 }
 
-/// Opens the job's transaction with its row, and returns its id and the server's log position
-/// then: the first half of [`begin`], whose second, [`record_files`], must follow on the same
-/// connection.
+/// Opens a new job's transaction with its row, and returns its id and the server's log
+/// position then: the first half of the job's start, whose second, [`record_files`], must
+/// follow on the same connection.
 pub async fn begin_row(
     client: &Client,
     spec: &JobSpec,
@@ -826,7 +826,7 @@ pub async fn begin_row(
     }
     .await;
     match done {
-        Ok(id) => Ok(id),
+        Ok(row) => Ok(row),
         Err(e) => {
             let _ = client.batch_execute("ROLLBACK").await;
             Err(e.into())
@@ -834,9 +834,9 @@ pub async fn begin_row(
     }
 }
 
-/// The second half of [`begin`]: the job's files, its COMMIT and its lock. Its statements are
-/// all sent at its first poll, so that whatever the connection is asked next runs after the
-/// job's transaction ended.
+/// The second half of the job's start ([`begin_row`]): its files, its COMMIT and its lock.
+/// Its statements are all sent at its first poll, so that whatever the connection is asked
+/// next runs after the job's transaction ended.
 pub async fn record_files(
     client: &Client,
     id: i64,
