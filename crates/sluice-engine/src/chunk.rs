@@ -452,7 +452,7 @@ const READ_BELOW: usize = 256 << 10;
 enum ChunkBytes {
     Map(memmap2::Mmap),
     Read(Vec<u8>),
-    Held(std::sync::Arc<[u8]>, usize),
+    Held(std::sync::Arc<Vec<u8>>, usize),
 }
 
 impl ChunkBytes {

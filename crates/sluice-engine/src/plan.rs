@@ -95,7 +95,7 @@ pub struct Input {
     /// The whole file as planning read it, for a small file within [`HELD_BYTES`]: the load
     /// converts these bytes (the ones the fingerprint names) instead of opening the file again,
     /// which for thousands of small files is most of their cost.
-    pub held: Option<std::sync::Arc<[u8]>>,
+    pub held: Option<std::sync::Arc<Vec<u8>>>,
     pub source: InputSource,
     /// The name shown in messages: the path as given, or `-`.
     pub display: String,
@@ -355,7 +355,7 @@ fn file_input(
     budget: &std::sync::atomic::AtomicU64,
 ) -> Result<Input, Failure> {
     let path = PathBuf::from(f);
-    let opened = open_input(f, PLAN_READ)?;
+    let mut opened = open_input(f, PLAN_READ)?;
     let format = format_for(f, spec.format).map_err(Failure::Usage)?;
     let mut dialect = dialect_for(format, spec)?;
     let compression = Compression::sniff(&opened.head);
@@ -363,12 +363,13 @@ fn file_input(
     if compression == Compression::None {
         dialect.line_ending = detect_line_ending(&opened.head, &dialect);
     }
+    let whole = opened.head_is_whole();
     Ok(Input {
         identity: Some(FileIdentity::of(&opened.canonical, &opened.meta)),
-        fingerprint: opened
-            .head_is_whole()
-            .then(|| crate::ledger::fingerprint_whole(&opened.head)),
-        held: hold(&opened, budget),
+        fingerprint: whole.then(|| crate::ledger::fingerprint_whole(&opened.head)),
+        held: whole
+            .then(|| std::mem::take(&mut opened.head))
+            .and_then(|whole| hold(whole, budget)),
         source: InputSource::File(path),
         display: f.to_string(),
         compression,
@@ -379,22 +380,17 @@ fn file_input(
     })
 }
 
-/// A wholly read file's bytes, kept when they fit what is left of `budget`.
-fn hold(
-    opened: &OpenedInput,
-    budget: &std::sync::atomic::AtomicU64,
-) -> Option<std::sync::Arc<[u8]>> {
+/// A wholly read file's bytes, kept (as they were read, not copied) when they fit what is
+/// left of `budget`.
+fn hold(whole: Vec<u8>, budget: &std::sync::atomic::AtomicU64) -> Option<std::sync::Arc<Vec<u8>>> {
     use std::sync::atomic::Ordering;
-    if !opened.head_is_whole() {
-        return None;
-    }
-    let size = opened.head.len() as u64;
+    let size = whole.len() as u64;
     budget
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
             left.checked_sub(size)
         })
         .ok()
-        .map(|_| opened.head.as_slice().into())
+        .map(|_| std::sync::Arc::new(whole))
 }
 
 /// Every input of the command, each file opened once (on several threads when there are
@@ -1047,7 +1043,7 @@ pub(crate) mod tests {
         let budget = AtomicU64::new(6000);
         let f = small.to_str().unwrap();
         let first = file_input(&spec, f, 0, &budget).unwrap();
-        assert_eq!(first.held.as_deref().map(<[u8]>::len), Some(4000));
+        assert_eq!(first.held.as_deref().map(Vec::len), Some(4000));
         assert_eq!(budget.load(Ordering::Relaxed), 2000);
         let second = file_input(&spec, f, 0, &budget).unwrap();
         assert!(second.held.is_none(), "past the budget");

@@ -91,10 +91,15 @@ pub fn open(target: Option<&str>, pg_dir: Option<PathBuf>, quiet: bool) -> Resul
     Ok(Opened::Postgres(Box::new(open_postgres(&target.info)?)))
 }
 
+/// Where a destination says what failed after the data was in: standard error, whatever `-q`
+/// says.
+fn warnings_on_stderr() -> Arc<dyn Fn(String) + Send + Sync> {
+    Arc::new(|w| eprintln!("\nwarning: {w}"))
+}
+
 /// Opens PostgreSQL at a resolved connection.
 pub fn open_postgres(info: &sluice_postgres::conninfo::ConnInfo) -> Result<PgDestination, Failure> {
-    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
-    PgDestination::open(info, warn).map_err(|e| match e {
+    PgDestination::open(info, warnings_on_stderr()).map_err(|e| match e {
         OpenError::Server(m) => Failure::server(m),
         OpenError::Unsupported(m) => Failure::Usage(m),
         OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
@@ -107,8 +112,7 @@ pub fn open_mariadb(
     info: &sluice_mariadb::conninfo::ConnInfo,
 ) -> Result<MariaDbDestination, Failure> {
     use sluice_mariadb::destination::OpenError;
-    let warn: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|w| eprintln!("\nwarning: {w}"));
-    MariaDbDestination::open(info, warn).map_err(|e| match e {
+    MariaDbDestination::open(info, warnings_on_stderr()).map_err(|e| match e {
         OpenError::Server(m) => Failure::server(m),
         OpenError::Runtime(e) => Failure::Local(format!("cannot start the runtime: {e}")),
         other => Failure::Connect(other.to_string()),

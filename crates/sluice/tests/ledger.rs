@@ -388,14 +388,13 @@ fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
          CREATE TRIGGER refuse BEFORE INSERT ON sluice_ledger.job_files \
          FOR EACH STATEMENT EXECUTE FUNCTION refuse()",
     );
-    let args = |jobs: &'static str| -> Vec<String> {
-        let mut a: Vec<String> = ["--table", "t", "--jobs", jobs].map(String::from).to_vec();
-        a.extend(files.iter().map(|f| f.to_str().unwrap().to_string()));
+    let args = |jobs: &'static str| -> Vec<&str> {
+        let mut a = vec!["--table", "t", "--jobs", jobs];
+        a.extend(files.iter().map(|f| f.to_str().unwrap()));
         a
     };
     for jobs in ["1", "2"] {
-        let a = args(jobs);
-        let out = d.load(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[], 120);
+        let out = d.load(&args(jobs), &[], 120);
         assert!(!out.status.success(), "--jobs {jobs}: {}", stderr(&out));
         assert_has(&stderr(&out), &["the ledger takes no files today"]);
         assert_eq!(d.count("t"), 0, "--jobs {jobs}");
@@ -407,8 +406,7 @@ fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
         );
     }
     d.psql("DROP TRIGGER refuse ON sluice_ledger.job_files");
-    let a = args("2");
-    let out = d.load(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[], 120);
+    let out = d.load(&args("2"), &[], 120);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 4000);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 4000);
