@@ -397,6 +397,20 @@ pub trait Destination: Sync {
         Ok(Vec::new())
     }
 
+    /// Before several transactions commit one after another (the load's streams, and the
+    /// prepared transactions `prepared`): holds back readers of the tables they wrote until
+    /// [`Destination::release_readers`], so that a reader sees all of them or none. `Ok(false)`
+    /// where the destination cannot (readers may then see the commits land in turn); `Err`
+    /// says why holding them failed.
+    fn hold_readers(&self, _prepared: &[String]) -> Result<bool, DestinationError> {
+        Ok(false)
+    }
+
+    /// Lets the readers held by [`Destination::hold_readers`] go, once the commits are done
+    /// (or given up), and anything kept for a hold (free connections) with them; called also
+    /// where no hold will come.
+    fn release_readers(&self) {}
+
     /// Where the server's write-ahead log is, in bytes, to tell how much a load wrote (`None`
     /// when the server will not say).
     fn log_position(&self) -> Option<u64> {

@@ -153,12 +153,17 @@ pub fn settle<D: Ledger>(
             )));
             Ok(())
         }
-        CrewTurn::Waiting { .. } => wait_for_the_others(dest, host, job, crew, prepared),
+        CrewTurn::Waiting { .. } => {
+            // Another worker commits the job: nothing here holds readers back, and whatever
+            // this one kept for that (its streams' free connections) goes now.
+            dest.release_readers();
+            wait_for_the_others(dest, host, job, crew, prepared)
+        }
     }
 }
 
-/// The decision is recorded: commits every prepared transaction of it, then marks the job
-/// finished.
+/// The decision is recorded: commits every prepared transaction of it (readers held back
+/// meanwhile), then marks the job finished.
 fn commit_decided<D: Ledger>(
     dest: &D,
     host: &dyn Host,
@@ -167,6 +172,7 @@ fn commit_decided<D: Ledger>(
     all: &[String],
 ) -> Result<(), Failure> {
     host.event(Event::Point("decided"));
+    let held = crate::strategy::hold_readers(dest, host, all, all.len());
     dest.finish_all_prepared(all, true).map_err(|(n, e)| {
         Failure::server_kind(
             ServerKind::Lost,
@@ -179,6 +185,7 @@ fn commit_decided<D: Ledger>(
             ),
         )
     })?;
+    drop(held);
     dest.finish_job(job, &[])
         .map_err(|e| ledger_failure("recording that the job finished", e))?;
     host.event(Event::Notice(match all.len() {

@@ -230,7 +230,7 @@ pub fn commit_all<D: Destination>(
             *crate::run::lock(&commit.prepared) = ids;
         }
         (Some(prefix), Some(job)) => commit_prepared(dest, streams, host, job, prefix)?,
-        _ => commit_back_to_back::<D>(streams, host)?,
+        _ => commit_back_to_back(dest, streams, host)?,
     }
     if phase.end() {
         host.event(Event::Notice(
@@ -240,13 +240,54 @@ pub fn commit_all<D: Destination>(
     Ok(())
 }
 
+/// Readers of the load's tables, held back by the destination while several transactions
+/// commit one after another ([`Destination::hold_readers`]); let go when dropped, on every way
+/// out of the commit.
+pub(crate) struct ReadersHeld<'a, D: Destination>(Option<&'a D>);
+
+impl<D: Destination> Drop for ReadersHeld<'_, D> {
+    fn drop(&mut self) {
+        if let Some(dest) = self.0 {
+            dest.release_readers();
+        }
+    }
+}
+
+/// Holds readers back before `commits` transactions (among them the prepared `prepared`)
+/// commit in turn; one commit needs no hold. A hold that fails is said, and the commits go
+/// ahead: readers may then see them land one by one, as without a hold.
+pub(crate) fn hold_readers<'a, D: Destination>(
+    dest: &'a D,
+    host: &dyn Host,
+    prepared: &[String],
+    commits: usize,
+) -> ReadersHeld<'a, D> {
+    if commits < 2 {
+        return ReadersHeld(None);
+    }
+    match dest.hold_readers(prepared) {
+        Ok(true) => ReadersHeld(Some(dest)),
+        Ok(false) => ReadersHeld(None),
+        Err(e) => {
+            host.event(Event::Warning(format!(
+                "readers of the load's tables could not be held back while its {commits} \
+                 transactions commit ({e}): a reader's query in those milliseconds may see \
+                 some of them committed and not the others"
+            )));
+            ReadersHeld(None)
+        }
+    }
+}
+
 /// Plain COMMITs, one stream after another: a crash between the first and the last leaves some
-/// committed, which the ledger knows and a rerun completes.
+/// committed, which the ledger knows and a rerun completes. Readers are held back meanwhile.
 fn commit_back_to_back<D: Destination>(
+    dest: &D,
     streams: Vec<D::Stream<'_>>,
     host: &dyn Host,
 ) -> Result<(), Failure> {
     let total = streams.len();
+    let _held = hold_readers(dest, host, &[], total);
     for (committed, s) in streams.into_iter().enumerate() {
         if committed == 1 {
             host.event(Event::Point("commit"));
@@ -364,7 +405,7 @@ fn decide<D: Destination>(dest: &D, job: i64, ids: &[String]) -> Result<(), Fail
 }
 
 /// Two-phase commit: every stream prepared (nothing visible yet), the decision to commit them
-/// recorded in the ledger, then each committed. Before the decision, a failure rolls every
+/// recorded in the ledger, then each committed, readers held back meanwhile. Before the decision, a failure rolls every
 /// prepared stream back; after it, a rerun of the same command commits what is still
 /// prepared. No moment leaves a part of the load visible for good without the rest.
 fn commit_prepared<D: Destination>(
@@ -378,6 +419,7 @@ fn commit_prepared<D: Destination>(
     host.event(Event::Point("prepared"));
     decide(dest, job, &ids)?;
     host.event(Event::Point("decided"));
+    let _held = hold_readers(dest, host, &ids, ids.len());
     // The first alone, the rest together: one more round trip, and a point between two
     // commits where a test can kill the load.
     let (first, rest) = ids.split_at(ids.len().min(1));

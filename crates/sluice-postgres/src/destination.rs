@@ -116,6 +116,10 @@ pub struct PgDestination {
     begun: Mutex<Begun>,
     /// The server's log position read with the job's row: where the load's log starts.
     begin_lsn: Mutex<Option<String>>,
+    /// Connections of streams that prepared their transactions, kept for the readers' gates.
+    spare: Mutex<Vec<crate::readers::Spare>>,
+    /// The readers' gates while the commits run ([`Destination::hold_readers`]).
+    gates: Mutex<Option<crate::readers::Gates>>,
 }
 
 /// A job's start is two round trips: its row (whose id the streams need), then its files, its
@@ -220,6 +224,8 @@ impl PgDestination {
             none_finished: std::sync::atomic::AtomicBool::new(false),
             begun: Mutex::new(Begun::Settled),
             begin_lsn: Mutex::new(None),
+            spare: Mutex::new(Vec::new()),
+            gates: Mutex::new(None),
         })
     }
 
@@ -314,9 +320,29 @@ impl PgDestination {
         let s = Stream::open(&self.info, &self.identity)
             .await
             .map_err(|e| self.open_error(0, e))?;
-        let fresh = Arc::new(s.into_client());
+        let fresh = s.into_client();
         *lock(&self.client) = fresh.clone();
         Ok(fresh)
+    }
+
+    /// `n` sessions for the readers' gates: the free connections of streams that prepared
+    /// their transactions first, then new connections, opened at once.
+    async fn gate_sessions(&self, n: usize) -> Result<Vec<crate::readers::Spare>, String> {
+        let mut sessions: Vec<crate::readers::Spare> = {
+            let mut spare = lock(&self.spare);
+            spare.retain(|s| !s.client.is_closed());
+            let keep = spare.len().saturating_sub(n);
+            spare.split_off(keep)
+        };
+        let opened = futures_util::future::join_all(
+            (sessions.len()..n).map(|_| Stream::open(&self.info, &self.identity)),
+        )
+        .await;
+        for s in opened {
+            let s = s.map_err(|e| format!("opening a connection: {e}"))?;
+            sessions.push(s.spare());
+        }
+        Ok(sessions)
     }
 
     /// Why a connection could not be opened, in the engine's terms.
@@ -683,6 +709,34 @@ impl Destination for PgDestination {
 
     fn decided(&self, job: i64) -> Result<Vec<String>, DestinationError> {
         self.on_client(|c| async move { crate::ledger::decided(&c, job).await.map_err(db_error) })
+    }
+
+    /// A gate on each table the commits make visible ([`crate::readers`]), on the prepared
+    /// streams' connections where there are enough, else on new ones.
+    fn hold_readers(&self, prepared: &[String]) -> Result<bool, DestinationError> {
+        let own = crate::readers::Own {
+            names: self.tables.iter().map(|t| t.table.qualified()).collect(),
+            oids: self.tables.iter().map(|t| t.table.oid).collect(),
+        };
+        let version = self.session.server_version_num;
+        let held = self.rt.block_on(async {
+            let client = self.live().await?;
+            crate::readers::hold(&client, own, prepared, |n| self.gate_sessions(n), version)
+                .await
+                .map_err(|why| DestinationError::new(ErrorKind::Other, why))
+        })?;
+        let holding = !held.is_empty();
+        *lock(&self.gates) = Some(held);
+        Ok(holding)
+    }
+
+    fn release_readers(&self) {
+        let gates = lock(&self.gates).take();
+        if let Some(gates) = gates {
+            let client = lock(&self.client).clone();
+            self.rt.block_on(gates.release(&client));
+        }
+        lock(&self.spare).clear();
     }
 
     fn activity_label(&self, class: Activity) -> Option<&'static str> {
@@ -1739,6 +1793,8 @@ impl DestinationStream for PgStream<'_> {
             .rt
             .block_on(self.stream.prepare(id))
             .map_err(|e| self.dest.error(self.n, e))?;
+        // Its session is free now: a gate may use it ([`crate::readers`]).
+        lock(&self.dest.spare).push(self.stream.spare());
         Ok(id.to_string())
     }
 }

@@ -32,6 +32,7 @@ pub mod network;
 pub(crate) mod onetrip;
 pub mod oracle;
 pub mod probe;
+pub mod readers;
 pub mod stage;
 pub mod stream;
 pub mod types;

@@ -180,7 +180,8 @@ fn parse_copy_context(ctx: &str) -> (Option<u64>, Option<String>) {
 
 /// One connection, inside one transaction.
 pub struct Stream {
-    client: Client,
+    /// Shared so that its connection can outlive the stream as a [`crate::readers::Spare`].
+    client: std::sync::Arc<Client>,
     /// A handle on its TCP socket, for [`Stream::transport`].
     socket: Option<socket2::Socket>,
     /// The backend's process id, for the watchdog.
@@ -222,7 +223,7 @@ impl Stream {
             });
         }
         Ok(Stream {
-            client,
+            client: std::sync::Arc::new(client),
             socket,
             pid,
             started,
@@ -300,8 +301,17 @@ impl Stream {
     }
 
     /// The connection, for uses other than a load's stream.
-    pub fn into_client(self) -> Client {
+    pub fn into_client(self) -> std::sync::Arc<Client> {
         self.client
+    }
+
+    /// The connection, kept open after the stream for one of [`crate::readers`]' gates (its
+    /// transaction prepared, the session is free).
+    pub fn spare(&self) -> crate::readers::Spare {
+        crate::readers::Spare {
+            client: self.client.clone(),
+            pid: self.pid,
+        }
     }
 
     /// Starts `COPY relation (columns) FROM STDIN` in binary or text format; with `freeze`,

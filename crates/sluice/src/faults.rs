@@ -9,18 +9,45 @@
 //! publish transaction, after the publish and before the direct streams' COMMITs, and after
 //! everything committed but before the job is marked finished. Without the variable, a point
 //! is one environment lookup, made once.
+//!
+//! `SLUICE_PAUSE_AT=<point>:<milliseconds>` makes the process sleep there instead, so that a
+//! test can look at the server in that moment (what a reader sees between two commits).
 
 use std::sync::OnceLock;
 
 static KILL_AT: OnceLock<Option<String>> = OnceLock::new();
+static PAUSE_AT: OnceLock<Option<(String, u64)>> = OnceLock::new();
 
-/// Dies here, as `kill -9` would, if the test asked for this point.
+/// Dies here, as `kill -9` would, or sleeps, if the test asked for this point.
 pub fn point(name: &str) {
+    let pause = PAUSE_AT.get_or_init(|| pause_at(&std::env::var("SLUICE_PAUSE_AT").ok()?));
+    if let Some((_, ms)) = pause.as_ref().filter(|(at, _)| at == name) {
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
+    }
     let at = KILL_AT.get_or_init(|| std::env::var("SLUICE_KILL_AT").ok());
     if at.as_deref() == Some(name) {
         // SAFETY: sending a signal to our own process.
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
+    }
+}
+
+/// `point:milliseconds`.
+fn pause_at(spec: &str) -> Option<(String, u64)> {
+    let (point, ms) = spec.rsplit_once(':')?;
+    Some((point.to_string(), ms.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pause_names_its_point_and_milliseconds() {
+        assert_eq!(
+            super::pause_at("commit:3000"),
+            Some(("commit".into(), 3000))
+        );
+        assert_eq!(super::pause_at("commit"), None);
+        assert_eq!(super::pause_at("commit:soon"), None);
     }
 }

@@ -647,6 +647,71 @@ fn a_kill_between_prepared_commits_is_finished_by_the_next_command_of_any_kind()
     d.psql("TRUNCATE t");
 }
 
+/// The streams' transactions commit one after another, prepared or not. A reader whose query
+/// comes between two of those commits waits, and then sees every row of the load, never the
+/// first stream's alone: the load holds readers back while it commits. The load pauses 3 s
+/// between its first and second commit, and a count is taken in that pause.
+#[test]
+fn a_reader_between_two_commits_waits_and_sees_the_whole_load() {
+    for prepare in ["on", "off"] {
+        let d = db(&format!("ledger_reader_gate_{prepare}"));
+        d.psql("CREATE TABLE t (id int, v text)");
+        let a = d.file("a.csv", rows(0, 1000).as_bytes());
+        let b = d.file("b.csv", rows(1000, 2000).as_bytes());
+        // On a busy machine one stream may take both files before the other starts, and then
+        // there is one commit: that run proves nothing, and the case runs again.
+        let mut tries = 0;
+        let (seen, out) = loop {
+            tries += 1;
+            d.psql("TRUNCATE t; DROP SCHEMA IF EXISTS sluice_ledger CASCADE");
+            let mut c = sluice_cmd();
+            c.args([
+                "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+            ])
+            .args(["--prepare", prepare])
+            .args([&a, &b])
+            .env("SLUICE_PAUSE_AT", "commit:3000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            // One stream's chunk record is committed (the ledger is not held back): the
+            // pause.
+            let paused = || {
+                d.try_psql("SELECT count(*) FROM sluice_ledger.job_chunks")
+                    .is_ok_and(|n| n.trim() == "1")
+            };
+            common::wait_until("the first stream's commit, or the load's end", 60, || {
+                paused() || child.try_wait().unwrap().is_some()
+            });
+            if child.try_wait().unwrap().is_some() {
+                assert!(tries < 5, "five loads of two files ran on one stream");
+                continue;
+            }
+            let seen = d.count("t");
+            break (seen, common::finish(child, 60));
+        };
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(seen, 2000, "--prepare {prepare}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("could not be held back"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // Killed in that pause's place: the readers' gate goes with the process, and a reader sees
+    // the first stream's rows at once (the same command completes the rest).
+    let d = db("ledger_reader_gate_killed");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let a = d.file("a.csv", rows(0, 1000).as_bytes());
+    let b = d.file("b.csv", rows(1000, 2000).as_bytes());
+    let out = load(&d, &[&a, &b], &[], &[("SLUICE_KILL_AT", "commit")]);
+    assert_eq!(out.status.code(), None, "{}", stderr(&out));
+    assert_eq!(d.count("t"), 1000);
+    let out = load(&d, &[&a, &b], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
+}
+
 /// Two databases of one server each keep a ledger, whose jobs are numbered from 1 alike. A load
 /// running job 1 in one database says nothing about job 1 of the other: `sluice jobs` there
 /// shows it interrupted, and resuming it is not refused as held by a running process.

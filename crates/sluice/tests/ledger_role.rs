@@ -43,3 +43,48 @@ fn a_role_that_may_not_use_the_ledger_is_given_the_grant_that_fixes_it() {
         &["2"],
     );
 }
+
+/// A role that may insert into the table but not lock it (`ACCESS EXCLUSIVE` needs `UPDATE`,
+/// `DELETE` or `TRUNCATE`) cannot hold readers back while its streams commit: the load says so,
+/// with the server's reason, and loads every row as before.
+#[test]
+fn a_role_that_may_not_lock_the_table_is_told_readers_were_not_held_back() {
+    let d = db("ledger_no_lock");
+    d.psql("CREATE TABLE t (id int)");
+    d.psql(&format!(
+        "DROP ROLE IF EXISTS insert_only; CREATE ROLE insert_only LOGIN; \
+         GRANT CONNECT ON DATABASE {} TO insert_only; GRANT INSERT, SELECT ON t TO insert_only",
+        d.name
+    ));
+    let a = d.file("a.csv", "1\n".repeat(5000).as_bytes());
+    let b = d.file("b.csv", "2\n".repeat(5000).as_bytes());
+    let url = d.url.replace("sluice@", "insert_only@");
+    // On a busy machine one stream may take both files (one commit, nothing to hold): tried
+    // until two streams commit, at most five times.
+    let mut warned = None;
+    for _ in 0..5 {
+        d.psql("TRUNCATE t");
+        let mut c = sluice_cmd();
+        c.args([
+            "load", "-q", "--jobs", "2", "--target", &url, "--table", "t",
+        ])
+        .args([&a, &b]);
+        let out = run_bounded(c, 60);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(d.count("t"), 10_000, "{err}");
+        if err.contains("could not be held back") {
+            warned = Some(err);
+            break;
+        }
+    }
+    let err = warned.expect("no load of two files ran on two streams");
+    assert_has(
+        &err,
+        &[
+            "warning: readers of the load's tables",
+            "permission denied",
+            "needs UPDATE, DELETE or TRUNCATE on it",
+        ],
+    );
+}
