@@ -396,6 +396,7 @@ fn hold(whole: Vec<u8>, budget: &std::sync::atomic::AtomicU64) -> Option<std::sy
 /// Every input of the command, each file opened once (on several threads when there are
 /// many), in the command's order; the first error in that order. Tables are assigned later.
 pub fn plan_inputs(spec: &LoadSpec) -> Result<Vec<Input>, Failure> {
+    PLANNING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let budget = std::sync::atomic::AtomicU64::new(HELD_BYTES);
     let each = |i: usize| match spec.files[i].as_str() {
         "-" => stdin_input(spec, usize::MAX),
@@ -791,22 +792,32 @@ fn canonical_path(file: &File, path: &std::path::Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Which planning the directories resolved by [`canonical_in_dir`] belong to: each
+/// [`plan_inputs`] starts a new one, so that a process that plans twice (a library's caller
+/// that changes directory, or renames one, in between) never reuses an earlier planning's.
+static PLANNING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The absolute path of a file that is not itself a link: its directory's, links resolved
-/// (asked once per directory and thread), and its name. `None` when the path has no name or
-/// its directory cannot be resolved.
+/// (asked once per directory, thread and planning), and its name. `None` when the path has no
+/// name or its directory cannot be resolved.
 fn canonical_in_dir(path: &std::path::Path) -> Option<PathBuf> {
     use std::collections::HashMap;
+    type Dirs = (u64, HashMap<PathBuf, Option<PathBuf>>);
     thread_local! {
-        static DIRS: std::cell::RefCell<HashMap<PathBuf, Option<PathBuf>>> =
-            std::cell::RefCell::new(HashMap::new());
+        static DIRS: std::cell::RefCell<Dirs> = std::cell::RefCell::new((0, HashMap::new()));
     }
     let name = path.file_name()?;
     let parent = match path.parent()? {
         p if p.as_os_str().is_empty() => std::path::Path::new("."),
         p => p,
     };
+    let planning = PLANNING.load(std::sync::atomic::Ordering::Relaxed);
     let dir = DIRS.with(|dirs| {
-        dirs.borrow_mut()
+        let mut dirs = dirs.borrow_mut();
+        if dirs.0 != planning {
+            *dirs = (planning, HashMap::new());
+        }
+        dirs.1
             .entry(parent.to_path_buf())
             .or_insert_with(|| std::fs::canonicalize(parent).ok())
             .clone()

@@ -242,14 +242,12 @@ pub fn commit_all<D: Destination>(
 
 /// Readers of the load's tables, held back by the destination while several transactions
 /// commit one after another ([`Destination::hold_readers`]); let go when dropped, on every way
-/// out of the commit.
-pub(crate) struct ReadersHeld<'a, D: Destination>(Option<&'a D>);
+/// out of the commit (and whatever the destination kept for a hold, when there was none).
+pub(crate) struct ReadersHeld<'a, D: Destination>(&'a D);
 
 impl<D: Destination> Drop for ReadersHeld<'_, D> {
     fn drop(&mut self) {
-        if let Some(dest) = self.0 {
-            dest.release_readers();
-        }
+        self.0.release_readers();
     }
 }
 
@@ -263,18 +261,17 @@ pub(crate) fn hold_readers<'a, D: Destination>(
     commits: usize,
 ) -> ReadersHeld<'a, D> {
     if commits < 2 {
-        return ReadersHeld(None);
+        return ReadersHeld(dest);
     }
     match dest.hold_readers(prepared) {
-        Ok(true) => ReadersHeld(Some(dest)),
-        Ok(false) => ReadersHeld(None),
+        Ok(_) => ReadersHeld(dest),
         Err(e) => {
             host.event(Event::Warning(format!(
                 "readers of the load's tables could not be held back while its {commits} \
                  transactions commit ({e}): a reader's query in those milliseconds may see \
                  some of them committed and not the others"
             )));
-            ReadersHeld(None)
+            ReadersHeld(dest)
         }
     }
 }
@@ -415,6 +412,8 @@ fn commit_prepared<D: Destination>(
     job: i64,
     prefix: &str,
 ) -> Result<(), Failure> {
+    // Whatever the destination keeps for the hold goes on every way out, the failures too.
+    let _kept = ReadersHeld(dest);
     let ids = prepare_all(dest, streams, prefix)?;
     host.event(Event::Point("prepared"));
     decide(dest, job, &ids)?;

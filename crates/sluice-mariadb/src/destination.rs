@@ -91,6 +91,8 @@ pub struct MariaDbDestination {
     pub(crate) staging: crate::staging::StagingState,
     /// Where a step that failed after the data was in (a table's statistics, say) is said.
     pub(crate) warn: Arc<dyn Fn(String) + Send + Sync>,
+    /// The readers' gates while the commits run ([`Destination::hold_readers`]).
+    gates: Mutex<Option<crate::readers::Gates>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -175,6 +177,7 @@ impl MariaDbDestination {
             held_jobs: Mutex::new(Vec::new()),
             staging: crate::staging::StagingState::default(),
             warn,
+            gates: Mutex::new(None),
         })
     }
 
@@ -618,6 +621,59 @@ impl Destination for MariaDbDestination {
             rt.block_on(crate::ledger::decided(c, job))
                 .map_err(|e| self.db_error(e))
         })
+    }
+
+    /// A gate on each of the load's tables ([`crate::readers`]), each on a new connection (a
+    /// stream's session must stay free to commit its own branch).
+    fn hold_readers(&self, _prepared: &[String]) -> Result<bool, DestinationError> {
+        let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        if tables.is_empty() {
+            return Ok(false);
+        }
+        if tables.len() > crate::readers::MAX_GATES {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                format!(
+                    "the load wrote {} tables, and sluice holds readers of at most {} (a \
+                     connection each)",
+                    tables.len(),
+                    crate::readers::MAX_GATES
+                ),
+            ));
+        }
+        let gates = self.on_own(|rt, own| {
+            rt.block_on(async {
+                let opened = futures_util::future::join_all(
+                    tables.iter().map(|_| crate::connect::connect(&self.info)),
+                )
+                .await;
+                let sessions = opened
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("opening a connection: {e}"))?;
+                crate::readers::hold(own, tables, sessions).await
+            })
+            .map_err(|why| DestinationError::new(ErrorKind::Other, why))
+        })?;
+        let holding = !gates.is_empty();
+        *lock(&self.gates) = Some(gates);
+        Ok(holding)
+    }
+
+    fn release_readers(&self) {
+        let Some(gates) = lock(&self.gates).take() else {
+            return;
+        };
+        let early = self
+            .on_own(|rt, own| Ok(rt.block_on(gates.release(own))))
+            .unwrap_or_else(|e| vec![format!("stopping the readers' gates: {e}")]);
+        for why in early {
+            (self.warn)(format!(
+                "readers of the load's tables were held back for only part of its commits \
+                 ({why}): a reader's query in those milliseconds may have seen some of its \
+                 transactions committed and not the others"
+            ));
+        }
     }
 }
 

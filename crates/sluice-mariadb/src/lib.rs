@@ -28,6 +28,7 @@ pub mod connect;
 pub mod conninfo;
 pub mod destination;
 pub mod ledger;
+pub mod readers;
 pub mod stage;
 mod staging;
 pub mod stream;

@@ -65,6 +65,9 @@ pub struct Session {
     pub read_only: bool,
     /// How many transactions the server can hold prepared at once (0: none).
     pub max_prepared_transactions: i32,
+    /// Standbys streaming from this server (not counting logical replication): they replay
+    /// the `ACCESS EXCLUSIVE` locks taken here.
+    pub standbys: i32,
     /// The server's tablespaces by oid, to name the one whose disk filled.
     pub tablespaces: Vec<(u32, String)>,
 }
@@ -100,7 +103,10 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
              current_setting('server_version_num')::int, \
              current_setting('max_connections')::int, current_setting('server_encoding'), \
              pg_is_in_recovery(), current_setting('transaction_read_only') = 'on', \
-             current_setting('max_prepared_transactions')::int",
+             current_setting('max_prepared_transactions')::int, \
+             (SELECT count(*) FROM pg_stat_replication r WHERE NOT EXISTS ( \
+                SELECT 1 FROM pg_replication_slots s \
+                WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))::int",
             &[],
         ),
         client.fetch("SELECT oid, spcname FROM pg_tablespace", &[])
@@ -116,6 +122,7 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         in_recovery: row.get(5),
         read_only: row.get(6),
         max_prepared_transactions: row.get(7),
+        standbys: row.get(8),
     })
 }
 

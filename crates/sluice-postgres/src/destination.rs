@@ -714,6 +714,17 @@ impl Destination for PgDestination {
     /// A gate on each table the commits make visible ([`crate::readers`]), on the prepared
     /// streams' connections where there are enough, else on new ones.
     fn hold_readers(&self, prepared: &[String]) -> Result<bool, DestinationError> {
+        if self.session.standbys > 0 {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                format!(
+                    "this server streams to {} standby(s), which would replay the hold's \
+                     ACCESS EXCLUSIVE lock and could cancel long queries there, so sluice does \
+                     not hold readers on a primary with standbys",
+                    self.session.standbys
+                ),
+            ));
+        }
         let own = crate::readers::Own {
             names: self.tables.iter().map(|t| t.table.qualified()).collect(),
             oids: self.tables.iter().map(|t| t.table.oid).collect(),
@@ -731,12 +742,25 @@ impl Destination for PgDestination {
     }
 
     fn release_readers(&self) {
-        let gates = lock(&self.gates).take();
-        if let Some(gates) = gates {
-            let client = lock(&self.client).clone();
-            self.rt.block_on(gates.release(&client));
-        }
         lock(&self.spare).clear();
+        let Some(gates) = lock(&self.gates).take() else {
+            return;
+        };
+        // A new connection if the load's own was lost (a failed COMMIT PREPARED): a gate
+        // still waiting must be cancelled, or it holds readers until its bound.
+        let early = self.rt.block_on(async {
+            match self.live().await {
+                Ok(client) => gates.release(&client).await,
+                Err(e) => vec![format!("cancelling the readers' gates: {e}")],
+            }
+        });
+        for why in early {
+            (self.warn)(format!(
+                "readers of the load's tables were held back for only part of its commits \
+                 ({why}): a reader's query in those milliseconds may have seen some of its \
+                 transactions committed and not the others"
+            ));
+        }
     }
 
     fn activity_label(&self, class: Activity) -> Option<&'static str> {

@@ -24,6 +24,7 @@
 //! transaction that took its snapshot before the commits (it sees none of them, as it must).
 
 use crate::onetrip::OneTrip;
+use futures_util::FutureExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -66,9 +67,10 @@ pub struct Gates {
     gates: Vec<Gate>,
 }
 
-/// The tables the prepared transactions `prepared` hold a lock on (a crew's other workers'
-/// tables) other than the load's own (`own`, by oid), leaving out partitions (their parent is
-/// gated) and sluice's own schemas. Names as `regclass` prints them, quoted where needed.
+/// The tables the prepared transactions `prepared` wrote (a crew's other workers' tables: a
+/// lock of a writing mode; a foreign key's parent, which they only read, is not one) other
+/// than the load's own (`own`, by oid), leaving out partitions (their parent is gated) and
+/// sluice's own schemas. Names as `regclass` prints them, quoted where needed.
 async fn others(
     client: &Client,
     own: &[u32],
@@ -85,6 +87,8 @@ async fn others(
                AND x.transactionid = p.transaction \
              JOIN pg_locks r ON r.virtualtransaction = x.virtualtransaction \
                AND r.pid IS NULL AND r.locktype = 'relation' \
+               AND r.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', \
+                 'ExclusiveLock', 'AccessExclusiveLock') \
              JOIN pg_class c ON c.oid = r.relation \
              WHERE p.gid = ANY($2) AND p.database = current_database() \
                AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
@@ -99,17 +103,16 @@ async fn others(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// How many of the backends `pids` wait for an `ACCESS EXCLUSIVE` lock on a table.
-async fn waiting(client: &Client, pids: &[i32]) -> Result<usize, tokio_postgres::Error> {
-    let n: i64 = client
-        .fetch_one(
-            "SELECT count(*) FROM pg_locks WHERE pid = ANY($1) AND NOT granted \
+/// Which of the backends `pids` wait for an `ACCESS EXCLUSIVE` lock on a table.
+async fn waiting(client: &Client, pids: &[i32]) -> Result<Vec<i32>, tokio_postgres::Error> {
+    let rows = client
+        .fetch(
+            "SELECT pid FROM pg_locks WHERE pid = ANY($1) AND NOT granted \
              AND locktype = 'relation' AND mode = 'AccessExclusiveLock'",
             &[&pids],
         )
-        .await?
-        .get(0);
-    Ok(n as usize)
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// Why a gate's lock on `table` was refused, and the grant that allows it where that is why.
@@ -218,7 +221,7 @@ impl Gates {
         if !others.is_empty() {
             let more = sessions(others.len()).await?;
             self.start(others, more, server_version_num);
-            queued = 0;
+            queued.clear();
         }
         self.queued(client, queued).await
     }
@@ -247,8 +250,8 @@ impl Gates {
     }
 
     /// Waits until the server shows every gate still running as waiting for its lock; `seen`
-    /// is how many a first look (made with the gates started) found waiting.
-    async fn queued(&mut self, client: &Client, mut seen: usize) -> Result<(), String> {
+    /// are those a first look (made with the gates started) found waiting.
+    async fn queued(&mut self, client: &Client, mut seen: Vec<i32>) -> Result<(), String> {
         let deadline = Instant::now() + QUEUE_WAIT;
         loop {
             for g in &mut self.gates {
@@ -262,7 +265,7 @@ impl Gates {
                 }
             }
             let running = self.running();
-            if seen == running.len() {
+            if running.iter().all(|pid| seen.contains(pid)) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -280,22 +283,26 @@ impl Gates {
 
     /// Ends the gates: each normally ended by itself when the commits released its table; any
     /// still waiting after [`END_WAIT`] (a reader's long statement holds the table) is
-    /// cancelled, and its connection closed.
-    pub async fn release(mut self, client: &Client) {
+    /// cancelled. Returns what ended a gate before the commits were done (its lock's bound ran
+    /// out, say): readers may have seen part of the load then.
+    pub async fn release(mut self, client: &Client) -> Vec<String> {
+        let mut early = self.ended();
         let deadline = Instant::now() + END_WAIT;
-        let mut waiting = Vec::new();
         for g in &mut self.gates {
             let Some(task) = g.task.as_mut() else {
                 continue;
             };
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, task).await {
-                Ok(_) => g.task = None,
-                Err(_) => waiting.push(g.pid),
+            if let Ok(done) = tokio::time::timeout(left, task).await {
+                g.task = None;
+                if let Ok(Err(e)) = done {
+                    early.push(refused(&g.table, &e));
+                }
             }
         }
+        let waiting = self.running();
         if waiting.is_empty() {
-            return;
+            return early;
         }
         let _ = client
             .fetch(
@@ -303,22 +310,35 @@ impl Gates {
                 &[&waiting],
             )
             .await;
+        let deadline = Instant::now() + Duration::from_secs(2);
         for g in &mut self.gates {
             if let Some(task) = g.task.as_mut() {
-                if tokio::time::timeout(Duration::from_secs(2), task)
-                    .await
-                    .is_ok()
-                {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if tokio::time::timeout(left, task).await.is_ok() {
                     g.task = None;
                 }
             }
         }
+        early
+    }
+
+    /// What ended the gates whose statement has ended with an error by now.
+    fn ended(&mut self) -> Vec<String> {
+        let mut why = Vec::new();
+        for g in &mut self.gates {
+            if g.task.as_ref().is_some_and(|t| t.is_finished()) {
+                if let Some(Ok(Err(e))) = g.task.take().and_then(|t| t.now_or_never()) {
+                    why.push(refused(&g.table, &e));
+                }
+            }
+        }
+        why
     }
 }
 
 impl Drop for Gates {
-    /// A gate not waited for is stopped with its task; its connection closes when its last
-    /// handle goes, and the server ends its session within [`CLIENT_CHECK`].
+    /// A gate not waited for is stopped with its task (its session waits on until its lock is
+    /// granted or its bound runs out: [`Gates::release`] is the way to end one).
     fn drop(&mut self) {
         for task in self.gates.iter().filter_map(|g| g.task.as_ref()) {
             task.abort();

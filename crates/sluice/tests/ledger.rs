@@ -706,6 +706,16 @@ fn a_reader_between_two_commits_waits_and_sees_the_whole_load() {
     let b = d.file("b.csv", rows(1000, 2000).as_bytes());
     let out = load(&d, &[&a, &b], &[], &[("SLUICE_KILL_AT", "commit")]);
     assert_eq!(out.status.code(), None, "{}", stderr(&out));
+    // The gate's session notices its client gone within a quarter second (its own bound is
+    // 10 s): well within 5 s, no lock request of it waits on the table.
+    common::wait_until("the killed load's gate to end", 5, || {
+        d.psql(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'AccessExclusiveLock' \
+             AND relation = 't'::regclass",
+        )
+        .trim()
+            == "0"
+    });
     assert_eq!(d.count("t"), 1000);
     let out = load(&d, &[&a, &b], &[], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -740,4 +750,124 @@ fn a_running_job_of_another_database_is_not_this_ones() {
     assert!(jobs.contains("interrupted"), "{jobs}");
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert_eq!(b.count("t"), 2);
+}
+
+/// `cmd` as the account the test servers run as (`postgres`, when the tests run as root).
+fn as_server_account(cmd: &mut Command, cluster: &sluice_postgres::cluster::Cluster) {
+    if !cluster.runs_as_postgres() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpwnam with a NUL-terminated name; the fields are read at once.
+    let pw = unsafe { libc::getpwnam(c"postgres".as_ptr()) };
+    assert!(!pw.is_null(), "no postgres account");
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    cmd.uid(uid).gid(gid).current_dir("/");
+}
+
+/// A primary that streams to a standby: a granted `ACCESS EXCLUSIVE` lock is written to the
+/// log, and the standby's replay of it would wait for (and in the end cancel) long queries
+/// there. So sluice does not hold readers back on such a primary, says so, and loads every row.
+#[test]
+fn a_primary_with_a_standby_does_not_hold_readers_and_says_so() {
+    let root = std::env::temp_dir().join(format!("sluice-standby-{}", std::process::id()));
+    let settings = [
+        ("wal_level", "replica"),
+        ("max_wal_senders", "4"),
+        ("max_prepared_transactions", "8"),
+    ];
+    let (primary, port) = common::bed_server(&root.join("primary"), &settings, &[]);
+    let standby = root.join("standby");
+    std::fs::create_dir_all(&standby).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&standby, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let bin = |name: &str| primary.bindir.join(name);
+    if primary.runs_as_postgres() {
+        let mut chown = Command::new("chown");
+        chown.args(["postgres:postgres"]).arg(&standby);
+        assert!(chown.status().unwrap().success());
+    }
+    let mut backup = Command::new(bin("pg_basebackup"));
+    backup
+        .arg("-D")
+        .arg(&standby)
+        .args([
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "sluice",
+        ])
+        .args(["-p", &port.to_string()]);
+    as_server_account(&mut backup, &primary);
+    let out = backup.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let standby_port = sluice_postgres::cluster::free_port().unwrap();
+    let auto = standby.join("postgresql.auto.conf");
+    let mut conf = std::fs::read_to_string(&auto).unwrap();
+    conf.push_str(&format!("port = {standby_port}\nhot_standby = on\n"));
+    std::fs::write(&auto, conf).unwrap();
+    let pg_ctl = |args: &[&str]| {
+        let mut c = Command::new(bin("pg_ctl"));
+        c.arg("-D").arg(&standby).args(args).stdout(Stdio::null());
+        as_server_account(&mut c, &primary);
+        c.status().unwrap()
+    };
+    let log = standby.join("server.log");
+    assert!(pg_ctl(&["start", "-w", "-t", "60", "-l", log.to_str().unwrap()]).success());
+    // Both servers stop, and their directories go, whatever the assertions below do.
+    struct Stop<F: FnMut()>(F);
+    impl<F: FnMut()> Drop for Stop<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _stop = Stop(|| {
+        let _ = pg_ctl(&["stop", "-m", "immediate"]);
+        let _ = primary.destroy();
+        let _ = std::fs::remove_dir_all(&root);
+    });
+    let url = primary.url().unwrap();
+    common::wait_until("the standby streaming", 60, || {
+        common::psql_at(&primary, &url, "SELECT count(*) FROM pg_stat_replication") == "1"
+    });
+    common::psql_at(&primary, &url, "CREATE TABLE t (id int, v text)");
+    let a = root.join("a.csv");
+    let b = root.join("b.csv");
+    std::fs::write(&a, rows(0, 1000)).unwrap();
+    std::fs::write(&b, rows(1000, 2000)).unwrap();
+    // Tried until two streams commit (on a busy machine one may take both files).
+    let mut said = None;
+    for _ in 0..5 {
+        common::psql_at(&primary, &url, "TRUNCATE t");
+        let mut c = sluice_cmd();
+        c.args([
+            "load", "-q", "--jobs", "2", "--target", &url, "--table", "t",
+        ])
+        .args([&a, &b]);
+        let out = run_bounded(c, 120);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(
+            common::psql_at(&primary, &url, "SELECT count(*) FROM t"),
+            "2000"
+        );
+        if err.contains("could not be held back") {
+            said = Some(err);
+            break;
+        }
+    }
+    let err = said.expect("no load of two files ran on two streams");
+    assert_has(
+        &err,
+        &["streams to 1 standby(s)", "could cancel long queries there"],
+    );
 }

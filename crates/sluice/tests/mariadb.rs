@@ -446,6 +446,61 @@ fn prepared_branches_of_another_databases_job_are_not_this_ones() {
     assert_eq!(a.count("(SELECT DISTINCT id FROM t) x"), 4000);
 }
 
+/// The streams' branches commit one after another, XA or not. A reader whose query comes
+/// between two of those commits waits, and then sees every row of the load: the load holds
+/// readers back while it commits. The load pauses 3 s between its first and second commit,
+/// and a count is taken in that pause.
+#[test]
+fn a_reader_between_two_commits_waits_and_sees_the_whole_load() {
+    for prepare in ["on", "off"] {
+        let d = mdb(&format!("reader_gate_{prepare}"));
+        d.sql("CREATE TABLE t (id int PRIMARY KEY, v varchar(20))");
+        let rows =
+            |from: u32, to: u32| -> String { (from..to).map(|i| format!("{i}\tv{i}\n")).collect() };
+        let a = d.file("a.txt", rows(0, 2000).as_bytes());
+        let b = d.file("b.txt", rows(2000, 4000).as_bytes());
+        // On a busy machine one stream may take both files before the other starts, and then
+        // there is one commit: that run proves nothing, and the case runs again.
+        let mut tries = 0;
+        let (seen, out) = loop {
+            tries += 1;
+            d.sql("TRUNCATE t; DROP TABLE IF EXISTS sluice_ledger_job_chunks");
+            let mut c = sluice_cmd();
+            c.args([
+                "load", "-q", "--target", &d.url, "--table", "t", "--format", "text",
+            ])
+            .args(["--jobs", "2", "--prepare", prepare])
+            .args([&a, &b])
+            .env("SLUICE_PAUSE_AT", "commit:3000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            // One stream's chunk record is committed (the ledger is not held back): the
+            // pause.
+            let paused = || {
+                d.try_sql("SELECT COUNT(*) FROM sluice_ledger_job_chunks")
+                    .is_ok_and(|n| n.trim() == "1")
+            };
+            common::wait_until("the first stream's commit, or the load's end", 60, || {
+                paused() || child.try_wait().unwrap().is_some()
+            });
+            if child.try_wait().unwrap().is_some() {
+                assert!(tries < 5, "five loads of two files ran on one stream");
+                continue;
+            }
+            let seen = d.count("t");
+            break (seen, common::finish(child, 60));
+        };
+        assert_ok(&out);
+        assert_eq!(seen, 4000, "--prepare {prepare}: {}", printed(&out));
+        assert!(
+            !printed(&out).contains("could not be held back"),
+            "{}",
+            printed(&out)
+        );
+    }
+}
+
 /// Four streams into two tables: a bad row in the last file of the second table fails the
 /// load, and neither table keeps a row of it, nor the server a prepared branch; with the row
 /// mended, the same command loads both tables whole.
