@@ -658,38 +658,22 @@ fn a_reader_between_two_commits_waits_and_sees_the_whole_load() {
         d.psql("CREATE TABLE t (id int, v text)");
         let a = d.file("a.csv", rows(0, 1000).as_bytes());
         let b = d.file("b.csv", rows(1000, 2000).as_bytes());
-        // On a busy machine one stream may take both files before the other starts, and then
-        // there is one commit: that run proves nothing, and the case runs again.
-        let mut tries = 0;
-        let (seen, out) = loop {
-            tries += 1;
+        let start = || {
             d.psql("TRUNCATE t; DROP SCHEMA IF EXISTS sluice_ledger CASCADE");
             let mut c = sluice_cmd();
             c.args([
                 "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
             ])
             .args(["--prepare", prepare])
-            .args([&a, &b])
-            .env("SLUICE_PAUSE_AT", "commit:3000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-            let mut child = c.spawn().unwrap();
-            // One stream's chunk record is committed (the ledger is not held back): the
-            // pause.
-            let paused = || {
-                d.try_psql("SELECT count(*) FROM sluice_ledger.job_chunks")
-                    .is_ok_and(|n| n.trim() == "1")
-            };
-            common::wait_until("the first stream's commit, or the load's end", 60, || {
-                paused() || child.try_wait().unwrap().is_some()
-            });
-            if child.try_wait().unwrap().is_some() {
-                assert!(tries < 5, "five loads of two files ran on one stream");
-                continue;
-            }
-            let seen = d.count("t");
-            break (seen, common::finish(child, 60));
+            .args([&a, &b]);
+            c
         };
+        // The ledger is not held back: its chunk records say where the load is.
+        let chunks = || {
+            d.try_psql("SELECT count(*) FROM sluice_ledger.job_chunks")
+                .ok()
+        };
+        let (seen, out) = common::count_between_commits(start, chunks, || d.count("t"));
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(seen, 2000, "--prepare {prepare}: {}", stderr(&out));
         assert!(
@@ -844,28 +828,22 @@ fn a_primary_with_a_standby_does_not_hold_readers_and_says_so() {
     let b = root.join("b.csv");
     std::fs::write(&a, rows(0, 1000)).unwrap();
     std::fs::write(&b, rows(1000, 2000)).unwrap();
-    // Tried until two streams commit (on a busy machine one may take both files).
-    let mut said = None;
-    for _ in 0..5 {
+    let load = || {
         common::psql_at(&primary, &url, "TRUNCATE t");
         let mut c = sluice_cmd();
         c.args([
             "load", "-q", "--jobs", "2", "--target", &url, "--table", "t",
         ])
         .args([&a, &b]);
-        let out = run_bounded(c, 120);
-        let err = stderr(&out);
-        assert!(out.status.success(), "{err}");
+        run_bounded(c, 120)
+    };
+    let rows_in = || {
         assert_eq!(
             common::psql_at(&primary, &url, "SELECT count(*) FROM t"),
             "2000"
-        );
-        if err.contains("could not be held back") {
-            said = Some(err);
-            break;
-        }
-    }
-    let err = said.expect("no load of two files ran on two streams");
+        )
+    };
+    let err = common::until_two_streams_say("could not be held back", load, rows_in);
     assert_has(
         &err,
         &["streams to 1 standby(s)", "could cancel long queries there"],

@@ -59,26 +59,17 @@ fn a_role_that_may_not_lock_the_table_is_told_readers_were_not_held_back() {
     let a = d.file("a.csv", "1\n".repeat(5000).as_bytes());
     let b = d.file("b.csv", "2\n".repeat(5000).as_bytes());
     let url = d.url.replace("sluice@", "insert_only@");
-    // On a busy machine one stream may take both files (one commit, nothing to hold): tried
-    // until two streams commit, at most five times.
-    let mut warned = None;
-    for _ in 0..5 {
+    let load = || {
         d.psql("TRUNCATE t");
         let mut c = sluice_cmd();
         c.args([
             "load", "-q", "--jobs", "2", "--target", &url, "--table", "t",
         ])
         .args([&a, &b]);
-        let out = run_bounded(c, 60);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(0), "{err}");
-        assert_eq!(d.count("t"), 10_000, "{err}");
-        if err.contains("could not be held back") {
-            warned = Some(err);
-            break;
-        }
-    }
-    let err = warned.expect("no load of two files ran on two streams");
+        run_bounded(c, 60)
+    };
+    let rows_in = || assert_eq!(d.count("t"), 10_000);
+    let err = common::until_two_streams_say("could not be held back", load, rows_in);
     assert_has(
         &err,
         &[

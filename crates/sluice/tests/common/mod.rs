@@ -488,3 +488,52 @@ pub fn bed_server(root: &Path, settings: &[(&str, &str)], trusted: &[String]) ->
     let port = cluster.start().expect("start the cluster");
     (cluster, port)
 }
+
+/// A load of two files on two streams that pauses between its two commits
+/// (`SLUICE_PAUSE_AT=commit:3000`, set here), and `count` taken in that pause: the count and the
+/// load's output. `start` empties the table and the ledger's chunk records and starts the load;
+/// `chunks` reads how many chunk records are committed (one: the pause). On a busy machine one
+/// stream may take both files before the other starts, and then there is one commit: that run
+/// proves nothing, and the load runs again, at most five times.
+pub fn count_between_commits(
+    start: impl Fn() -> Command,
+    chunks: impl Fn() -> Option<String>,
+    count: impl Fn() -> u64,
+) -> (u64, Output) {
+    for _ in 0..5 {
+        let mut c = start();
+        c.env("SLUICE_PAUSE_AT", "commit:3000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let paused = || chunks().is_some_and(|n| n.trim() == "1");
+        wait_until("the first stream's commit, or the load's end", 60, || {
+            paused() || child.try_wait().unwrap().is_some()
+        });
+        if child.try_wait().unwrap().is_none() {
+            let seen = count();
+            return (seen, finish(child, 60));
+        }
+    }
+    panic!("five loads of two files ran on one stream");
+}
+
+/// Runs `load` until its stderr says `said` (a load of two files that ran on two streams:
+/// on a busy machine one stream may take both), at most five times; every run must succeed,
+/// and `check` looks at each. The stderr that said it.
+pub fn until_two_streams_say(
+    said: &str,
+    mut load: impl FnMut() -> Output,
+    check: impl Fn(),
+) -> String {
+    for _ in 0..5 {
+        let out = load();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        check();
+        if err.contains(said) {
+            return err;
+        }
+    }
+    panic!("no load of two files ran on two streams (none said {said:?})");
+}
