@@ -402,9 +402,10 @@ fn decide<D: Destination>(dest: &D, job: i64, ids: &[String]) -> Result<(), Fail
 }
 
 /// Two-phase commit: every stream prepared (nothing visible yet), the decision to commit them
-/// recorded in the ledger, then each committed, readers held back meanwhile. Before the decision, a failure rolls every
-/// prepared stream back; after it, a rerun of the same command commits what is still
-/// prepared. No moment leaves a part of the load visible for good without the rest.
+/// recorded in the ledger, then each committed, readers held back meanwhile. Before the
+/// decision, a failure rolls every prepared stream back; after it, a rerun of the same command
+/// commits what is still prepared. No moment leaves a part of the load visible for good
+/// without the rest.
 fn commit_prepared<D: Destination>(
     dest: &D,
     streams: Vec<D::Stream<'_>>,

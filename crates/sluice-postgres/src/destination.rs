@@ -118,6 +118,9 @@ pub struct PgDestination {
     begin_lsn: Mutex<Option<String>>,
     /// Connections of streams that prepared their transactions, kept for the readers' gates.
     spare: Mutex<Vec<crate::readers::Spare>>,
+    /// The transactions this process's streams prepared: a commit of these alone wrote only
+    /// this load's tables, and the readers' hold asks the server for no others.
+    prepared_here: Mutex<std::collections::HashSet<String>>,
     /// The readers' gates while the commits run ([`Destination::hold_readers`]).
     gates: Mutex<Option<crate::readers::Gates>>,
 }
@@ -225,6 +228,7 @@ impl PgDestination {
             begun: Mutex::new(Begun::Settled),
             begin_lsn: Mutex::new(None),
             spare: Mutex::new(Vec::new()),
+            prepared_here: Mutex::new(Default::default()),
             gates: Mutex::new(None),
         })
     }
@@ -730,9 +734,14 @@ impl Destination for PgDestination {
             oids: self.tables.iter().map(|t| t.table.oid).collect(),
         };
         let version = self.session.server_version_num;
+        // Transactions of other processes (a crew's workers) may have written other tables.
+        let others: Vec<String> = {
+            let here = lock(&self.prepared_here);
+            prepared.iter().filter(|id| !here.contains(*id)).cloned().collect()
+        };
         let held = self.rt.block_on(async {
             let client = self.live().await?;
-            crate::readers::hold(&client, own, prepared, |n| self.gate_sessions(n), version)
+            crate::readers::hold(&client, own, &others, |n| self.gate_sessions(n), version)
                 .await
                 .map_err(|why| DestinationError::new(ErrorKind::Other, why))
         })?;
@@ -1819,6 +1828,7 @@ impl DestinationStream for PgStream<'_> {
             .map_err(|e| self.dest.error(self.n, e))?;
         // Its session is free now: a gate may use it ([`crate::readers`]).
         lock(&self.dest.spare).push(self.stream.spare());
+        lock(&self.dest.prepared_here).insert(id.to_string());
         Ok(id.to_string())
     }
 }

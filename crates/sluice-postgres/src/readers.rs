@@ -147,7 +147,7 @@ pub struct Own {
 }
 
 /// Starts a gate on each of the load's own tables and on each other table the prepared
-/// transactions `prepared` wrote, each on a session from `sessions` (a free stream's connection
+/// transactions `prepared` (other processes') wrote, each on a session from `sessions` (a free stream's connection
 /// or a new one), and returns once every one is queued (or already through: its table's
 /// transactions had ended). The own tables' gates go out first, so that the question which
 /// other tables there are, and whether the gates wait, take one round trip together. On any
@@ -274,7 +274,7 @@ impl Gates {
                     QUEUE_WAIT.as_secs()
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(Duration::from_micros(200)).await;
             seen = waiting(client, &running)
                 .await
                 .map_err(|e| crate::connect::chain(&e))?;
