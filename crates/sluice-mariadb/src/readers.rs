@@ -10,10 +10,10 @@
 //! with `UNLOCK TABLES`, which the server runs the moment the lock is granted (after the last
 //! commit), with no round trip to sluice: the readers it held then see the whole load.
 //!
-//! Bounds: the request gives up after [`GATE_WAIT`] (`lock_wait_timeout`); a killed sluice's
-//! stream sessions end, which ends the wait at once (their locks go with them); once the
-//! commits are done, a request still waiting (a reader's long statement holds the table) is
-//! stopped with `KILL QUERY`.
+//! Bounds: the request gives up after [`GATE_WAIT`] (`lock_wait_timeout`), which bounds what
+//! a killed sluice leaves (MariaDB does not notice a gone client while its thread waits for a
+//! metadata lock); once the commits are done, a request still waiting (a reader's long
+//! statement holds the table) is stopped with `KILL QUERY`.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -55,7 +55,7 @@ fn refused(table: &str, e: &mysql_async::Error) -> String {
     match denied {
         true => format!(
             "asking for a lock on {table}: {e}; the load's user needs the LOCK TABLES privilege \
-             on its database to hold readers back"
+             on its database (and SELECT on the table) to hold readers back"
         ),
         false => format!("asking for a lock on {table}: {e}"),
     }

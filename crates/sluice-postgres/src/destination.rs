@@ -118,9 +118,9 @@ pub struct PgDestination {
     begin_lsn: Mutex<Option<String>>,
     /// Connections of streams that prepared their transactions, kept for the readers' gates.
     spare: Mutex<Vec<crate::readers::Spare>>,
-    /// The transactions this process's streams prepared: a commit of these alone wrote only
-    /// this load's tables, and the readers' hold asks the server for no others.
-    prepared_here: Mutex<std::collections::HashSet<String>>,
+    /// The backends of this load's open streams, whose locks name the tables a back-to-back
+    /// commit makes visible (a trigger's table among them).
+    stream_pids: Mutex<Vec<i32>>,
     /// The readers' gates while the commits run ([`Destination::hold_readers`]).
     gates: Mutex<Option<crate::readers::Gates>>,
 }
@@ -228,7 +228,7 @@ impl PgDestination {
             begun: Mutex::new(Begun::Settled),
             begin_lsn: Mutex::new(None),
             spare: Mutex::new(Vec::new()),
-            prepared_here: Mutex::new(Default::default()),
+            stream_pids: Mutex::new(Vec::new()),
             gates: Mutex::new(None),
         })
     }
@@ -734,14 +734,19 @@ impl Destination for PgDestination {
             oids: self.tables.iter().map(|t| t.table.oid).collect(),
         };
         let version = self.session.server_version_num;
-        // Transactions of other processes (a crew's workers) may have written other tables.
-        let others: Vec<String> = {
-            let here = lock(&self.prepared_here);
-            prepared.iter().filter(|id| !here.contains(*id)).cloned().collect()
+        // The tables the transactions wrote beyond the load's own (a trigger's, a crew's other
+        // workers'): those of the prepared ones, and of the open streams' for a back-to-back
+        // commit.
+        let writers = crate::readers::Writers {
+            prepared: prepared.to_vec(),
+            pids: match prepared.is_empty() {
+                true => lock(&self.stream_pids).clone(),
+                false => Vec::new(),
+            },
         };
         let held = self.rt.block_on(async {
             let client = self.live().await?;
-            crate::readers::hold(&client, own, &others, |n| self.gate_sessions(n), version)
+            crate::readers::hold(&client, own, &writers, |n| self.gate_sessions(n), version)
                 .await
                 .map_err(|why| DestinationError::new(ErrorKind::Other, why))
         })?;
@@ -812,6 +817,7 @@ impl Destination for PgDestination {
         if let Some(w) = lock(&self.watchdog).as_ref() {
             w.register(n, stream.pid);
         }
+        lock(&self.stream_pids).push(stream.pid);
         Ok(PgStream {
             dest: self,
             n,
@@ -1666,6 +1672,7 @@ impl Drop for PgStream<'_> {
         if let Some(w) = lock(&self.dest.watchdog).as_ref() {
             w.unregister(self.n, self.stream.pid, &self.stream.started);
         }
+        lock(&self.dest.stream_pids).retain(|&p| p != self.stream.pid);
     }
 }
 
@@ -1828,7 +1835,6 @@ impl DestinationStream for PgStream<'_> {
             .map_err(|e| self.dest.error(self.n, e))?;
         // Its session is free now: a gate may use it ([`crate::readers`]).
         lock(&self.dest.spare).push(self.stream.spare());
-        lock(&self.dest.prepared_here).insert(id.to_string());
         Ok(id.to_string())
     }
 }

@@ -20,8 +20,11 @@
 //! and gives up after [`GATE_WAIT`] (`lock_timeout`), for a sluice cut off by the network.
 //!
 //! What it does not cover: a reader that names a partition, or an inheritance child, rather
-//! than the table the load wrote (only the tables themselves are gated); a reader in a
-//! transaction that took its snapshot before the commits (it sees none of them, as it must).
+//! than the table the load wrote (only the tables themselves are gated); a statement of a
+//! `REPEATABLE READ` or `SERIALIZABLE` transaction that is its first (its snapshot is taken
+//! before it opens the table, so it may wait and still see part); a transaction that already
+//! holds a lock on the table from an earlier statement (it is not queued). A reader with a
+//! short `lock_timeout` of its own may get that error instead of waiting.
 
 use crate::onetrip::OneTrip;
 use futures_util::FutureExt;
@@ -67,37 +70,49 @@ pub struct Gates {
     gates: Vec<Gate>,
 }
 
-/// The tables the prepared transactions `prepared` wrote (a crew's other workers' tables: a
-/// lock of a writing mode; a foreign key's parent, which they only read, is not one) other
-/// than the load's own (`own`, by oid), leaving out partitions (their parent is gated) and
-/// sluice's own schemas. Names as `regclass` prints them, quoted where needed.
+/// Whose writes the commits make visible: prepared transactions (by name) and open
+/// transactions (by backend).
+pub struct Writers {
+    pub prepared: Vec<String>,
+    pub pids: Vec<i32>,
+}
+
+/// The tables `writers` wrote (a lock of a writing mode: a foreign key's parent, which they only
+/// read, is not one) other than the load's own (`own`, by oid): a trigger's table, a crew's
+/// other workers' tables. Partitions are left out (their parent is gated), and so are sluice's
+/// own schemas. Names as `regclass` prints them, quoted where needed.
 async fn others(
     client: &Client,
     own: &[u32],
-    prepared: &[String],
+    writers: &Writers,
 ) -> Result<Vec<String>, tokio_postgres::Error> {
-    if prepared.is_empty() {
+    if writers.prepared.is_empty() && writers.pids.is_empty() {
         return Ok(Vec::new());
     }
     let own: Vec<i64> = own.iter().map(|&o| i64::from(o)).collect();
     let rows = client
         .fetch(
-            "SELECT DISTINCT c.oid::regclass::text FROM pg_prepared_xacts p \
-             JOIN pg_locks x ON x.locktype = 'transactionid' AND x.pid IS NULL \
-               AND x.transactionid = p.transaction \
-             JOIN pg_locks r ON r.virtualtransaction = x.virtualtransaction \
-               AND r.pid IS NULL AND r.locktype = 'relation' \
-               AND r.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', \
+            "WITH locks AS ( \
+               SELECT r.relation, r.mode FROM pg_prepared_xacts p \
+               JOIN pg_locks x ON x.locktype = 'transactionid' AND x.pid IS NULL \
+                 AND x.transactionid = p.transaction \
+               JOIN pg_locks r ON r.virtualtransaction = x.virtualtransaction \
+                 AND r.pid IS NULL AND r.locktype = 'relation' \
+               WHERE p.gid = ANY($2) AND p.database = current_database() \
+               UNION ALL \
+               SELECT relation, mode FROM pg_locks \
+               WHERE pid = ANY($3) AND locktype = 'relation') \
+             SELECT DISTINCT c.oid::regclass::text FROM locks l \
+             JOIN pg_class c ON c.oid = l.relation \
+             WHERE l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', \
                  'ExclusiveLock', 'AccessExclusiveLock') \
-             JOIN pg_class c ON c.oid = r.relation \
-             WHERE p.gid = ANY($2) AND p.database = current_database() \
                AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
                AND c.oid <> ALL($1::bigint[]::oid[]) \
                AND c.relnamespace NOT IN (SELECT oid FROM pg_namespace \
                  WHERE nspname IN ('sluice_ledger', 'sluice_stage') \
                    OR nspname LIKE 'pg\\_temp\\_%') \
              ORDER BY 1",
-            &[&own, &prepared],
+            &[&own, &writers.prepared, &writers.pids],
         )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -146,8 +161,7 @@ pub struct Own {
     pub oids: Vec<u32>,
 }
 
-/// Starts a gate on each of the load's own tables and on each other table the prepared
-/// transactions `prepared` (other processes') wrote, each on a session from `sessions` (a free stream's connection
+/// Starts a gate on each of the load's own tables and on each other table `writers` wrote, each on a session from `sessions` (a free stream's connection
 /// or a new one), and returns once every one is queued (or already through: its table's
 /// transactions had ended). The own tables' gates go out first, so that the question which
 /// other tables there are, and whether the gates wait, take one round trip together. On any
@@ -156,7 +170,7 @@ pub struct Own {
 pub async fn hold<S, F>(
     client: &Client,
     own: Own,
-    prepared: &[String],
+    writers: &Writers,
     sessions: S,
     server_version_num: i32,
 ) -> Result<Gates, String>
@@ -166,7 +180,7 @@ where
 {
     let mut held = Gates { gates: Vec::new() };
     let started = held
-        .start_all(client, own, prepared, sessions, server_version_num)
+        .start_all(client, own, writers, sessions, server_version_num)
         .await;
     match started {
         Ok(()) => Ok(held),
@@ -188,7 +202,7 @@ impl Gates {
         &mut self,
         client: &Client,
         own: Own,
-        prepared: &[String],
+        writers: &Writers,
         mut sessions: S,
         server_version_num: i32,
     ) -> Result<(), String>
@@ -211,7 +225,7 @@ impl Gates {
         let running = self.running();
         let (queued, others) = tokio::join!(
             waiting(client, &running),
-            others(client, &own.oids, prepared)
+            others(client, &own.oids, writers)
         );
         let (mut queued, others) = (queued.map_err(chain)?, others.map_err(chain)?);
         let tables = others.len() + self.gates.len();
@@ -274,7 +288,7 @@ impl Gates {
                     QUEUE_WAIT.as_secs()
                 ));
             }
-            tokio::time::sleep(Duration::from_micros(200)).await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
             seen = waiting(client, &running)
                 .await
                 .map_err(|e| crate::connect::chain(&e))?;

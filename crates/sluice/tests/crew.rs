@@ -194,6 +194,52 @@ fn three_workers_with_their_own_files_load_the_job_once_and_all_at_once() {
     assert_eq!(prepared_left(d), "0");
 }
 
+/// Two workers, each loading its own table: the worker that completes the job commits both
+/// workers' transactions, one after the other. It pauses 3 s between the two, and a reader's
+/// counts of both tables, taken in that pause, wait and then see every row of both: the
+/// committer holds back readers of the other worker's table too (its transaction's locks
+/// name it).
+#[test]
+fn a_reader_between_the_crews_commits_sees_both_tables_whole() {
+    let d = &db("crew_two_tables");
+    sql(
+        d,
+        "CREATE TABLE t (id int, v text); CREATE TABLE u (id int, v text)",
+    );
+    let files = [
+        d.file("t.csv", &rows(0, 2000)),
+        d.file("u.csv", &rows(0, 3000)),
+    ];
+    let children: Vec<Child> = [("t", &files[0]), ("u", &files[1])]
+        .iter()
+        .enumerate()
+        .map(|(k, (table, file))| {
+            let mut c = sluice_cmd();
+            c.args([
+                "load", "--target", &d.url, "--table", table, "--format", "csv",
+            ])
+            .args(["--jobs", "1", "--job", "pair", "--workers", "2"])
+            .args(["--worker", &(k + 1).to_string()])
+            .arg(file)
+            .env("SLUICE_PAUSE_AT", "commit:3000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    // One worker's chunk record is committed (the ledger is not held back): the pause.
+    common::wait_until("the first of the job's commits", 120, || {
+        try_sql(d, "SELECT count(*) FROM sluice_ledger.job_chunks").is_ok_and(|n| n == "1")
+    });
+    let seen = (d.count("u"), d.count("t"));
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 120)).collect();
+    for o in &outs {
+        succeeded(o);
+        assert!(!text(o).contains("held back"), "{}", text(o));
+    }
+    assert_eq!(seen, (3000, 2000));
+}
+
 #[test]
 fn workers_that_share_their_files_load_each_chunk_once() {
     let d = &db("crew_shared");

@@ -649,17 +649,23 @@ fn a_kill_between_prepared_commits_is_finished_by_the_next_command_of_any_kind()
 
 /// The streams' transactions commit one after another, prepared or not. A reader whose query
 /// comes between two of those commits waits, and then sees every row of the load, never the
-/// first stream's alone: the load holds readers back while it commits. The load pauses 3 s
-/// between its first and second commit, and a count is taken in that pause.
+/// first stream's alone: the load holds readers back while it commits, of its table and of the
+/// table its trigger writes. The load pauses 3 s between its first and second commit, and a
+/// count is taken in that pause.
 #[test]
 fn a_reader_between_two_commits_waits_and_sees_the_whole_load() {
     for prepare in ["on", "off"] {
         let d = db(&format!("ledger_reader_gate_{prepare}"));
-        d.psql("CREATE TABLE t (id int, v text)");
+        d.psql(
+            "CREATE TABLE t (id int, v text); CREATE TABLE audit (id int); \
+             CREATE FUNCTION audited() RETURNS trigger LANGUAGE plpgsql AS \
+               $$BEGIN INSERT INTO audit VALUES (NEW.id); RETURN NEW; END$$; \
+             CREATE TRIGGER audited AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION audited()",
+        );
         let a = d.file("a.csv", rows(0, 1000).as_bytes());
         let b = d.file("b.csv", rows(1000, 2000).as_bytes());
         let start = || {
-            d.psql("TRUNCATE t; DROP SCHEMA IF EXISTS sluice_ledger CASCADE");
+            d.psql("TRUNCATE t, audit; DROP SCHEMA IF EXISTS sluice_ledger CASCADE");
             let mut c = sluice_cmd();
             c.args([
                 "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
@@ -673,35 +679,55 @@ fn a_reader_between_two_commits_waits_and_sees_the_whole_load() {
             d.try_psql("SELECT count(*) FROM sluice_ledger.job_chunks")
                 .ok()
         };
-        let (seen, out) = common::count_between_commits(start, chunks, || d.count("t"));
+        // The trigger's table first: were it not held, the count would return at once.
+        let count = || d.count("audit") * 10_000 + d.count("t");
+        let (seen, out) = common::count_between_commits(start, chunks, count);
         assert!(out.status.success(), "{}", stderr(&out));
-        assert_eq!(seen, 2000, "--prepare {prepare}: {}", stderr(&out));
-        assert!(
-            !stderr(&out).contains("could not be held back"),
-            "{}",
+        assert_eq!(
+            seen,
+            2000 * 10_000 + 2000,
+            "--prepare {prepare}: {}",
             stderr(&out)
         );
+        assert!(!stderr(&out).contains("held back"), "{}", stderr(&out));
     }
-    // Killed in that pause's place: the readers' gate goes with the process, and a reader sees
-    // the first stream's rows at once (the same command completes the rest).
+    // Killed in that pause, with its gate waiting: the gate goes with the process, and a
+    // reader sees the first stream's rows at once (the same command completes the rest).
     let d = db("ledger_reader_gate_killed");
     d.psql("CREATE TABLE t (id int, v text)");
     let a = d.file("a.csv", rows(0, 1000).as_bytes());
     let b = d.file("b.csv", rows(1000, 2000).as_bytes());
-    let out = load(&d, &[&a, &b], &[], &[("SLUICE_KILL_AT", "commit")]);
-    assert_eq!(out.status.code(), None, "{}", stderr(&out));
+    let start = || {
+        d.psql("TRUNCATE t; DROP SCHEMA IF EXISTS sluice_ledger CASCADE");
+        let mut c = sluice_cmd();
+        c.args([
+            "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+        ])
+        .args([
+            "--prepare",
+            "on",
+            &a.display().to_string(),
+            &b.display().to_string(),
+        ]);
+        c
+    };
+    let chunks = || {
+        d.try_psql("SELECT count(*) FROM sluice_ledger.job_chunks")
+            .ok()
+    };
+    let mut child = common::paused_between_commits(start, chunks, 60_000);
+    let gates = "SELECT count(*) FROM pg_locks WHERE NOT granted \
+                 AND mode = 'AccessExclusiveLock' AND relation = 't'::regclass";
+    assert_eq!(d.psql(gates).trim(), "1", "no gate waits on t");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
     // The gate's session notices its client gone within a quarter second (its own bound is
     // 10 s): well within 5 s, no lock request of it waits on the table.
     common::wait_until("the killed load's gate to end", 5, || {
-        d.psql(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'AccessExclusiveLock' \
-             AND relation = 't'::regclass",
-        )
-        .trim()
-            == "0"
+        d.psql(gates).trim() == "0"
     });
     assert_eq!(d.count("t"), 1000);
-    let out = load(&d, &[&a, &b], &[], &[]);
+    let out = load(&d, &[&a, &b], &["--prepare", "on"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
 }

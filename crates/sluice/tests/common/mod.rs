@@ -489,20 +489,20 @@ pub fn bed_server(root: &Path, settings: &[(&str, &str)], trusted: &[String]) ->
     (cluster, port)
 }
 
-/// A load of two files on two streams that pauses between its two commits
-/// (`SLUICE_PAUSE_AT=commit:3000`, set here), and `count` taken in that pause: the count and the
-/// load's output. `start` empties the table and the ledger's chunk records and starts the load;
-/// `chunks` reads how many chunk records are committed (one: the pause). On a busy machine one
-/// stream may take both files before the other starts, and then there is one commit: that run
-/// proves nothing, and the load runs again, at most five times.
-pub fn count_between_commits(
+/// A load of two files on two streams, paused for `ms` between its two commits
+/// (`SLUICE_PAUSE_AT=commit:ms`, set here), returned in that pause. `start` empties the table
+/// and the ledger's chunk records and makes the command; `chunks` reads how many chunk records
+/// are committed (one: the pause). On a busy machine one stream may take both files before the
+/// other starts, and then there is one commit: that run proves nothing, and the load runs
+/// again, at most five times.
+pub fn paused_between_commits(
     start: impl Fn() -> Command,
     chunks: impl Fn() -> Option<String>,
-    count: impl Fn() -> u64,
-) -> (u64, Output) {
+    ms: u64,
+) -> std::process::Child {
     for _ in 0..5 {
         let mut c = start();
-        c.env("SLUICE_PAUSE_AT", "commit:3000")
+        c.env("SLUICE_PAUSE_AT", format!("commit:{ms}"))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = c.spawn().unwrap();
@@ -511,11 +511,22 @@ pub fn count_between_commits(
             paused() || child.try_wait().unwrap().is_some()
         });
         if child.try_wait().unwrap().is_none() {
-            let seen = count();
-            return (seen, finish(child, 60));
+            return child;
         }
     }
     panic!("five loads of two files ran on one stream");
+}
+
+/// [`paused_between_commits`] for 3 s, and `count` taken in the pause: the count and the load's
+/// output.
+pub fn count_between_commits(
+    start: impl Fn() -> Command,
+    chunks: impl Fn() -> Option<String>,
+    count: impl Fn() -> u64,
+) -> (u64, Output) {
+    let child = paused_between_commits(start, chunks, 3000);
+    let seen = count();
+    (seen, finish(child, 60))
 }
 
 /// Runs `load` until its stderr says `said` (a load of two files that ran on two streams:
