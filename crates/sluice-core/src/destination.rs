@@ -399,11 +399,11 @@ pub trait Destination: Sync {
 
     /// Before several transactions commit one after another (the load's streams, and the
     /// prepared transactions `prepared`): holds back readers of the tables they wrote until
-    /// [`Destination::release_readers`], so that a reader sees all of them or none. `Ok(false)`
-    /// where the destination cannot (readers may then see the commits land in turn); `Err`
-    /// says why holding them failed.
-    fn hold_readers(&self, _prepared: &[String]) -> Result<bool, DestinationError> {
-        Ok(false)
+    /// [`Destination::release_readers`], so that a reader sees all of them or none. A
+    /// destination that cannot does nothing (readers may then see the commits land in turn);
+    /// `Err` says why holding them failed.
+    fn hold_readers(&self, _prepared: &[String]) -> Result<(), DestinationError> {
+        Ok(())
     }
 
     /// Lets the readers held by [`Destination::hold_readers`] go, once the commits are done

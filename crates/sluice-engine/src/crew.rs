@@ -172,8 +172,7 @@ fn commit_decided<D: Ledger>(
     all: &[String],
 ) -> Result<(), Failure> {
     host.event(Event::Point("decided"));
-    let held = crate::strategy::hold_readers(dest, host, all, all.len());
-    let failed = |n: usize, e| {
+    crate::strategy::commit_in_turn(dest, host, all, |n, e| {
         Failure::server_kind(
             ServerKind::Lost,
             format!(
@@ -184,18 +183,7 @@ fn commit_decided<D: Ledger>(
                 all.get(n).map_or("", String::as_str)
             ),
         )
-    };
-    // The first alone, the rest together, as a single load's commit: a point between two
-    // commits where a test can look, or kill.
-    let (first, rest) = all.split_at(all.len().min(1));
-    dest.finish_all_prepared(first, true)
-        .map_err(|(n, e)| failed(n, e))?;
-    if !rest.is_empty() {
-        host.event(Event::Point("commit"));
-    }
-    dest.finish_all_prepared(rest, true)
-        .map_err(|(n, e)| failed(first.len() + n, e))?;
-    drop(held);
+    })?;
     dest.finish_job(job, &[])
         .map_err(|e| ledger_failure("recording that the job finished", e))?;
     host.event(Event::Notice(match all.len() {

@@ -264,7 +264,7 @@ pub(crate) fn hold_readers<'a, D: Destination>(
         return ReadersHeld(dest);
     }
     match dest.hold_readers(prepared) {
-        Ok(_) => ReadersHeld(dest),
+        Ok(()) => ReadersHeld(dest),
         Err(e) => {
             host.event(Event::Warning(format!(
                 "readers of the load's tables could not be held back while its {commits} \
@@ -419,11 +419,7 @@ fn commit_prepared<D: Destination>(
     host.event(Event::Point("prepared"));
     decide(dest, job, &ids)?;
     host.event(Event::Point("decided"));
-    let _held = hold_readers(dest, host, &ids, ids.len());
-    // The first alone, the rest together: one more round trip, and a point between two
-    // commits where a test can kill the load.
-    let (first, rest) = ids.split_at(ids.len().min(1));
-    let failed = |n: usize, e: DestinationError| {
+    commit_in_turn(dest, host, &ids, |n, e| {
         Failure::server_kind(
             ServerKind::Lost,
             format!(
@@ -434,15 +430,27 @@ fn commit_prepared<D: Destination>(
                 ids.len()
             ),
         )
-    };
+    })
+}
+
+/// Commits the decided prepared transactions `ids`, readers held back meanwhile: the first
+/// alone, the rest together (one more round trip, and a point between two commits where a
+/// test can look, or kill the load). `failed` words the failure of the id at its index.
+pub(crate) fn commit_in_turn<D: Destination>(
+    dest: &D,
+    host: &dyn Host,
+    ids: &[String],
+    failed: impl Fn(usize, DestinationError) -> Failure,
+) -> Result<(), Failure> {
+    let _held = hold_readers(dest, host, ids, ids.len());
+    let (first, rest) = ids.split_at(ids.len().min(1));
     dest.finish_all_prepared(first, true)
         .map_err(|(n, e)| failed(n, e))?;
     if !rest.is_empty() {
         host.event(Event::Point("commit"));
     }
     dest.finish_all_prepared(rest, true)
-        .map_err(|(n, e)| failed(first.len() + n, e))?;
-    Ok(())
+        .map_err(|(n, e)| failed(first.len() + n, e))
 }
 
 /// Groups of the plan's tables tied by foreign keys among themselves (a table referencing

@@ -625,10 +625,10 @@ impl Destination for MariaDbDestination {
 
     /// A gate on each of the load's tables ([`crate::readers`]), each on a new connection (a
     /// stream's session must stay free to commit its own branch).
-    fn hold_readers(&self, _prepared: &[String]) -> Result<bool, DestinationError> {
+    fn hold_readers(&self, _prepared: &[String]) -> Result<(), DestinationError> {
         let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
         if tables.is_empty() {
-            return Ok(false);
+            return Ok(());
         }
         if tables.len() > crate::readers::MAX_GATES {
             return Err(DestinationError::new(
@@ -655,9 +655,8 @@ impl Destination for MariaDbDestination {
             })
             .map_err(|why| DestinationError::new(ErrorKind::Other, why))
         })?;
-        let holding = !gates.is_empty();
         *lock(&self.gates) = Some(gates);
-        Ok(holding)
+        Ok(())
     }
 
     fn release_readers(&self) {

@@ -94,11 +94,6 @@ pub async fn hold(
 }
 
 impl Gates {
-    /// Whether no table is gated.
-    pub fn is_empty(&self) -> bool {
-        self.gates.is_empty()
-    }
-
     /// Waits until the server shows every gate still running as waiting for its lock.
     async fn queued(&mut self, own: &mut Conn) -> Result<(), String> {
         let deadline = Instant::now() + QUEUE_WAIT;

@@ -717,7 +717,7 @@ impl Destination for PgDestination {
 
     /// A gate on each table the commits make visible ([`crate::readers`]), on the prepared
     /// streams' connections where there are enough, else on new ones.
-    fn hold_readers(&self, prepared: &[String]) -> Result<bool, DestinationError> {
+    fn hold_readers(&self, prepared: &[String]) -> Result<(), DestinationError> {
         if self.session.standbys > 0 {
             return Err(DestinationError::new(
                 ErrorKind::Other,
@@ -750,9 +750,8 @@ impl Destination for PgDestination {
                 .await
                 .map_err(|why| DestinationError::new(ErrorKind::Other, why))
         })?;
-        let holding = !held.is_empty();
         *lock(&self.gates) = Some(held);
-        Ok(holding)
+        Ok(())
     }
 
     fn release_readers(&self) {

@@ -192,11 +192,6 @@ where
 }
 
 impl Gates {
-    /// Whether no table is gated (the load wrote none).
-    pub fn is_empty(&self) -> bool {
-        self.gates.is_empty()
-    }
-
     /// [`hold`]'s steps, each gate started kept in `self` for the release.
     async fn start_all<S, F>(
         &mut self,
