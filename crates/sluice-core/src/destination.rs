@@ -904,9 +904,11 @@ pub trait Ledger: Destination {
     /// Records a new job and takes its lock (held until the destination is dropped).
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError>;
 
-    /// Takes an interrupted or failed job's lock and marks it running. Fails with
-    /// [`ErrorKind::Usage`] when another process runs it now.
-    fn resume_job(&self, job: i64) -> Result<(), DestinationError>;
+    /// Takes an interrupted or failed job's lock and marks it running, once nothing its
+    /// earlier runs left running on the server (a killed run's sessions, whose last COMMIT
+    /// may still land) can change what it committed. Fails with [`ErrorKind::Usage`] when
+    /// another process runs it now. Returns what it had to end of an earlier run, in words.
+    fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError>;
 
     /// Marks a job finished, failed (with why) or abandoned.
     fn end_job(

@@ -416,9 +416,14 @@ pub fn start<D: Ledger>(
     if let Some(job) = unfinished {
         // The job's lock first (another process may run it now), then what its last run
         // left prepared: a commit it decided is finished, whatever this run does next.
-        dest.resume_job(job.id)
+        let ended = dest
+            .resume_job(job.id)
             .map_err(|e| ledger_failure("resuming the job", e))?;
         settled = settle_prepared(dest, job.id)?;
+        settled = match (ended, settled) {
+            (Some(ended), Some(settled)) => Some(format!("{ended}\n{settled}")),
+            (ended, settled) => ended.or(settled),
+        };
         if !restart {
             return resume(dest, plan, job, settled, replan);
         }

@@ -845,7 +845,7 @@ impl Ledger for MariaDbDestination {
 
     /// Takes the job's lock, then settles the partition exchanges its last run began and did
     /// not record (`stage.rs`), before anyone reads which of its chunks are done.
-    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+    fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError> {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::resume(c, job))
                 .map_err(|e| self.ledger_error(e))
@@ -854,7 +854,8 @@ impl Ledger for MariaDbDestination {
         self.on_own(|rt, c| {
             rt.block_on(crate::stage::settle_job(c, job))
                 .map_err(|e| self.db_error(e))
-        })
+        })?;
+        Ok(None)
     }
 
     fn end_job(

@@ -123,6 +123,9 @@ pub struct PgDestination {
     stream_pids: Mutex<Vec<i32>>,
     /// The readers' gates while the commits run ([`Destination::hold_readers`]).
     gates: Mutex<Option<crate::readers::Gates>>,
+    /// The job this load runs, once begun or resumed: its streams' sessions hold a shared lock
+    /// on it ([`crate::ledger::STREAM_CLASS`]), which a later run waits on.
+    job: Mutex<Option<i64>>,
 }
 
 /// A job's start is two round trips: its row (whose id the streams need), then its files, its
@@ -230,6 +233,7 @@ impl PgDestination {
             spare: Mutex::new(Vec::new()),
             stream_pids: Mutex::new(Vec::new()),
             gates: Mutex::new(None),
+            job: Mutex::new(None),
         })
     }
 
@@ -802,15 +806,16 @@ impl Destination for PgDestination {
             // One opened ahead, if it made it and its transaction begins (a long wait, for a
             // crew's other workers, may outlast a server's idle timeout); else (it failed, or
             // none was) one now, whose error is the one to report.
+            let begin = crate::ledger::stream_begin(*lock(&self.job));
             if let Some(Ok(Ok(s))) = match ahead {
                 Some(pending) => Some(pending.await),
                 None => None,
             } {
-                if s.begin().await.is_ok() {
+                if s.begin(&begin).await.is_ok() {
                     return Ok(s);
                 }
             }
-            open_begun(self.info.clone(), self.identity.clone()).await
+            open_begun(self.info.clone(), self.identity.clone(), &begin).await
         });
         let stream = opened.map_err(|e| self.open_error(n, e))?;
         if let Some(w) = lock(&self.watchdog).as_ref() {
@@ -1343,9 +1348,13 @@ async fn record_held(
 }
 
 /// A stream's connection, opened with its transaction begun.
-async fn open_begun(info: ConnInfo, identity: String) -> Result<Stream, StreamOpenError> {
+async fn open_begun(
+    info: ConnInfo,
+    identity: String,
+    begin: &str,
+) -> Result<Stream, StreamOpenError> {
     let s = Stream::open(&info, &identity).await?;
-    s.begin().await.map_err(StreamOpenError::Server)?;
+    s.begin(begin).await.map_err(StreamOpenError::Server)?;
     Ok(s)
 }
 
@@ -1430,13 +1439,16 @@ impl Ledger for PgDestination {
                 .map_err(ledger_error)
         };
         *lock(&self.begun) = self.send_ahead(rest)?;
+        *lock(&self.job) = Some(id);
         Ok(id)
     }
 
-    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
-        self.on_client(
-            |c| async move { crate::ledger::resume(&c, job).await.map_err(ledger_error) },
-        )
+    fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError> {
+        let ended = self.on_client(|c| async move {
+            crate::ledger::resume(&c, job).await.map_err(ledger_error)
+        })?;
+        *lock(&self.job) = Some(job);
+        Ok(ended)
     }
 
     fn end_job(
@@ -1453,10 +1465,16 @@ impl Ledger for PgDestination {
         })
     }
 
+    /// The job's lock, and then no session of its earlier runs' streams left (what they
+    /// commit or prepare must have landed before the job's leftovers are finished).
     fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
         self.on_client(|c| async move {
             crate::ledger::take_lock(&c, job)
                 .await
+                .map_err(ledger_error)?;
+            crate::ledger::end_earlier_streams(&c, job)
+                .await
+                .map(drop)
                 .map_err(ledger_error)
         })
     }

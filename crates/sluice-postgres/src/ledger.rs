@@ -12,6 +12,13 @@
 //! ledger itself refuses to commit one chunk twice: a transaction that tried would fail and
 //! take its rows with it. A running job holds a session advisory lock on its id (class
 //! [`LOCK_CLASS`]); a job marked running whose lock nobody holds was interrupted.
+//!
+//! Its streams' sessions each hold a shared lock of class [`STREAM_CLASS`] on the job: the
+//! server ends a killed sluice's session only once the statement it runs ends, so a COMMIT or
+//! `PREPARE TRANSACTION` sent just before a kill can land after a rerun read which chunks
+//! were committed, and the rerun would load that chunk again (or leave the late prepared
+//! transaction to no one). A rerun waits for those sessions to end before it reads anything
+//! ([`end_earlier_streams`]).
 
 use crate::onetrip::{OneTrip, Param};
 use sluice_core::ledger::{
@@ -27,6 +34,21 @@ pub const SCHEMA: &str = "sluice_ledger";
 pub const VERSION: i32 = 3;
 /// The advisory lock class of running jobs ('sljb').
 pub const LOCK_CLASS: i32 = 0x736c_6a62;
+/// The advisory lock class a job's streams hold, shared, for their sessions' life ('slst').
+pub const STREAM_CLASS: i32 = 0x736c_7374;
+/// How long a rerun waits for an earlier run's stream sessions to end on their own before it
+/// ends them, and then for them to go.
+const EARLIER_STREAMS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const EARLIER_STREAMS_END: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The statement a stream of job `job` runs first on its session: its shared lock on the job,
+/// then its transaction.
+pub fn stream_begin(job: Option<i64>) -> String {
+    match job {
+        Some(job) => format!("SELECT pg_advisory_lock_shared({STREAM_CLASS}, {job}); BEGIN"),
+        None => "BEGIN".into(),
+    }
+}
 
 const CREATE: &str = "
 CREATE SCHEMA IF NOT EXISTS sluice_ledger;
@@ -866,9 +888,11 @@ pub async fn record_files(
     Ok(())
 }
 
-/// Takes an unfinished job's lock and marks it running again.
-pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
+/// Takes an unfinished job's lock, waits for what its last run left on the server to end
+/// ([`end_earlier_streams`]), and marks it running again. Returns what it ended, in words.
+pub async fn resume(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
     take_lock(client, job).await?;
+    let ended = end_earlier_streams(client, job).await?;
     client
         .run(
             "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
@@ -876,7 +900,86 @@ pub async fn resume(client: &Client, job: i64) -> Result<(), LedgerError> {
             &[&job],
         )
         .await?;
-    Ok(())
+    Ok(ended)
+}
+
+/// The sessions of job `job`'s earlier runs' streams (other than this session) still on the
+/// server, with what each runs: a killed run's streams end once their statement does.
+async fn earlier_streams(client: &Client, job: i64) -> Result<Vec<(i32, String)>, LedgerError> {
+    let rows = client
+        .fetch(
+            "SELECT l.pid, coalesce(a.state, 'unknown') || ' for ' \
+                || coalesce(round(extract(epoch FROM now() - a.state_change))::text, '?') \
+                || ' s: ' || coalesce(left(a.query, 60), '') \
+             FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted \
+               AND l.classid = ($1::bigint)::oid AND l.objid = ($2::bigint)::oid \
+               AND l.objsubid = 2 AND l.pid <> pg_backend_pid() \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             ORDER BY l.pid",
+            &[&i64::from(STREAM_CLASS), &job],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Waits until no stream session of job `job`'s earlier runs is left: up to
+/// [`EARLIER_STREAMS_WAIT`] for them to end on their own (their statement ends, the server
+/// sees the client gone), then ends them (`pg_terminate_backend`: their process no longer
+/// holds the job, this one does) and waits up to [`EARLIER_STREAMS_END`] more. A COMMIT they
+/// ran lands before this returns, so the ledger read next is the whole truth. Returns what it
+/// had to end, in words; refuses, saying how to end them, when they outlast the wait.
+pub async fn end_earlier_streams(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
+    let start = std::time::Instant::now();
+    let mut ended: Vec<(i32, String)> = Vec::new();
+    loop {
+        let left = earlier_streams(client, job).await?;
+        if left.is_empty() {
+            return Ok((!ended.is_empty()).then(|| ended_note(job, &ended)));
+        }
+        let waited = start.elapsed();
+        if ended.is_empty() && waited >= EARLIER_STREAMS_WAIT {
+            for (pid, what) in &left {
+                let _ = client.run("SELECT pg_terminate_backend($1)", &[pid]).await;
+                ended.push((*pid, what.clone()));
+            }
+        } else if waited >= EARLIER_STREAMS_WAIT + EARLIER_STREAMS_END {
+            return Err(LedgerError::Refused(streams_outlasted(job, &left)));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// What [`end_earlier_streams`] ended, in words.
+fn ended_note(job: i64, ended: &[(i32, String)]) -> String {
+    let list: Vec<String> = ended
+        .iter()
+        .map(|(pid, what)| format!("process {pid}, {what}"))
+        .collect();
+    format!(
+        "job {job}'s last run left {} server session(s) of its streams running after {} s; \
+         sluice ended them before reading what the job had committed: {}",
+        ended.len(),
+        EARLIER_STREAMS_WAIT.as_secs(),
+        list.join("; ")
+    )
+}
+
+/// The refusal when an earlier run's stream sessions outlast being ended.
+fn streams_outlasted(job: i64, left: &[(i32, String)]) -> String {
+    let pids: Vec<String> = left.iter().map(|(pid, _)| pid.to_string()).collect();
+    let what: Vec<String> = left
+        .iter()
+        .map(|(pid, what)| format!("process {pid}, {what}"))
+        .collect();
+    format!(
+        "job {job}'s last run left server sessions of its streams that did not end when asked \
+         ({}): what they commit decides what this run must load, so it does not start. Ask \
+         the server's administrator to end them (SELECT pg_terminate_backend(p) FROM \
+         unnest(ARRAY[{}]) p), then run the same command again",
+        what.join("; "),
+        pids.join(", ")
+    )
 }
 
 /// Ends a job in `state`.

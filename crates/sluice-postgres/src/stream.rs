@@ -284,9 +284,10 @@ impl Stream {
             .map_err(|e| ServerError::from_pg(&e))
     }
 
-    pub async fn begin(&self) -> Result<(), ServerError> {
+    /// Begins the stream's transaction with `sql` ([`crate::ledger::stream_begin`]).
+    pub async fn begin(&self, sql: &str) -> Result<(), ServerError> {
         self.client
-            .batch_execute("BEGIN")
+            .batch_execute(sql)
             .await
             .map_err(|e| ServerError::from_pg(&e))
     }

@@ -290,9 +290,11 @@ fn load(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> std::p
 /// only after the job's files are) and unfinished, one file's rows are in (committed back to
 /// back; with prepared transactions the second commit is decided, and the next command
 /// finishes it: `a_kill_between_prepared_commits_...`).
-/// A load of `files` with `--prepare prepare`, killed between its two streams' commits. On a
-/// busy machine one stream may take both files, and then there is one commit and no kill: the
-/// table is emptied and the load runs again, at most five times.
+/// A load of `files` (two of 1,000 rows) with `--prepare prepare`, killed between its two
+/// streams' commits, with one file's rows committed. On a busy machine one stream may take
+/// both files: then there is one commit and no kill, or (the other stream's transaction empty)
+/// the kill comes after both files' commit. The table is emptied (and the ledger dropped, what
+/// is left prepared rolled back) and the load runs again, at most five times.
 fn killed_at_commit(d: &Db, files: &[&Path], prepare: &str) {
     for _ in 0..5 {
         let out = load(
@@ -302,8 +304,22 @@ fn killed_at_commit(d: &Db, files: &[&Path], prepare: &str) {
             &[("SLUICE_KILL_AT", "commit")],
         );
         match out.status.code() {
-            None => return,
-            Some(0) => d.psql("TRUNCATE t"),
+            None if d.count("t") == 1000 => return,
+            None => {
+                for gid in d
+                    .psql(
+                        "SELECT gid FROM pg_prepared_xacts \
+                         WHERE database = current_database()",
+                    )
+                    .lines()
+                {
+                    d.psql(&format!("ROLLBACK PREPARED '{gid}'"));
+                }
+                d.psql("DROP SCHEMA sluice_ledger CASCADE; TRUNCATE t");
+            }
+            Some(0) => {
+                d.psql("TRUNCATE t");
+            }
             Some(_) => panic!("not killed: {}", stderr(&out)),
         };
     }
@@ -433,17 +449,22 @@ fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
 #[test]
 fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() {
     let (d, a, b) = killed_between_commits("ledger_ghost");
-    // What the lost sluice's session holds: the job's advisory lock ('sljb', job 1).
+    // The interrupted job (not always job 1: a load that ran on one stream was run again).
+    let job = d
+        .psql("SELECT id FROM sluice_ledger.jobs WHERE state = 'running'")
+        .trim()
+        .to_string();
+    // What the lost sluice's session holds: the job's advisory lock ('sljb', the job).
     let ghost = d.open_session(
         "the_lost_sluice",
-        &format!("SELECT pg_advisory_lock({}, 1);", 0x736c_6a62),
+        &format!("SELECT pg_advisory_lock({}, {job});", 0x736c_6a62),
     );
     let pid = || {
-        d.psql(
+        d.psql(&format!(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936484962 \
-             AND objid = 1 AND granted \
-             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        )
+             AND objid = {job} AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ))
         .trim()
         .to_string()
     };
@@ -454,7 +475,7 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     assert_has(
         &stderr(&out),
         &[
-            "job 1 is being run by another sluice now",
+            &format!("job {job} is being run by another sluice now"),
             &format!("process {held_by} of "),
             "the_lost_sluice",
             "idle for ",
@@ -665,22 +686,119 @@ fn a_running_job_of_another_database_is_not_this_ones() {
     for d in [&a, &b] {
         d.psql("CREATE TABLE t (id int, v text)");
     }
-    // Job 1 of b, killed mid-load: interrupted.
+    // Job 1 of b, killed once its transaction is prepared (the job's record, sent ahead
+    // while the stream loads, has landed by then): interrupted.
     let small = b.file("small.csv", b"1,x\n2,y\n");
-    let out = b.load(
-        &["--table", "t", small.to_str().unwrap()],
-        &[("SLUICE_KILL_AT", "copied")],
-        60,
-    );
+    let args = ["--table", "t", "--prepare", "on", small.to_str().unwrap()];
+    let out = b.load(&args, &[("SLUICE_KILL_AT", "prepared")], 60);
     assert_eq!(out.status.code(), None, "not killed: {}", stderr(&out));
     // Job 1 of a, running while b is looked at.
     let f = big_file(&a, "big.csv", 3_000_000);
     let mut running = spawn_load(&a, &f);
     let jobs = b.sluice_ok(&["jobs"]);
-    let resumed = b.load(&["--table", "t", small.to_str().unwrap()], &[], 60);
+    let resumed = b.load(&args, &[], 60);
     let _ = running.kill();
     let _ = running.wait();
     assert!(jobs.contains("interrupted"), "{jobs}");
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert_eq!(b.count("t"), 2);
+}
+
+/// A killed sluice's server sessions outlive it for as long as their statement runs: a COMMIT
+/// or `PREPARE TRANSACTION` sent just before a kill -9 completes after it, and may complete
+/// after the same command, run again, read what the job had committed. That rerun would load
+/// the chunk a second time (a COMMIT landing late: duplicates), or wait forever on the late
+/// transaction's key, or leave a prepared transaction behind that no later run settles.
+///
+/// Here the transaction holding row 1 asks, through a trigger, to wait at its COMMIT (or
+/// PREPARE) for a synchronous standby that never comes (`synchronous_standby_names` names
+/// none that exists; every other transaction runs with `synchronous_commit = off`), which holds
+/// it inside its COMMIT for as long as the test wants. The kill lands in that wait and the same
+/// command runs again at once: it must end that session (the COMMIT then stands), load every
+/// row once, say what it ended, and leave nothing prepared, for both ways of committing.
+#[test]
+fn a_commit_landing_after_the_kill_is_seen_by_the_rerun() {
+    let root = std::env::temp_dir().join(format!("sluice-late-commit-{}", std::process::id()));
+    let settings = [
+        ("synchronous_standby_names", "nobody"),
+        ("max_prepared_transactions", "8"),
+    ];
+    let (cluster, _port) = common::bed_server(&root, &settings, &[]);
+    struct Gone<'a>(&'a sluice_postgres::cluster::Cluster, &'a Path);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.destroy();
+            let _ = std::fs::remove_dir_all(self.1);
+        }
+    }
+    let _gone = Gone(&cluster, &root);
+    let url = cluster.url().unwrap();
+    let sql = |q: &str| common::psql_at(&cluster, &url, q);
+    let rows =
+        |from: u32| -> String { (from..from + 1000).map(|i| format!("{i},v{i}\n")).collect() };
+    let a = root.join("a.csv");
+    let b = root.join("b.csv");
+    std::fs::write(&a, rows(1)).unwrap();
+    std::fs::write(&b, rows(1001)).unwrap();
+    for prepare in ["off", "on"] {
+        sql(
+            "DROP SCHEMA IF EXISTS sluice_ledger CASCADE; DROP TABLE IF EXISTS ev, slow; \
+             CREATE TABLE ev (id int, v text); \
+             CREATE TABLE slow (wait bool); INSERT INTO slow VALUES (true); \
+             CREATE OR REPLACE FUNCTION wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS \
+               $$ BEGIN IF (SELECT wait FROM slow) THEN \
+                    PERFORM set_config('synchronous_commit', 'on', true); END IF; \
+                  RETURN NULL; END $$; \
+             CREATE TRIGGER wait_at_commit AFTER INSERT ON ev FOR EACH ROW WHEN (NEW.id = 1) \
+               EXECUTE FUNCTION wait_at_commit()",
+        );
+        let command = || {
+            let mut c = sluice_cmd();
+            c.args([
+                "load",
+                "-q",
+                "--jobs",
+                "2",
+                "--table",
+                "ev",
+                "--prepare",
+                prepare,
+            ])
+            .args(["--target", &url])
+            .args([&a, &b]);
+            c
+        };
+        let mut child = command()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Row 1's transaction waits in its COMMIT (or PREPARE) for the standby.
+        common::wait_until("no commit waited for the standby", 120, || {
+            sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == "1"
+        });
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        sql("UPDATE slow SET wait = false");
+        let out = run_bounded(command(), 120);
+        let said = stderr(&out);
+        assert!(
+            out.status.success(),
+            "--prepare {prepare}: the rerun failed: {said}"
+        );
+        assert_has(
+            &said,
+            &["left 1 server session(s) of its streams", "ended them"],
+        );
+        assert_eq!(
+            sql("SELECT count(*), count(DISTINCT id) FROM ev"),
+            "2000|2000",
+            "--prepare {prepare}: not exactly once"
+        );
+        assert_eq!(
+            sql("SELECT count(*) FROM pg_prepared_xacts"),
+            "0",
+            "--prepare {prepare}: a prepared transaction left behind"
+        );
+    }
 }

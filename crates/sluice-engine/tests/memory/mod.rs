@@ -916,13 +916,13 @@ impl Ledger for Memory {
         Ok(())
     }
 
-    fn resume_job(&self, job: i64) -> Result<(), DestinationError> {
+    fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError> {
         self.hold_job(job)?;
         let mut s = self.store.lock();
         let j = s.job(job)?;
         j.state = JobState::Running;
         j.message = None;
-        Ok(())
+        Ok(None)
     }
 
     fn end_job(
