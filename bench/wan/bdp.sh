@@ -12,6 +12,8 @@
 #   off       the probe's --jobs with --socket-buffer off (autotuning), across the delay
 #   base      the probe's settings across the delay with another sluice ($BASE_BIN: an earlier
 #             build, for a before and after in one sitting)
+#   idle0     as probe, with the client's net.ipv4.tcp_slow_start_after_idle = 0 for that run (a
+#             connection idle longer than its retransmission timeout keeps its window)
 # CONTENDERS picks and orders them (default: "probe nodelay psql-2 jobs1 off", plus base when
 # BASE_BIN is set). TLS=1 starts the server with ssl = on and every client (sluice, psql) with
 # sslmode=require. JOBS=N overrides the probe's --jobs (the probe is still run and shown).
@@ -109,6 +111,11 @@ for r in $(seq 1 "$rounds"); do
           > "$work/$who.out" ;;
       jobs1) ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
           --jobs 1 --socket-buffer off --strategy direct "$data"/lineitem/*.tbl > "$work/$who.out" ;;
+      idle0) ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=0
+          ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
+          --jobs "$jobs" --socket-buffer "$buffer" --strategy direct "$data"/lineitem/*.tbl \
+          > "$work/$who.out"
+          ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=1 ;;
     esac
     t=$(echo "$(date +%s.%N) - $t0" | bc)
     rows=$(psql -X -At "$near_url" -c "select count(*) from lineitem")

@@ -37,7 +37,7 @@ pub const LOCK_CLASS: i32 = 0x736c_6a62;
 /// The advisory lock class a job's streams hold, shared, for their sessions' life ('slst').
 pub const STREAM_CLASS: i32 = 0x736c_7374;
 /// How long a rerun waits for an earlier run's stream sessions to end on their own before it
-/// ends them, and then for them to go.
+/// ends them (and for a busy session holding the job's lock), and then for them to go.
 const EARLIER_STREAMS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 const EARLIER_STREAMS_END: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -751,46 +751,79 @@ pub async fn placements(
     Ok(out)
 }
 
-/// Takes job `job`'s lock for this session (until it ends), or says who holds it.
+/// Takes job `job`'s lock for this session (until it ends), or says who holds it. A holder
+/// running a statement may be a killed sluice's session, which the server ends once that
+/// statement does (a publish, a COMMIT sent just before the kill): it is waited for, up to
+/// [`EARLIER_STREAMS_WAIT`]. An idle holder is a live sluice (or one cut off from the server):
+/// refused at once.
 pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
-    let got: bool = client
-        .fetch_one(
-            "SELECT pg_try_advisory_lock($1, $2)",
-            &[&LOCK_CLASS, &(job as i32)],
-        )
-        .await?
-        .get(0);
-    if got {
-        return Ok(());
+    let start = std::time::Instant::now();
+    loop {
+        let got: bool = client
+            .fetch_one(
+                "SELECT pg_try_advisory_lock($1, $2)",
+                &[&LOCK_CLASS, &(job as i32)],
+            )
+            .await?
+            .get(0);
+        if got {
+            return Ok(());
+        }
+        match lock_holder(client, job).await? {
+            Some(h) if h.active && start.elapsed() < EARLIER_STREAMS_WAIT => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            holder => return Err(LedgerError::Refused(held_by(job, holder))),
+        }
     }
-    let who = client
+}
+
+/// The session holding a job's lock.
+struct Holder {
+    pid: i32,
+    what: String,
+    active: bool,
+}
+
+async fn lock_holder(client: &Client, job: i64) -> Result<Option<Holder>, LedgerError> {
+    let row = client
         .fetch_opt(
             "SELECT a.pid, format('process %s of %s (%s), connected since %s, %s for %s s', \
                     a.pid, coalesce(a.client_addr::text, 'a local socket'), a.application_name, \
                     to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS'), \
                     coalesce(a.state, 'unknown'), \
-                    round(extract(epoch FROM now() - a.state_change))) \
+                    round(extract(epoch FROM now() - a.state_change))), \
+                    a.state = 'active' \
              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
              WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ($1::bigint)::oid \
                AND l.objid = ($2::bigint)::oid AND l.objsubid = 2 \
-               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             LIMIT 1",
             &[&(LOCK_CLASS as i64), &job],
         )
         .await?;
-    let Some(who) = who else {
-        return Err(LedgerError::Refused(format!(
+    Ok(row.map(|r| Holder {
+        pid: r.get(0),
+        what: r.get(1),
+        active: r.get::<_, Option<bool>>(2).unwrap_or(false),
+    }))
+}
+
+/// The refusal of a job another session holds.
+fn held_by(job: i64, holder: Option<Holder>) -> String {
+    let Some(Holder { pid, what, .. }) = holder else {
+        return format!(
             "job {job} is being run by another sluice now (server process unknown); wait for it, \
              or stop it"
-        )));
+        );
     };
-    let (pid, what): (i32, String) = (who.get(0), who.get(1));
     // A sluice cut off by its network leaves its session to the server, which may not notice
     // for hours (its TCP keepalives): say how to end it.
-    Err(LedgerError::Refused(format!(
+    format!(
         "job {job} is being run by another sluice now (server {what}); wait for it, or stop \
          it. If that sluice is gone and the server has not noticed (its machine or its network \
          failed), end its session, and run this command again: SELECT pg_terminate_backend({pid})"
-    )))
+    )
 }
 
 /// Releases job `job`'s lock held by this session.

@@ -485,7 +485,24 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     assert_eq!(d.count("t"), 1000);
     d.psql(&format!("SELECT pg_terminate_backend({held_by})"));
     ghost.end();
+    // A holder busy in a statement (a killed sluice's publish or COMMIT, whose session the
+    // server ends when the statement does) is waited for, not refused: a session that holds the
+    // job's lock through a 3 s statement, then ends.
+    let mut busy = d
+        .psql_cmd()
+        .args(["-Atq", "-c"])
+        .arg(format!(
+            "SELECT pg_advisory_lock({}, {job}); SELECT pg_sleep(3)",
+            0x736c_6a62
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until("the busy holder never took the lock", 30, || {
+        !pid().is_empty()
+    });
     let out = load(&d, &[&a, &b], &["--prepare", "off"], &[]);
+    let _ = busy.wait();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 2000);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
