@@ -186,6 +186,12 @@ pub trait Destination: Sync {
     /// name that is not a loadable table fails with [`ErrorKind::Usage`].
     fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError>;
 
+    /// [`describe`](Destination::describe) for each of `names`, in their order; a destination
+    /// may ask for them together (one round trip across a long path, not one per table).
+    fn describe_all(&mut self, names: &[String]) -> Vec<Result<TableInfo, DestinationError>> {
+        names.iter().map(|n| self.describe(n)).collect()
+    }
+
     /// Connections the server still accepts (`None` when it will not say).
     fn free_slots(&self) -> Option<u64>;
 

@@ -199,35 +199,42 @@ impl Load<'_> {
         self.run_job(dest, stager, plan, job)
     }
 
-    /// Describes each table the inputs name, once.
+    /// Describes each table the inputs name, once (asked together); the first failure, in the
+    /// inputs' order, is the one reported.
     fn describe<D: Destination>(
         &self,
         dest: &mut D,
         file_tables: &[String],
     ) -> Result<Vec<(String, TableInfo)>, Failure> {
         let spec = self.spec;
-        let mut described: Vec<(String, TableInfo)> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         for name in file_tables {
-            if described.iter().any(|(n, _)| n == name) {
-                continue;
+            if !names.contains(name) {
+                names.push(name.clone());
             }
-            let table = dest.describe(name).map_err(|e| {
-                let by_name = match (&spec.table, file_tables.iter().position(|t| t == name)) {
-                    (None, Some(i)) => format!("{} -> table {name}: ", spec.files[i]),
-                    _ => String::new(),
-                };
-                match e.kind {
-                    ErrorKind::Usage => Failure::Usage(format!("{by_name}{e}")),
-                    ErrorKind::Connection => Failure::Connect(format!("{by_name}{e}")),
-                    _ => crate::run::destination_failure(
-                        &e,
-                        format!("{by_name}reading the catalog: {e}"),
-                    ),
-                }
-            })?;
-            described.push((name.clone(), table));
         }
-        Ok(described)
+        let described = dest.describe_all(&names);
+        names
+            .into_iter()
+            .zip(described)
+            .map(|(name, table)| {
+                let table = table.map_err(|e| {
+                    let by_name = match (&spec.table, file_tables.iter().position(|t| *t == name)) {
+                        (None, Some(i)) => format!("{} -> table {name}: ", spec.files[i]),
+                        _ => String::new(),
+                    };
+                    match e.kind {
+                        ErrorKind::Usage => Failure::Usage(format!("{by_name}{e}")),
+                        ErrorKind::Connection => Failure::Connect(format!("{by_name}{e}")),
+                        _ => crate::run::destination_failure(
+                            &e,
+                            format!("{by_name}reading the catalog: {e}"),
+                        ),
+                    }
+                })?;
+                Ok((name, table))
+            })
+            .collect()
     }
 
     /// Runs the plan as the ledger left it, and records how the job ended.

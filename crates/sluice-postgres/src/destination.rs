@@ -126,6 +126,8 @@ pub struct PgDestination {
     /// The job this load runs, once begun or resumed: its streams' sessions hold a shared lock
     /// on it ([`crate::ledger::STREAM_CLASS`]), which a later run waits on.
     job: Mutex<Option<i64>>,
+    /// The server's settings for the report, read with the load's last log position.
+    settings_read: Mutex<Option<Vec<(String, String)>>>,
 }
 
 /// A job's start is two round trips: its row (whose id the streams need), then its files, its
@@ -234,6 +236,7 @@ impl PgDestination {
             stream_pids: Mutex::new(Vec::new()),
             gates: Mutex::new(None),
             job: Mutex::new(None),
+            settings_read: Mutex::new(None),
         })
     }
 
@@ -521,21 +524,40 @@ fn table_info(t: &Table) -> TableInfo {
 
 impl Destination for PgDestination {
     fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError> {
-        let table = self.on_client(|c| async move {
-            describe_table(&c, name).await.map_err(|e| match e {
-                CatalogError::Db(e) => db_error(e),
-                other => DestinationError::new(ErrorKind::Usage, other.to_string()),
+        self.describe_all(&[name.to_string()])
+            .pop()
+            .unwrap_or_else(|| Err(DestinationError::new(ErrorKind::Other, "no table asked")))
+    }
+
+    /// The tables' questions go out together: two round trips across a long path for all of
+    /// them, not two per table.
+    fn describe_all(&mut self, names: &[String]) -> Vec<Result<TableInfo, DestinationError>> {
+        let described = self.on_client(|c| async move {
+            let asked = names.iter().map(|n| describe_table(&c, n));
+            Ok(futures_util::future::join_all(asked).await)
+        });
+        let described = match described {
+            Ok(d) => d,
+            Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
+        };
+        described
+            .into_iter()
+            .map(|d| {
+                let table = d.map_err(|e| match e {
+                    CatalogError::Db(e) => db_error(e),
+                    other => DestinationError::new(ErrorKind::Usage, other.to_string()),
+                })?;
+                let info = table_info(&table);
+                if !self
+                    .described
+                    .iter()
+                    .any(|t| t.qualified() == info.qualified)
+                {
+                    self.described.push(table);
+                }
+                Ok(info)
             })
-        })?;
-        let info = table_info(&table);
-        if !self
-            .described
-            .iter()
-            .any(|t| t.qualified() == info.qualified)
-        {
-            self.described.push(table);
-        }
-        Ok(info)
+            .collect()
     }
 
     fn free_slots(&self) -> Option<u64> {
@@ -883,38 +905,17 @@ impl Destination for PgDestination {
         Ok(())
     }
 
+    /// Read with the load's last log position ([`Destination::log_position`]) when it was
+    /// asked for, in the same round trip; else now.
     fn settings(&self) -> Vec<(String, String)> {
-        const NAMES: &[&str] = &[
-            "server_version",
-            "max_connections",
-            "shared_buffers",
-            "wal_level",
-            "wal_compression",
-            "synchronous_commit",
-            "fsync",
-            "full_page_writes",
-            "min_wal_size",
-            "max_wal_size",
-            "checkpoint_timeout",
-            "wal_init_zero",
-            "maintenance_work_mem",
-            "max_parallel_maintenance_workers",
-            "autovacuum",
-        ];
-        let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
+        if let Some(read) = lock(&self.settings_read).take() {
+            return read;
+        }
         self.rt
             .block_on(async {
                 // The load's own connection: a new one costs a handshake and a few round trips.
                 let client = self.live().await.ok()?;
-                let rows = client
-                    .fetch(
-                        "SELECT name, current_setting(name) FROM pg_settings \
-                         WHERE name = ANY($1) ORDER BY array_position($1, name)",
-                        &[&names],
-                    )
-                    .await
-                    .ok()?;
-                Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+                server_settings(&client).await.ok()
             })
             .unwrap_or_default()
     }
@@ -968,20 +969,27 @@ impl Destination for PgDestination {
         }
     }
 
+    /// The first asked is the position read with the job's row. A later one (the load's end)
+    /// goes out with the server's settings for the report, one round trip for the two.
     fn log_position(&self) -> Option<u64> {
         // The load's first asks here right after the job's start: the position read with its
         // row, rather than a question that would queue behind the files' insert.
         let begun = lock(&self.begin_lsn).take();
         let lsn: String = match begun {
             Some(lsn) => lsn,
-            None => self
-                .on_client(|c| async move {
-                    c.fetch_one("SELECT pg_current_wal_lsn()::text", &[])
-                        .await
-                        .map_err(db_error)
-                })
-                .ok()?
-                .get(0),
+            None => {
+                let (lsn, settings) = self
+                    .on_client(|c| async move {
+                        let (lsn, settings) = futures_util::join!(
+                            c.fetch_one("SELECT pg_current_wal_lsn()::text", &[]),
+                            server_settings(&c)
+                        );
+                        Ok((lsn.map_err(db_error)?, settings.ok()))
+                    })
+                    .ok()?;
+                *lock(&self.settings_read) = settings;
+                lsn.get(0)
+            }
         };
         let (hi, lo) = lsn.split_once('/')?;
         Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
@@ -1104,19 +1112,29 @@ impl Staging for PgDestination {
         self.on_client(|c| async move { stage::drop_named(&c, &names).await.map_err(db_error) })
     }
 
+    /// Every table's partitions are asked for at the first question, together (one round trip
+    /// across a long path, not one per table), and kept.
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
         if let Some(p) = &lock(&self.partitions)[table] {
             return Ok(p.partitioning.clone());
         }
-        let parent = self.tables[table].table.qualified();
-        let p = self.on_client(|c| async move {
-            stage::describe_partitions(&c, &parent)
+        let parents: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        let all = self.on_client(|c| async move {
+            let asked = parents.iter().map(|p| stage::describe_partitions(&c, p));
+            futures_util::future::join_all(asked)
                 .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(db_error)
         })?;
-        let partitioning = p.partitioning.clone();
-        lock(&self.partitions)[table] = Some(p);
-        Ok(partitioning)
+        let mut known = lock(&self.partitions);
+        for (t, p) in all.into_iter().enumerate() {
+            known[t].get_or_insert(p);
+        }
+        Ok(known[table]
+            .as_ref()
+            .map(|p| p.partitioning.clone())
+            .unwrap_or(Partitioning::None))
     }
 
     fn begin_stage(
@@ -1356,6 +1374,36 @@ async fn open_begun(
     let s = Stream::open(&info, &identity).await?;
     s.begin(begin).await.map_err(StreamOpenError::Server)?;
     Ok(s)
+}
+
+/// The server settings a load's report shows, as `name`, value.
+async fn server_settings(client: &Client) -> Result<Vec<(String, String)>, tokio_postgres::Error> {
+    const NAMES: &[&str] = &[
+        "server_version",
+        "max_connections",
+        "shared_buffers",
+        "wal_level",
+        "wal_compression",
+        "synchronous_commit",
+        "fsync",
+        "full_page_writes",
+        "min_wal_size",
+        "max_wal_size",
+        "checkpoint_timeout",
+        "wal_init_zero",
+        "maintenance_work_mem",
+        "max_parallel_maintenance_workers",
+        "autovacuum",
+    ];
+    let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
+    let rows = client
+        .fetch(
+            "SELECT name, current_setting(name) FROM pg_settings \
+             WHERE name = ANY($1) ORDER BY array_position($1, name)",
+            &[&names],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// A ledger failure in the engine's terms: a refusal is the user's to act on.
