@@ -121,5 +121,5 @@ for j in json.load(sys.stdin)[:1]:
     times[$who]="${times[$who]:-} $t"
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/lib.sh
 for who in $ways; do echo "median $who $(echo "${times[$who]}" | median)s"; done

@@ -87,7 +87,7 @@ for r in $(seq 1 "$rounds"); do
     done
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/lib.sh
 echo
 echo "| input | load | runs (s) | median (s) | vs direct | WAL (MiB) | peak RSS (MiB) | spill |"
 echo "|---|---|---|---:|---:|---:|---:|---|"

@@ -31,6 +31,6 @@ for r in $(seq 1 "$rounds"); do
     times[$mode]="${times[$mode]:-} $t"
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/lib.sh
 off=$(echo "${times[off]}" | median); on=$(echo "${times[on]}" | median)
 echo "median: prepare=off ${off}s, prepare=on ${on}s, on/off $(echo "scale=3; $on/$off" | bc)"

@@ -123,7 +123,7 @@ for r in $(seq 1 "$rounds"); do
     times[$who]="${times[$who]:-} $t"
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/lib.sh
 for who in $contenders; do echo "median $who $(echo "${times[$who]}" | median)s"; done
 for who in $contenders; do [ -e "$work/$who.out" ] || continue; echo "== $who"; grep -h "verdict\|bound\|wire:" "$work/$who.out" | head -4; done
 for n in far near; do echo "line $n: $(cat "$work/$n.err" 2>/dev/null)"; done

@@ -76,6 +76,6 @@ for r in $(seq 1 "$rounds"); do
     times[$who]="${times[$who]:-} $t"
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/lib.sh
 for who in auto binary text psql-4; do echo "median $who $(echo "${times[$who]}" | median)s"; done
 for who in auto binary text; do echo "$who:"; grep -h "^wire:\|verdict" "$work/$who.out"; done

@@ -37,5 +37,5 @@ for r in $(seq 1 "$ROUNDS"); do
     times[$who]="${times[$who]:-} $t"
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/lib.sh
 for who in $contenders; do echo "median $who $(echo "${times[$who]}" | median)s"; done
