@@ -112,10 +112,12 @@ for r in $(seq 1 "$rounds"); do
       jobs1) ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
           --jobs 1 --socket-buffer off --strategy direct "$data"/lineitem/*.tbl > "$work/$who.out" ;;
       idle0) ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=0
-          ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
+          # The sysctl goes back whether or not the load succeeds.
+          s=0; ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
           --jobs "$jobs" --socket-buffer "$buffer" --strategy direct "$data"/lineitem/*.tbl \
-          > "$work/$who.out"
-          ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=1 ;;
+          > "$work/$who.out" || s=$?
+          ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=1
+          [ "$s" = 0 ] || exit "$s" ;;
     esac
     t=$(echo "$(date +%s.%N) - $t0" | bc)
     rows=$(psql -X -At "$near_url" -c "select count(*) from lineitem")

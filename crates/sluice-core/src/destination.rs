@@ -910,10 +910,11 @@ pub trait Ledger: Destination {
     /// Records a new job and takes its lock (held until the destination is dropped).
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError>;
 
-    /// Takes an interrupted or failed job's lock and marks it running, once nothing its
-    /// earlier runs left running on the server (a killed run's sessions, whose last COMMIT
-    /// may still land) can change what it committed. Fails with [`ErrorKind::Usage`] when
-    /// another process runs it now. Returns what it had to end of an earlier run, in words.
+    /// Takes an interrupted or failed job's lock and marks it running. A destination that can
+    /// tell a killed run's sessions on the server (whose last COMMIT may still land) first
+    /// waits for them to end, or ends them, so that what the job committed is read whole.
+    /// Fails with [`ErrorKind::Usage`] when another process runs it now. Returns what it had
+    /// to end of an earlier run, in words.
     fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError>;
 
     /// Marks a job finished, failed (with why) or abandoned.
@@ -926,8 +927,9 @@ pub trait Ledger: Destination {
 
     /// Takes job `job`'s lock for as long as the destination lives, as a run of it does (see
     /// [`Ledger::begin_job`]), without marking it running: so that what a command does to a
-    /// job's leftovers happens under no live process. [`ErrorKind::Usage`] when another
-    /// process runs it now.
+    /// job's leftovers happens under no live process (and, as in
+    /// [`resume_job`](Ledger::resume_job), none of a killed run's sessions).
+    /// [`ErrorKind::Usage`] when another process runs it now.
     fn hold_job(&self, job: i64) -> Result<(), DestinationError>;
 
     /// Removes a job that is not running, with its records; returns the staging tables of

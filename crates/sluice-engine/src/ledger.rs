@@ -419,10 +419,10 @@ pub fn start<D: Ledger>(
         let ended = dest
             .resume_job(job.id)
             .map_err(|e| ledger_failure("resuming the job", e))?;
-        settled = settle_prepared(dest, job.id)?;
-        settled = match (ended, settled) {
-            (Some(ended), Some(settled)) => Some(format!("{ended}\n{settled}")),
-            (ended, settled) => ended.or(settled),
+        let prepared = settle_prepared(dest, job.id)?;
+        settled = match (ended, prepared) {
+            (Some(ended), Some(prepared)) => Some(format!("{ended}\n{prepared}")),
+            (ended, prepared) => ended.or(prepared),
         };
         if !restart {
             return resume(dest, plan, job, settled, replan);

@@ -524,9 +524,8 @@ fn table_info(t: &Table) -> TableInfo {
 
 impl Destination for PgDestination {
     fn describe(&mut self, name: &str) -> Result<TableInfo, DestinationError> {
-        self.describe_all(&[name.to_string()])
-            .pop()
-            .unwrap_or_else(|| Err(DestinationError::new(ErrorKind::Other, "no table asked")))
+        let mut one = self.describe_all(&[name.to_string()]);
+        one.remove(0)
     }
 
     /// The tables' questions go out together: two round trips across a long path for all of
@@ -969,8 +968,9 @@ impl Destination for PgDestination {
         }
     }
 
-    /// The first asked is the position read with the job's row. A later one (the load's end)
-    /// goes out with the server's settings for the report, one round trip for the two.
+    /// The position read with the job's row, when there is one not yet taken (the load's
+    /// start); otherwise the server is asked, with its settings for the report
+    /// ([`Destination::settings`]) in the same round trip.
     fn log_position(&self) -> Option<u64> {
         // The load's first asks here right after the job's start: the position read with its
         // row, rather than a question that would queue behind the files' insert.
@@ -1112,8 +1112,8 @@ impl Staging for PgDestination {
         self.on_client(|c| async move { stage::drop_named(&c, &names).await.map_err(db_error) })
     }
 
-    /// Every table's partitions are asked for at the first question, together (one round trip
-    /// across a long path, not one per table), and kept.
+    /// Every table's partitions are asked for at the first question, together (across a long
+    /// path, the round trips of one table's questions, not of all tables' in turn), and kept.
     fn partitioning(&self, table: usize) -> Result<Partitioning, DestinationError> {
         if let Some(p) = &lock(&self.partitions)[table] {
             return Ok(p.partitioning.clone());
@@ -1121,20 +1121,23 @@ impl Staging for PgDestination {
         let parents: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
         let all = self.on_client(|c| async move {
             let asked = parents.iter().map(|p| stage::describe_partitions(&c, p));
-            futures_util::future::join_all(asked)
-                .await
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db_error)
+            Ok(futures_util::future::join_all(asked).await)
         })?;
+        // Another table's failure is that table's to report, when it is asked about.
         let mut known = lock(&self.partitions);
+        let mut mine = None;
         for (t, p) in all.into_iter().enumerate() {
-            known[t].get_or_insert(p);
+            match p {
+                Ok(p) if known[t].is_none() => known[t] = Some(p),
+                Err(e) if t == table => mine = Some(db_error(e)),
+                _ => {}
+            }
         }
-        Ok(known[table]
-            .as_ref()
-            .map(|p| p.partitioning.clone())
-            .unwrap_or(Partitioning::None))
+        match (mine, &known[table]) {
+            (Some(e), _) => Err(e),
+            (None, Some(p)) => Ok(p.partitioning.clone()),
+            (None, None) => Ok(Partitioning::None),
+        }
     }
 
     fn begin_stage(

@@ -37,15 +37,21 @@ pub const LOCK_CLASS: i32 = 0x736c_6a62;
 /// The advisory lock class a job's streams hold, shared, for their sessions' life ('slst').
 pub const STREAM_CLASS: i32 = 0x736c_7374;
 /// How long a rerun waits for an earlier run's stream sessions to end on their own before it
-/// ends them (and for a busy session holding the job's lock), and then for them to go.
+/// ends them.
 const EARLIER_STREAMS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long it then waits for the sessions it ended to go.
 const EARLIER_STREAMS_END: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a run waits for a job's lock held by a session busy in a statement.
+const BUSY_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The statement a stream of job `job` runs first on its session: its shared lock on the job,
 /// then its transaction.
 pub fn stream_begin(job: Option<i64>) -> String {
     match job {
-        Some(job) => format!("SELECT pg_advisory_lock_shared({STREAM_CLASS}, {job}); BEGIN"),
+        Some(job) => format!(
+            "SELECT pg_advisory_lock_shared({STREAM_CLASS}, {}); BEGIN",
+            job as i32
+        ),
         None => "BEGIN".into(),
     }
 }
@@ -676,7 +682,7 @@ pub async fn relation_state(
     // round trip, not three; a failed look leaves the transaction aborted and ROLLBACK ends it.
     let begin = format!("BEGIN READ ONLY; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'");
     let look = format!("SELECT EXISTS (SELECT 1 FROM {name})");
-    let (began, looked, ended) = tokio::join!(
+    let (began, looked, ended) = futures_util::join!(
         client.batch_execute(&begin),
         client.fetch_one(&look, &[]),
         client.batch_execute("ROLLBACK")
@@ -760,7 +766,7 @@ pub async fn placements(
 /// running a statement may be a killed sluice's session, which the server ends once that
 /// statement does (a publish, a COMMIT sent just before the kill): it is waited for, up to
 /// [`EARLIER_STREAMS_WAIT`]. An idle holder is a live sluice (or one cut off from the server):
-/// refused at once.
+/// refused at once. A holder gone between the two questions is asked again.
 pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     let start = std::time::Instant::now();
     loop {
@@ -774,22 +780,24 @@ pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
         if got {
             return Ok(());
         }
-        match lock_holder(client, job).await? {
-            Some(h) if h.active && start.elapsed() < EARLIER_STREAMS_WAIT => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            holder => return Err(LedgerError::Refused(held_by(job, holder))),
+        let holder = lock_holder(client, job).await?;
+        let busy = holder.as_ref().is_none_or(|h| h.active);
+        if !busy || start.elapsed() >= BUSY_HOLDER_WAIT {
+            return Err(LedgerError::Refused(held_by(job, holder)));
         }
+        let pause = if holder.is_some() { 100 } else { 10 };
+        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
     }
 }
 
-/// The session holding a job's lock.
+/// The session holding a job's lock: its process, in words, and whether it runs a statement.
 struct Holder {
     pid: i32,
     what: String,
     active: bool,
 }
 
+/// The session holding job `job`'s lock (one of them, the longest connected, for a crew's).
 async fn lock_holder(client: &Client, job: i64) -> Result<Option<Holder>, LedgerError> {
     let row = client
         .fetch_opt(
@@ -803,7 +811,7 @@ async fn lock_holder(client: &Client, job: i64) -> Result<Option<Holder>, Ledger
              WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ($1::bigint)::oid \
                AND l.objid = ($2::bigint)::oid AND l.objsubid = 2 \
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-             LIMIT 1",
+             ORDER BY a.backend_start LIMIT 1",
             &[&(LOCK_CLASS as i64), &job],
         )
         .await?;
@@ -931,13 +939,20 @@ pub async fn record_files(
 pub async fn resume(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
     take_lock(client, job).await?;
     let ended = end_earlier_streams(client, job).await?;
-    client
+    let marked = client
         .run(
             "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
-             WHERE id = $1",
+             WHERE id = $1 AND state <> 'finished'",
             &[&job],
         )
         .await?;
+    if marked == 0 {
+        // Its last run's end landed while this one waited for its sessions.
+        return Err(LedgerError::Refused(format!(
+            "job {job} finished while this run waited for its last run's sessions to end; run \
+             the same command again: it loads nothing that is already in"
+        )));
+    }
     Ok(ended)
 }
 
@@ -946,19 +961,37 @@ pub async fn resume(client: &Client, job: i64) -> Result<Option<String>, LedgerE
 async fn earlier_streams(client: &Client, job: i64) -> Result<Vec<(i32, String)>, LedgerError> {
     let rows = client
         .fetch(
-            "SELECT l.pid, coalesce(a.state, 'unknown') || ' for ' \
-                || coalesce(round(extract(epoch FROM now() - a.state_change))::text, '?') \
-                || ' s: ' || coalesce(left(a.query, 60), '') \
-             FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE l.locktype = 'advisory' AND l.granted \
-               AND l.classid = ($1::bigint)::oid AND l.objid = ($2::bigint)::oid \
-               AND l.objsubid = 2 AND l.pid <> pg_backend_pid() \
-               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-             ORDER BY l.pid",
+            &format!(
+                "SELECT l.pid, coalesce(a.state, 'unknown') || ' for ' \
+                    || coalesce(round(extract(epoch FROM now() - a.state_change))::text, '?') \
+                    || ' s: ' || coalesce(left(a.query, 60), '') \
+                 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE {EARLIER_STREAM_LOCK} ORDER BY l.pid"
+            ),
             &[&i64::from(STREAM_CLASS), &job],
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The locks (`pg_locks l`) of job `$2`'s earlier streams (class `$1`) held by other sessions
+/// of this database.
+const EARLIER_STREAM_LOCK: &str = "l.locktype = 'advisory' AND l.granted \
+     AND l.classid = ($1::bigint)::oid AND l.objid = ($2::bigint)::oid \
+     AND l.objsubid = 2 AND l.pid <> pg_backend_pid() \
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
+/// Ends the sessions that still hold job `job`'s earlier streams' locks, in one statement
+/// (a process that ended since it was listed is not signalled, nor its number's next owner).
+/// A role that may not end them gets the server's reason.
+async fn terminate_earlier_streams(client: &Client, job: i64) -> Result<(), String> {
+    let sql =
+        format!("SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE {EARLIER_STREAM_LOCK}");
+    match client.fetch(&sql, &[&i64::from(STREAM_CLASS), &job]).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_db_error().is_some() => Err(crate::connect::chain(&e)),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Waits until no stream session of job `job`'s earlier runs is left: up to
@@ -977,12 +1010,13 @@ pub async fn end_earlier_streams(client: &Client, job: i64) -> Result<Option<Str
         }
         let waited = start.elapsed();
         if ended.is_empty() && waited >= EARLIER_STREAMS_WAIT {
-            for (pid, what) in &left {
-                let _ = client.run("SELECT pg_terminate_backend($1)", &[pid]).await;
-                ended.push((*pid, what.clone()));
+            if let Err(why) = terminate_earlier_streams(client, job).await {
+                return Err(LedgerError::Refused(streams_outlasted(job, &left, &why)));
             }
+            ended = left;
         } else if waited >= EARLIER_STREAMS_WAIT + EARLIER_STREAMS_END {
-            return Err(LedgerError::Refused(streams_outlasted(job, &left)));
+            let why = "they had not ended 10 s after being asked to";
+            return Err(LedgerError::Refused(streams_outlasted(job, &left, why)));
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -1003,18 +1037,19 @@ fn ended_note(job: i64, ended: &[(i32, String)]) -> String {
     )
 }
 
-/// The refusal when an earlier run's stream sessions outlast being ended.
-fn streams_outlasted(job: i64, left: &[(i32, String)]) -> String {
+/// The refusal when an earlier run's stream sessions could not be ended (`why`).
+fn streams_outlasted(job: i64, left: &[(i32, String)], why: &str) -> String {
     let pids: Vec<String> = left.iter().map(|(pid, _)| pid.to_string()).collect();
     let what: Vec<String> = left
         .iter()
         .map(|(pid, what)| format!("process {pid}, {what}"))
         .collect();
     format!(
-        "job {job}'s last run left server sessions of its streams that did not end when asked \
-         ({}): what they commit decides what this run must load, so it does not start. Ask \
-         the server's administrator to end them (SELECT pg_terminate_backend(p) FROM \
-         unnest(ARRAY[{}]) p), then run the same command again",
+        "job {job}'s last run left server sessions of its streams running after {} s ({}), and \
+         sluice could not end them: {why}. What they commit decides what this run must load, so \
+         it does not start. Ask the server's administrator to end them (SELECT \
+         pg_terminate_backend(p) FROM unnest(ARRAY[{}]) p), then run the same command again",
+        EARLIER_STREAMS_WAIT.as_secs(),
         what.join("; "),
         pids.join(", ")
     )

@@ -290,8 +290,8 @@ fn load(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> std::p
 /// only after the job's files are) and unfinished, one file's rows are in (committed back to
 /// back; with prepared transactions the second commit is decided, and the next command
 /// finishes it: `a_kill_between_prepared_commits_...`).
-/// A load of `files` (two of 1,000 rows) with `--prepare prepare`, killed between its two
-/// streams' commits, with one file's rows committed. On a busy machine one stream may take
+/// A load of `files` (two of 1,000 rows) with `--prepare` set to `prepare`, killed between its
+/// two streams' commits, with one file's rows committed. On a busy machine one stream may take
 /// both files: then there is one commit and no kill, or (the other stream's transaction empty)
 /// the kill comes after both files' commit. The table is emptied (and the ledger dropped, what
 /// is left prepared rolled back) and the load runs again, at most five times.
@@ -487,19 +487,26 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     ghost.end();
     // A holder busy in a statement (a killed sluice's publish or COMMIT, whose session the
     // server ends when the statement does) is waited for, not refused: a session that holds the
-    // job's lock through a 3 s statement, then ends.
+    // job's lock through a 4 s statement, then ends.
     let mut busy = d
         .psql_cmd()
+        .env("PGAPPNAME", "the_busy_holder")
         .args(["-Atq", "-c"])
         .arg(format!(
-            "SELECT pg_advisory_lock({}, {job}); SELECT pg_sleep(3)",
+            "SELECT pg_advisory_lock({}, {job}); SELECT pg_sleep(4)",
             0x736c_6a62
         ))
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     common::wait_until("the busy holder never took the lock", 30, || {
-        !pid().is_empty()
+        d.psql(&format!(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.classid = 1936484962 AND l.objid = {job} \
+               AND l.granted AND a.application_name = 'the_busy_holder' AND a.state = 'active'"
+        ))
+        .trim()
+            == "1"
     });
     let out = load(&d, &[&a, &b], &["--prepare", "off"], &[]);
     let _ = busy.wait();
