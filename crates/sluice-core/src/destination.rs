@@ -929,8 +929,9 @@ pub trait Ledger: Destination {
     /// [`Ledger::begin_job`]), without marking it running: so that what a command does to a
     /// job's leftovers happens under no live process (and, as in
     /// [`resume_job`](Ledger::resume_job), none of a killed run's sessions).
-    /// [`ErrorKind::Usage`] when another process runs it now.
-    fn hold_job(&self, job: i64) -> Result<(), DestinationError>;
+    /// [`ErrorKind::Usage`] when another process runs it now. Returns what it had to end of an
+    /// earlier run, in words.
+    fn hold_job(&self, job: i64) -> Result<Option<String>, DestinationError>;
 
     /// Removes a job that is not running, with its records; returns the staging tables of
     /// dead loads it dropped with it.

@@ -508,12 +508,14 @@ fn settle_prepared<D: Ledger>(dest: &D, job: i64) -> Result<Option<String>, Fail
 /// Forgets job `job` (one not running), first finishing what its last run left prepared (the
 /// commits it decided, committed; the rest rolled back): a forgotten job's commit is finished
 /// by no one, so none of it may stay prepared, holding its locks. Returns the staging tables
-/// of dead loads the destination dropped with it.
-pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<Vec<String>, Failure> {
+/// of dead loads the destination dropped with it, and what it had to end of the job's last
+/// run on the server, in words.
+pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<(Vec<String>, Option<String>), Failure> {
     // Under the job's lock (refused while a process runs it), so nothing is finished under a
     // live process; and finished before the job's records go, since a prepared transaction
     // holds the ledger rows it wrote (a removal would wait on them where reads lock).
-    dest.hold_job(job)
+    let ended = dest
+        .hold_job(job)
         .map_err(|e| ledger_failure("taking the job's lock", e))?;
     let decided = dest
         .decided(job)
@@ -522,8 +524,10 @@ pub fn forget<D: Ledger>(dest: &D, job: i64) -> Result<Vec<String>, Failure> {
         .prepared(&prepared_prefix_of(job))
         .map_err(|e| ledger_failure("reading the job's prepared transactions", e))?;
     finish_as_decided(dest, &left, &decided)?;
-    dest.forget_job(job)
-        .map_err(|e| ledger_failure("forgetting the job", e))
+    let dropped = dest
+        .forget_job(job)
+        .map_err(|e| ledger_failure("forgetting the job", e))?;
+    Ok((dropped, ended))
 }
 
 /// Finishes the prepared transactions `left`: those in `decided` committed, the others rolled

@@ -871,12 +871,13 @@ impl Ledger for MariaDbDestination {
         .inspect(|_| self.released(job))
     }
 
-    fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
+    fn hold_job(&self, job: i64) -> Result<Option<String>, DestinationError> {
         self.on_own(|rt, c| {
             rt.block_on(crate::ledger::take_lock(c, job))
                 .map_err(|e| self.ledger_error(e))
         })
-        .inspect(|_| self.holds(job))
+        .inspect(|_| self.holds(job))?;
+        Ok(None)
     }
 
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {

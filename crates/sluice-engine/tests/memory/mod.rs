@@ -904,7 +904,7 @@ impl Ledger for Memory {
         Ok(id)
     }
 
-    fn hold_job(&self, job: i64) -> Result<(), DestinationError> {
+    fn hold_job(&self, job: i64) -> Result<Option<String>, DestinationError> {
         let mut s = self.store.lock();
         if s.locks.get(&job).is_some_and(|p| *p != self.process) {
             return Err(DestinationError::new(
@@ -913,7 +913,7 @@ impl Ledger for Memory {
             ));
         }
         s.locks.insert(job, self.process);
-        Ok(())
+        Ok(None)
     }
 
     fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError> {

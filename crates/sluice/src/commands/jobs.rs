@@ -75,7 +75,10 @@ fn jobs<D: Ledger>(args: JobsArgs, dest: &D) -> Result<(), Failure> {
     match args.command {
         Some(JobsCommand::Forget { id }) => {
             // The ledger refuses an unknown job, and one another process runs (exit 2).
-            let dropped = sluice_engine::ledger::forget(dest, id)?;
+            let (dropped, ended) = sluice_engine::ledger::forget(dest, id)?;
+            if let Some(ended) = ended {
+                eprintln!("sluice: {ended}");
+            }
             println!("forgot job {id}");
             if !dropped.is_empty() {
                 println!(
