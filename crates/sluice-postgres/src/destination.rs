@@ -1519,14 +1519,7 @@ impl Ledger for PgDestination {
     /// The job's lock, and then no session of its earlier runs' streams left (what they
     /// commit or prepare must have landed before the job's leftovers are finished).
     fn hold_job(&self, job: i64) -> Result<Option<String>, DestinationError> {
-        self.on_client(|c| async move {
-            crate::ledger::take_lock(&c, job)
-                .await
-                .map_err(ledger_error)?;
-            crate::ledger::end_earlier_streams(&c, job)
-                .await
-                .map_err(ledger_error)
-        })
+        self.on_client(|c| async move { crate::ledger::hold(&c, job).await.map_err(ledger_error) })
     }
 
     fn forget_job(&self, job: i64) -> Result<Vec<String>, DestinationError> {

@@ -765,7 +765,7 @@ pub async fn placements(
 /// Takes job `job`'s lock for this session (until it ends), or says who holds it. A holder
 /// running a statement may be a killed sluice's session, which the server ends once that
 /// statement does (a publish, a COMMIT sent just before the kill): it is waited for, up to
-/// [`EARLIER_STREAMS_WAIT`]. An idle holder is a live sluice (or one cut off from the server):
+/// [`BUSY_HOLDER_WAIT`]. An idle holder is a live sluice (or one cut off from the server):
 /// refused at once. A holder gone between the two questions is asked again.
 pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     let start = std::time::Instant::now();
@@ -934,11 +934,18 @@ pub async fn record_files(
     Ok(())
 }
 
-/// Takes an unfinished job's lock, waits for what its last run left on the server to end
-/// ([`end_earlier_streams`]), and marks it running again. Returns what it ended, in words.
-pub async fn resume(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
+/// Takes job `job`'s lock for this session, then waits for what its earlier runs left on the
+/// server to end ([`end_earlier_streams`]): what a run or a command then reads of the job
+/// stays true. Returns what it ended, in words.
+pub async fn hold(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
     take_lock(client, job).await?;
-    let ended = end_earlier_streams(client, job).await?;
+    end_earlier_streams(client, job).await
+}
+
+/// Holds an unfinished job ([`hold`]) and marks it running again. Returns what it ended, in
+/// words.
+pub async fn resume(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
+    let ended = hold(client, job).await?;
     let marked = client
         .run(
             "UPDATE sluice_ledger.jobs SET state = 'running', message = NULL, updated = now() \
@@ -1000,7 +1007,7 @@ async fn terminate_earlier_streams(client: &Client, job: i64) -> Result<(), Stri
 /// holds the job, this one does) and waits up to [`EARLIER_STREAMS_END`] more. A COMMIT they
 /// ran lands before this returns, so the ledger read next is the whole truth. Returns what it
 /// had to end, in words; refuses, saying how to end them, when they outlast the wait.
-pub async fn end_earlier_streams(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
+async fn end_earlier_streams(client: &Client, job: i64) -> Result<Option<String>, LedgerError> {
     let start = std::time::Instant::now();
     let mut ended: Vec<(i32, String)> = Vec::new();
     loop {
@@ -1015,42 +1022,46 @@ pub async fn end_earlier_streams(client: &Client, job: i64) -> Result<Option<Str
             }
             ended = left;
         } else if waited >= EARLIER_STREAMS_WAIT + EARLIER_STREAMS_END {
-            let why = "they had not ended 10 s after being asked to";
-            return Err(LedgerError::Refused(streams_outlasted(job, &left, why)));
+            let why = format!(
+                "they had not ended {} s after being asked to",
+                EARLIER_STREAMS_END.as_secs()
+            );
+            return Err(LedgerError::Refused(streams_outlasted(job, &left, &why)));
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 
-/// What [`end_earlier_streams`] ended, in words.
-fn ended_note(job: i64, ended: &[(i32, String)]) -> String {
-    let list: Vec<String> = ended
+/// Sessions (process, what it runs), in words.
+fn sessions_in_words(sessions: &[(i32, String)]) -> String {
+    let list: Vec<String> = sessions
         .iter()
         .map(|(pid, what)| format!("process {pid}, {what}"))
         .collect();
+    list.join("; ")
+}
+
+/// What [`end_earlier_streams`] ended, in words.
+fn ended_note(job: i64, ended: &[(i32, String)]) -> String {
     format!(
         "job {job}'s last run left {} server session(s) of its streams running after {} s; \
          sluice ended them before reading what the job had committed: {}",
         ended.len(),
         EARLIER_STREAMS_WAIT.as_secs(),
-        list.join("; ")
+        sessions_in_words(ended)
     )
 }
 
 /// The refusal when an earlier run's stream sessions could not be ended (`why`).
 fn streams_outlasted(job: i64, left: &[(i32, String)], why: &str) -> String {
     let pids: Vec<String> = left.iter().map(|(pid, _)| pid.to_string()).collect();
-    let what: Vec<String> = left
-        .iter()
-        .map(|(pid, what)| format!("process {pid}, {what}"))
-        .collect();
     format!(
         "job {job}'s last run left server sessions of its streams running after {} s ({}), and \
          sluice could not end them: {why}. What they commit decides what this run must load, so \
          it does not start. Ask the server's administrator to end them (SELECT \
          pg_terminate_backend(p) FROM unnest(ARRAY[{}]) p), then run the same command again",
         EARLIER_STREAMS_WAIT.as_secs(),
-        what.join("; "),
+        sessions_in_words(left),
         pids.join(", ")
     )
 }

@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{assert_has, db, gen_tpch, run_bounded, sluice_cmd, stderr, tpch_ddl, tpch_table, Db};
+use common::{
+    assert_has, db, gen_tpch, load_t as load, rows, run_bounded, sluice_cmd, stderr, tpch_ddl,
+    tpch_table, Db,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -272,17 +275,6 @@ fn a_server_crash_mid_load_then_the_same_command_is_exactly_once() {
     assert_eq!(count("SELECT count(*) FROM t"), u64::from(n));
     assert_eq!(count("SELECT count(DISTINCT id) FROM t"), u64::from(n));
     let _ = cluster.destroy();
-}
-
-fn rows(from: u32, to: u32) -> String {
-    (from..to).map(|i| format!("{i},row {i}\n")).collect()
-}
-
-fn load(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut args: Vec<&str> = vec!["--table", "t", "--jobs", "2"];
-    args.extend(extra);
-    args.extend(files.iter().map(|f| f.to_str().unwrap()));
-    d.load(&args, env, 120)
 }
 
 /// A database `name` with table `t`, whose load of two files (`a.csv`, `b.csv`, 1,000 rows

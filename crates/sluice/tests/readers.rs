@@ -7,20 +7,9 @@
 
 mod common;
 
-use common::{assert_has, db, run_bounded, sluice_cmd, stderr, Db};
+use common::{assert_has, db, load_t as load, rows, run_bounded, sluice_cmd, stderr, Db};
 use std::path::Path;
 use std::process::{Command, Stdio};
-
-fn rows(from: u32, to: u32) -> String {
-    (from..to).map(|i| format!("{i},row {i}\n")).collect()
-}
-
-fn load(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut args: Vec<&str> = vec!["--table", "t", "--jobs", "2"];
-    args.extend(extra);
-    args.extend(files.iter().map(|f| f.to_str().unwrap()));
-    d.load(&args, env, 120)
-}
 
 /// A load of `files` into `t` on two streams with `--prepare prepare`, after emptying
 /// `tables` and dropping the ledger: every run is a first load.

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{
-    assert_has, db, gen_tpch, pg, run_bounded, sluice_cmd, stderr, tpch_ddl, wait_until, Db,
+    assert_has, db, gen_tpch, pg, rows, run_bounded, sluice_cmd, stderr, tpch_ddl, wait_until, Db,
 };
 use std::process::Output;
 
@@ -46,10 +46,6 @@ fn three_partitions(d: &Db, keys: bool) {
          CREATE TABLE t_2 PARTITION OF t FOR VALUES FROM (1000) TO (2000); \
          CREATE TABLE t_3 PARTITION OF t FOR VALUES FROM (2000) TO (MAXVALUE)"
     ));
-}
-
-fn rows(from: u32, to: u32) -> String {
-    (from..to).map(|i| format!("{i},row {i}\n")).collect()
 }
 
 #[test]

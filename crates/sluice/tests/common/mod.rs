@@ -548,3 +548,17 @@ pub fn until_two_streams_say(
     }
     panic!("no load of two files ran on two streams (none said {said:?})");
 }
+
+/// `from..to` as CSV lines `id,row id`.
+pub fn rows(from: u32, to: u32) -> String {
+    (from..to).map(|i| format!("{i},row {i}\n")).collect()
+}
+
+/// `sluice load` of `files` into table `t` on two streams, with `extra` flags and `env` set,
+/// bounded at 120 s.
+pub fn load_t(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut args: Vec<&str> = vec!["--table", "t", "--jobs", "2"];
+    args.extend(extra);
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    d.load(&args, env, 120)
+}
