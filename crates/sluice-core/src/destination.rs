@@ -227,8 +227,14 @@ pub trait Destination: Sync {
     }
 
     /// What the path carries to the server on `streams` connections for about `seconds`, to
-    /// a sink that stores nothing, bytes a second.
-    fn measure_link(&self, _streams: usize, _seconds: f64) -> Result<f64, String> {
+    /// a sink that stores nothing, bytes a second; `None` when they sent `budget` bytes in all
+    /// before the time was up (the measurement stops there: the path moves that much sooner).
+    fn measure_link(
+        &self,
+        _streams: usize,
+        _seconds: f64,
+        _budget: u64,
+    ) -> Result<Option<f64>, String> {
         Err("this destination cannot measure the path".into())
     }
 

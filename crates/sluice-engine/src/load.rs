@@ -176,7 +176,7 @@ impl Load<'_> {
             plan::build(&again, &file_tables, &described, columns.clone())
         };
         let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
-        let keeps = self.keeps_ledger(&plan, &*dest);
+        let keeps = self.keeps_ledger(&plan, &*dest)?;
         if let (true, Some(_)) = (keeps, crew) {
             self.refuse_before_joining(&*dest, &plan)?;
         }
@@ -363,18 +363,25 @@ impl Load<'_> {
     }
 
     /// Whether this load keeps a ledger: not a dry run, not standard input (read once, it
-    /// cannot be resumed), and a role that may keep one (else a warning says why not).
-    fn keeps_ledger<D: Ledger>(&self, plan: &Plan, dest: &D) -> bool {
+    /// cannot be resumed), and a role that may keep one (else a warning says why not). A lost
+    /// connection or a server going down meanwhile fails the load, which has loaded nothing
+    /// yet: going on without the ledger would leave a rerun nothing to resume from, and load
+    /// every row again.
+    fn keeps_ledger<D: Ledger>(&self, plan: &Plan, dest: &D) -> Result<bool, Failure> {
         if self.spec.dry_run || plan.inputs.iter().any(|i| i.identity.is_none()) {
-            return false;
+            return Ok(false);
         }
         match dest.open_ledger() {
-            Ok(()) => true,
+            Ok(()) => Ok(true),
+            Err(e) if e.kind.retried() => {
+                Err(ledger::ledger_failure("opening the resume ledger", e)
+                    .and_then_say(". Nothing was loaded: run the same command again"))
+            }
             Err(e) => {
                 self.host.event(Event::Warning(format!(
                     "this load keeps no resume ledger, so a rerun cannot resume it: {e}"
                 )));
-                false
+                Ok(false)
             }
         }
     }

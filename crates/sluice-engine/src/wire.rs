@@ -14,10 +14,13 @@
 //!    table whose binary is not clearly bigger stays binary.
 //! 2. **Here or there.** A server on this machine has no link in front of it: binary.
 //! 3. **The link.** What the path carries on the load's number of connections, for thirty round
-//!    trips (within [`MIN_MEASURE`]..[`MAX_MEASURE`]). A short round trip says nothing of a
-//!    link's rate (a capped cloud link answers in a tenth of a millisecond), so any server on
-//!    another machine is measured. If text would save less than measuring the server costs,
-//!    even with the link the limit, binary.
+//!    trips (within [`MIN_MEASURE`]..[`MAX_MEASURE`]), or until it has carried the bytes text
+//!    would save (binary's extra bytes for the input left): a path that sends those sooner
+//!    than the measurement ends would take longer to measure than to send them, so binary,
+//!    and a small load across a long path does not wait out the whole measurement. A short
+//!    round trip says nothing of a link's rate (a capped cloud link answers in a tenth of a
+//!    millisecond), so any server on another machine is measured. If text would save less
+//!    than measuring the server costs, even with the link the limit, binary.
 //! 4. **The server.** What it stores of rows that do not cross the link (made on its side,
 //!    counted as binary rows). Each encoding's rate is the slower of the link's (its bytes)
 //!    and the server's (slower from text); text only when it is clearly the faster.
@@ -144,9 +147,21 @@ fn by_the_path<D: Destination>(
         smaller.iter().map(|s| f(s) * s.input as f64).sum::<f64>() / input as f64
     };
     let (g_bin, g_txt) = (per_input(|s| s.binary), per_input(|s| s.text));
+    // The most text could save is the bytes binary adds: once the measurement has sent that
+    // much, the path has shown it sends them in less time than measuring it takes.
+    let saved = (input as f64 * (g_bin - g_txt)) as u64;
     let link = dest
-        .measure_link(jobs, seconds)
+        .measure_link(jobs, seconds, saved)
         .map_err(|e| format!("binary: the path could not be measured ({e})"))?
+        .ok_or_else(|| {
+            format!(
+                "binary: on {jobs} connection(s) the path carried the {} that text would save \
+                 in less than the measurement's {seconds:.1} s (round trip {:.0} ms): sending \
+                 them costs less than measuring on",
+                crate::units::human_bytes(saved),
+                rtt.as_secs_f64() * 1e3
+            )
+        })?
         .max(1.0);
     let at_most = input as f64 * (g_bin - g_txt) / link;
     let costs = seconds + 10.0 * rtt.as_secs_f64();

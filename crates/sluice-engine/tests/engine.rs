@@ -164,6 +164,36 @@ fn a_refused_row_in_one_stream_leaves_nothing_of_any_stream() {
     assert_eq!(store.count("t"), 0);
 }
 
+/// A connection lost while the ledger is opened fails the load before any row: going on
+/// without the ledger would leave the same command nothing to resume, and it would load every
+/// row again. (A role that may not keep a ledger loads without one, and says so.)
+#[test]
+fn a_connection_lost_while_opening_the_ledger_loads_nothing_and_says_run_again() {
+    let inputs = Inputs::new("ledger_lost");
+    let store = table();
+    store.arm(Faults {
+        ledger_lost: true,
+        ..Faults::default()
+    });
+    let files = two_files(&inputs, &[]);
+    let (result, host) = run(&store, &spec(files.clone()), 0);
+    let Err(f) = result else {
+        panic!("the load went on without its ledger")
+    };
+    let said = f.to_string();
+    assert!(said.contains("opening the resume ledger"), "{said}");
+    assert!(
+        said.contains("Nothing was loaded: run the same command again"),
+        "{said}"
+    );
+    assert!(!host.heard("keeps no resume ledger"));
+    assert_eq!(store.count("t"), 0);
+    store.arm(Faults::default());
+    let (result, _) = run(&store, &spec(files), 0);
+    result.unwrap();
+    exactly_once(&store, 0, 4000);
+}
+
 #[test]
 fn a_lost_connection_requeues_the_streams_work_and_loads_it_once() {
     let inputs = Inputs::new("lost");

@@ -70,6 +70,9 @@ pub struct Session {
     pub standbys: i32,
     /// The server's tablespaces by oid, to name the one whose disk filled.
     pub tablespaces: Vec<(u32, String)>,
+    /// Some constraint or trigger of the database can be deferred: a transaction may hold
+    /// checks until its commit. Where none can, a stream has none to fire before the commit.
+    pub deferrable: bool,
 }
 
 impl Session {
@@ -106,7 +109,9 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
              current_setting('max_prepared_transactions')::int, \
              (SELECT count(*) FROM pg_stat_replication r WHERE NOT EXISTS ( \
                 SELECT 1 FROM pg_replication_slots s \
-                WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))::int",
+                WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))::int, \
+             EXISTS (SELECT 1 FROM pg_constraint WHERE condeferrable) \
+               OR EXISTS (SELECT 1 FROM pg_trigger WHERE tgdeferrable)",
             &[],
         ),
         client.fetch("SELECT oid, spcname FROM pg_tablespace", &[])
@@ -123,6 +128,7 @@ pub async fn session(client: &Client) -> Result<Session, tokio_postgres::Error> 
         read_only: row.get(6),
         max_prepared_transactions: row.get(7),
         standbys: row.get(8),
+        deferrable: row.get(9),
     })
 }
 

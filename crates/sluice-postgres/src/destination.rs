@@ -150,22 +150,43 @@ enum Begun {
 struct Ahead {
     streams: Vec<tokio::task::JoinHandle<Result<Stream, StreamOpenError>>>,
     watch: Option<tokio::task::JoinHandle<Result<Client, ConnectError>>>,
+    /// Sessions for the readers' gates at the commit, across a long path only
+    /// ([`GATES_AHEAD_FROM`]); they outlive the streams' and the watch's ([`Ahead::close`]).
+    gates: Vec<tokio::task::JoinHandle<Result<Stream, StreamOpenError>>>,
 }
 
+/// The round trip from which the readers' gates' sessions that the streams' connections will
+/// not provide are opened with the streams', not at the commit: each is four or five round
+/// trips (TCP, authentication, the session's settings, the server's identity), and at the
+/// commit they are in series with the last row's visibility. Below it they cost less than the
+/// idle connections would hold.
+const GATES_AHEAD_FROM: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The most tables whose COPY statements a stream opened ahead prepares.
+const COPIES_AHEAD: usize = 32;
+
 impl Ahead {
-    /// Connections held open (or opening) that no stream or watch took yet.
+    /// Connections held open (or opening) that no stream, watch or gate took yet.
     fn held(&self) -> usize {
-        self.streams.len() + usize::from(self.watch.is_some())
+        self.streams.len() + usize::from(self.watch.is_some()) + self.gates.len()
     }
 
-    /// Closes them all: one still opening stops where it is, and dropping a handle drops
-    /// the connection its task made.
+    /// Closes the streams' and the watch's: one still opening stops where it is, and dropping
+    /// a handle drops the connection its task made. The gates' stay for the commit.
     fn close(&mut self) {
         for pending in self.streams.drain(..) {
             pending.abort();
         }
         if let Some(watch) = self.watch.take() {
             watch.abort();
+        }
+    }
+
+    /// Closes the gates' too.
+    fn close_all(&mut self) {
+        self.close();
+        for pending in self.gates.drain(..) {
+            pending.abort();
         }
     }
 }
@@ -269,14 +290,16 @@ impl PgDestination {
         Ok(sizing)
     }
 
-    /// One of the probe's measurements, on a runtime of its own, bytes a second; on no more
-    /// connections than the server had free beside the load's own.
+    /// One of the probe's measurements, on a runtime of its own, bytes a second (`None` when
+    /// it sent `budget` bytes before its time was up); on no more connections than the server
+    /// had free beside the load's own.
     fn measure(
         &self,
         sink: crate::probe::Sink,
         streams: usize,
         seconds: f64,
-    ) -> Result<f64, String> {
+        budget: Option<u64>,
+    ) -> Result<Option<f64>, String> {
         let held = lock(&self.ahead).held();
         let free = self
             .free_slots
@@ -284,9 +307,9 @@ impl PgDestination {
         let streams = streams.min(free).max(1);
         let probe = crate::probe::Probe::of(&self.info).map_err(|e| e.to_string())?;
         let rate = probe
-            .measure(sink, streams, seconds)
+            .measure(sink, streams, seconds, budget)
             .map_err(|e| e.to_string())?;
-        Ok(rate.mb_per_s() * 1e6)
+        Ok((!rate.spent).then(|| rate.mb_per_s() * 1e6))
     }
 
     /// The median time of `n` round trips (`SELECT 1`) on the load's own connection.
@@ -345,6 +368,20 @@ impl PgDestination {
             let keep = spare.len().saturating_sub(n);
             spare.split_off(keep)
         };
+        // Those opened with the streams ([`GATES_AHEAD_FROM`]) that made it and are still
+        // connected; the rest are opened now.
+        let ahead = std::mem::take(&mut lock(&self.ahead).gates);
+        for pending in ahead {
+            if sessions.len() >= n {
+                pending.abort();
+                continue;
+            }
+            if let Ok(Ok(s)) = pending.await {
+                if !s.client().is_closed() {
+                    sessions.push(s.spare());
+                }
+            }
+        }
         let opened = futures_util::future::join_all(
             (sessions.len()..n).map(|_| Stream::open(&self.info, &self.identity)),
         )
@@ -354,6 +391,47 @@ impl PgDestination {
             sessions.push(s.spare());
         }
         Ok(sessions)
+    }
+
+    /// The COPY statements a stream on a connection opened ahead prepares with its BEGIN:
+    /// each table's (at most [`COPIES_AHEAD`] tables), in its encoding, and in both where
+    /// `--wire auto` may still change it. Across a long path each saves the stream a round
+    /// trip at its first chunk of the table. (Not while the connection waits: its last
+    /// statement would then show a COPY in `pg_stat_activity` before the load has begun.)
+    fn copies_ahead(&self) -> Vec<String> {
+        let formats = |t: usize| match self.wire_choice(t) {
+            true => vec![true, false],
+            false => vec![self.tables[t].binary],
+        };
+        (0..self.tables.len().min(COPIES_AHEAD))
+            .flat_map(|t| {
+                let (relation, columns) =
+                    (self.tables[t].table.qualified(), &self.tables[t].columns);
+                formats(t)
+                    .into_iter()
+                    .map(move |b| crate::stream::copy_sql(&relation, columns, b, false))
+            })
+            .collect()
+    }
+
+    /// How many of the readers' gates' sessions to open with `streams` streams (`held`
+    /// connections opened ahead so far): across a long path ([`GATES_AHEAD_FROM`]), those the
+    /// streams' connections cannot be, one for each table beyond the streams, as far as the
+    /// server's free connections leave room for them after the streams'.
+    fn gates_ahead(&self, streams: usize, held: usize) -> usize {
+        let long = lock(&self.round_trip_seen).is_some_and(|rtt| rtt >= GATES_AHEAD_FROM);
+        if !long {
+            return 0;
+        }
+        let wanted = self
+            .tables
+            .len()
+            .min(crate::readers::MAX_GATES)
+            .saturating_sub(streams);
+        let room = self
+            .free_slots
+            .map_or(usize::MAX, |n| (n.max(0) as usize).saturating_sub(held));
+        wanted.min(room)
     }
 
     /// Why a connection could not be opened, in the engine's terms.
@@ -598,14 +676,20 @@ impl Destination for PgDestination {
 
     /// The probe's upload: `COPY ... WHERE false`, the network and COPY's input, nothing
     /// stored.
-    fn measure_link(&self, streams: usize, seconds: f64) -> Result<f64, String> {
-        self.measure(crate::probe::Sink::Nothing, streams, seconds)
+    fn measure_link(
+        &self,
+        streams: usize,
+        seconds: f64,
+        budget: u64,
+    ) -> Result<Option<f64>, String> {
+        self.measure(crate::probe::Sink::Nothing, streams, seconds, Some(budget))
     }
 
     /// The probe's rows made and stored by the server itself, no network in the way, counted
     /// as binary tuples.
     fn measure_server(&self, streams: usize, seconds: f64) -> Result<f64, String> {
-        self.measure(crate::probe::Sink::Generated, streams, seconds)
+        self.measure(crate::probe::Sink::Generated, streams, seconds, None)
+            .map(Option::unwrap_or_default)
     }
 
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
@@ -781,6 +865,7 @@ impl Destination for PgDestination {
 
     fn release_readers(&self) {
         lock(&self.spare).clear();
+        lock(&self.ahead).close_all();
         let Some(gates) = lock(&self.gates).take() else {
             return;
         };
@@ -832,7 +917,10 @@ impl Destination for PgDestination {
                 Some(pending) => Some(pending.await),
                 None => None,
             } {
-                if s.begin(&begin).await.is_ok() {
+                // Its COPY statements are prepared behind its BEGIN, in the same round trip.
+                let copies = self.copies_ahead();
+                let (begun, ()) = futures_util::join!(s.begin(&begin), s.prepare_copies(copies));
+                if begun.is_ok() {
                     return Ok(s);
                 }
             }
@@ -877,6 +965,12 @@ impl Destination for PgDestination {
         if ahead.watch.is_none() {
             let info = self.info.clone();
             ahead.watch = Some(self.rt.spawn(async move { connect(&info).await }));
+        }
+        let gates = self.gates_ahead(streams, ahead.held());
+        while ahead.gates.len() < gates {
+            let (info, identity) = (self.info.clone(), self.identity.clone());
+            let opening = async move { Stream::open(&info, &identity).await };
+            ahead.gates.push(self.rt.spawn(opening));
         }
     }
 
@@ -1713,6 +1807,27 @@ impl PgStream<'_> {
         });
     }
 
+    /// Inserts the chunk records the stream holds, and sends `then` (its COMMIT, PREPARE or
+    /// deferred checks) right behind them: one round trip. A failed insert aborts the
+    /// transaction (a COMMIT or PREPARE then rolls it back): the insert's error is the one
+    /// returned. Records of several jobs (one insert each) go first, on their own, so that
+    /// none comes after `then`.
+    fn records_and<'s, T, F: std::future::Future<Output = T>>(
+        &'s mut self,
+        then: impl FnOnce(&'s Stream) -> F,
+    ) -> Result<T, DestinationError> {
+        if self.ledger.windows(2).any(|w| w[0].0 != w[1].0) {
+            self.flush_ledger()?;
+        }
+        let held = std::mem::take(&mut self.ledger);
+        let (dest, n, stream) = (self.dest, self.n, &self.stream);
+        let (recorded, then) = dest.rt.block_on(async {
+            futures_util::join!(record_held(stream.client(), held), then(stream))
+        });
+        recorded.map_err(|e| dest.error(n, ServerError::from_pg(&e)))?;
+        Ok(then)
+    }
+
     /// Inserts the chunk records the stream holds, in its transaction.
     fn flush_ledger(&mut self) -> Result<(), DestinationError> {
         let held = std::mem::take(&mut self.ledger);
@@ -1797,21 +1912,15 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
-        // The held ledger rows (one job's: one statement, sent first) and the checks go out
-        // together: one round trip, not two. A failed insert fails the checks too (the
-        // transaction is aborted): its error is the one. Rows of several jobs go first, on
-        // their own, so that none falls after the checks' savepoint.
-        if self.ledger.windows(2).any(|w| w[0].0 != w[1].0) {
-            self.flush_ledger()?;
+        // No constraint or trigger of the database can be deferred (as the load began; a
+        // table's own cannot change while the load writes it): no check waits for the commit,
+        // and the held ledger rows go with the PREPARE or COMMIT, a round trip fewer.
+        if !self.dest.session.deferrable {
+            return Ok(());
         }
-        let held = std::mem::take(&mut self.ledger);
-        let (recorded, fired) = self.dest.rt.block_on(async {
-            futures_util::join!(
-                record_held(self.stream.client(), held),
-                self.stream.fire_deferred_checks()
-            )
-        });
-        recorded.map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))?;
+        // The held ledger rows and the checks go out together: one round trip, not two; the
+        // rows before the checks' savepoint.
+        let fired = self.records_and(|s| s.fire_deferred_checks())?;
         let Err(e) = fired else {
             return Ok(());
         };
@@ -1879,20 +1988,14 @@ impl DestinationStream for PgStream<'_> {
 
     fn commit(mut self) -> Result<(), DestinationError> {
         self.dest.begun()?;
-        self.flush_ledger()?;
-        self.dest
-            .rt
-            .block_on(self.stream.commit())
-            .map_err(|e| self.dest.error(self.n, e))
+        let committed = self.records_and(|s| s.commit())?;
+        committed.map_err(|e| self.dest.error(self.n, e))
     }
 
     fn prepare(mut self, id: &str) -> Result<String, DestinationError> {
         self.dest.begun()?;
-        self.flush_ledger()?;
-        self.dest
-            .rt
-            .block_on(self.stream.prepare(id))
-            .map_err(|e| self.dest.error(self.n, e))?;
+        let prepared = self.records_and(|s| s.prepare(id))?;
+        prepared.map_err(|e| self.dest.error(self.n, e))?;
         // Its session is free now: a gate may use it ([`crate::readers`]).
         lock(&self.dest.spare).push(self.stream.spare());
         Ok(id.to_string())

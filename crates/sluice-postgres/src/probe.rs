@@ -42,6 +42,8 @@ pub struct Rate {
     pub bytes: u64,
     pub rows: u64,
     pub seconds: f64,
+    /// Whether the measurement ended on its byte budget, before its time.
+    pub spent: bool,
 }
 
 impl Rate {
@@ -175,8 +177,17 @@ impl Probe {
     /// Sends rows into `sink` on `streams` connections at once for about `seconds`; returns
     /// the aggregate. The first stream to fail stops the others (they would wait for it at
     /// the start for ever), and the whole is bounded by [`MEASURE_SLACK`] past `seconds`.
-    pub fn measure(&self, sink: Sink, streams: usize, seconds: f64) -> Result<Rate, AdminError> {
+    /// Measures `streams` streams into `sink` for `seconds`, or until they have sent `budget`
+    /// bytes in all (each its share), whichever comes first.
+    pub fn measure(
+        &self,
+        sink: Sink,
+        streams: usize,
+        seconds: f64,
+        budget: Option<u64>,
+    ) -> Result<Rate, AdminError> {
         let info = self.info.clone();
+        let share = budget.map(|b| b.div_ceil(streams.max(1) as u64));
         let bound = Duration::from_secs_f64(seconds) + MEASURE_SLACK;
         let all = async move {
             // Every stream connects and creates its table first; then all start together.
@@ -184,7 +195,11 @@ impl Probe {
             let mut tasks = tokio::task::JoinSet::new();
             for n in 0..streams {
                 let (info, barrier) = (info.clone(), barrier.clone());
-                tasks.spawn(async move { one_stream(&info, n, sink, seconds, &barrier).await });
+                let stop = Stop {
+                    seconds,
+                    bytes: share,
+                };
+                tasks.spawn(async move { one_stream(&info, n, sink, stop, &barrier).await });
             }
             // The streams start together (the barrier): the slowest one's time is the span.
             let mut total = Rate::default();
@@ -194,6 +209,7 @@ impl Probe {
                 total.bytes += r.bytes;
                 total.rows += r.rows;
                 total.seconds = total.seconds.max(r.seconds);
+                total.spent |= r.spent;
             }
             Ok(total)
         };
@@ -253,6 +269,7 @@ impl Meter {
             bytes: bytes - bytes_before,
             rows: rows - rows_before,
             seconds: from.elapsed().as_secs_f64(),
+            spent: false,
         }
     }
 }
@@ -279,16 +296,25 @@ async fn generated(
     Ok(meter.rate(rows * tuple, rows))
 }
 
+/// When one stream of a measurement stops: after `seconds`, or once it sent `bytes`.
+#[derive(Clone, Copy)]
+struct Stop {
+    seconds: f64,
+    bytes: Option<u64>,
+}
+
 /// One stream of a measurement: what it sent, from the barrier to the end of its COPY.
 async fn one_stream(
     info: &ConnInfo,
     n: usize,
     sink: Sink,
-    seconds: f64,
+    stop: Stop,
     barrier: &Barrier,
 ) -> Result<Rate, AdminError> {
+    let seconds = stop.seconds;
     let server = |e: DbError| AdminError::Server(crate::connect::chain(&e));
-    let client = connect(info).await?;
+    let connected = crate::connect::connect_host(info).await?;
+    let (client, socket) = (connected.client, connected.socket);
     let table = quote_ident(&format!("sluice_probe_{}_{n}", std::process::id()));
     // A table of the session's own schema would be simplest, but the role may not create
     // there; pg_temp is always allowed, and logs and stores like a table. An unlogged or temp
@@ -347,19 +373,32 @@ async fn one_stream(
     }
     // The rate counts to the end of the COPY.
     let (mut rows, mut bytes) = (0u64, 0u64);
-    while meter.running() {
+    // The bytes the server acknowledged, where the kernel says (those sent include what waits
+    // in the socket's buffer): the path carried them.
+    let carried = |sent: u64| {
+        socket
+            .as_ref()
+            .and_then(crate::network::transport)
+            .map_or(sent, |t| t.bytes_acked)
+    };
+    let within = |sent: u64| stop.bytes.is_none_or(|b| carried(sent) < b);
+    while meter.running() && within(bytes) {
         copy.send(msg.clone()).await.map_err(server)?;
         bytes += msg.len() as u64;
         rows += per_message;
         meter.tick(bytes, rows);
     }
+    let spent = meter.running();
     if sink != Sink::Text {
         copy.send(Bytes::from_static(TRAILER))
             .await
             .map_err(server)?;
     }
     copy.as_mut().finish().await.map_err(server)?;
-    let rate = meter.rate(bytes, rows);
+    let rate = Rate {
+        spent,
+        ..meter.rate(bytes, rows)
+    };
     client.batch_execute("ROLLBACK").await.map_err(server)?;
     Ok(rate)
 }

@@ -324,13 +324,7 @@ impl Stream {
         binary: bool,
         freeze: bool,
     ) -> Result<CopyWriter, ServerError> {
-        let cols: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
-        let format = if binary { "binary" } else { "text" };
-        let option = if freeze { ", FREEZE" } else { "" };
-        let sql = format!(
-            "COPY {relation} ({}) FROM STDIN (FORMAT {format}{option})",
-            cols.join(", ")
-        );
+        let sql = copy_sql(relation, columns, binary, freeze);
         let sink = match freeze {
             // A staging table's COPY runs once per table: nothing to keep.
             true => self.client.copy_in(&sql).await,
@@ -343,6 +337,14 @@ impl Stream {
         Ok(CopyWriter {
             sink: Box::pin(sink),
         })
+    }
+
+    /// Prepares these COPY statements ([`copy_sql`]) now, all in one round trip, for the
+    /// chunks to come. One that fails is prepared again on use, where its error is reported
+    /// (a COPY's parse checks nothing of the table: its errors come when it runs).
+    pub async fn prepare_copies(&self, statements: Vec<String>) {
+        futures_util::future::join_all(statements.into_iter().map(|sql| self.copy_statement(sql)))
+            .await;
     }
 
     /// The prepared COPY statement `sql`, prepared on first use.
@@ -385,6 +387,18 @@ impl Stream {
             .await
             .map_err(|e| ServerError::from_pg(&e))
     }
+}
+
+/// `COPY relation (columns) FROM STDIN` in binary or text format; with `freeze`, rows are
+/// written frozen.
+pub fn copy_sql(relation: &str, columns: &[Column], binary: bool, freeze: bool) -> String {
+    let cols: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
+    let format = if binary { "binary" } else { "text" };
+    let option = if freeze { ", FREEZE" } else { "" };
+    format!(
+        "COPY {relation} ({}) FROM STDIN (FORMAT {format}{option})",
+        cols.join(", ")
+    )
 }
 
 /// Why a stream could not be opened.

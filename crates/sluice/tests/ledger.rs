@@ -382,6 +382,48 @@ fn a_changed_file_refuses_a_resume_and_a_finished_job_loads_nothing_again() {
     assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
 }
 
+/// A stream's chunk records go out with its COMMIT or PREPARE, in one round trip: when the
+/// server refuses them, the transaction is rolled back with them, whatever the commit's form
+/// (prepared or back to back, one stream or two), and the rerun loads every row once.
+#[test]
+fn chunk_records_refused_at_the_commit_leave_no_row() {
+    let d = db("ledger_chunks_refused");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            d.file(
+                &format!("c{i}.csv"),
+                rows(i * 500, i * 500 + 500).as_bytes(),
+            )
+        })
+        .collect();
+    d.psql("CREATE TABLE other (id int, v text)");
+    let first = d.file("other.csv", rows(0, 10).as_bytes());
+    let out = d.load(&["--table", "other", first.to_str().unwrap()], &[], 120);
+    assert!(out.status.success(), "{}", stderr(&out));
+    d.psql(
+        "CREATE FUNCTION refuse_chunks() RETURNS trigger LANGUAGE plpgsql AS \
+         $$BEGIN RAISE EXCEPTION 'the ledger takes no chunks today'; END$$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON sluice_ledger.job_chunks \
+         FOR EACH STATEMENT EXECUTE FUNCTION refuse_chunks()",
+    );
+    let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    for (jobs, prepare) in [("1", "off"), ("2", "off"), ("2", "on")] {
+        let mut args = vec!["--table", "t", "--jobs", jobs, "--prepare", prepare];
+        args.extend(paths.iter().map(|f| f.to_str().unwrap()));
+        let out = d.load(&args, &[], 120);
+        assert!(!out.status.success(), "--jobs {jobs} --prepare {prepare}");
+        assert_has(&stderr(&out), &["the ledger takes no chunks today"]);
+        assert_eq!(d.count("t"), 0, "--jobs {jobs} --prepare {prepare}");
+        assert_eq!(prepared(&d), 0, "--jobs {jobs} --prepare {prepare}");
+    }
+    d.psql("DROP TRIGGER refuse ON sluice_ledger.job_chunks");
+    let out = load(&d, &paths, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 2000);
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
+}
+
 /// A job's files are recorded while its streams load (their insert is the slow half of the
 /// job's start, for many files). When that insert fails (here a trigger refuses it), no
 /// stream's rows may be committed, prepared or left behind, whether the streams commit on

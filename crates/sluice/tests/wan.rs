@@ -575,3 +575,128 @@ fn wire_auto_stays_binary_and_says_why_when_the_path_cannot_be_measured() {
     same_rows("meek_t", "meek_t_psql");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A load whose text would save fewer bytes than a fast path carries in the measurement's
+/// time: the measurement ends once the path has carried them, and the load goes binary,
+/// saying so (a small load across a long path does not wait out a 3 s measurement).
+#[test]
+fn wire_auto_stops_measuring_a_fast_path_once_it_carried_what_text_would_save() {
+    if skipped("wire_auto_stops_measuring_a_fast_path_once_it_carried_what_text_would_save") {
+        return;
+    }
+    let dir = scratch("budget");
+    // 100 ms and no rate limit: two streams carry binary's few extra MB within a second.
+    let r = auto_against_psql(&dir, "compact_mid", COMPACT, 110_000, compact_row, |a| {
+        sluice_via(Via::Mid, a)
+    });
+    let why = r["wire_choice"].as_str().unwrap();
+    let _ = writeln!(std::io::stderr(), "--wire auto: {why}");
+    assert!(
+        why.starts_with("binary: on ") && why.contains(" the path carried the "),
+        "{why}"
+    );
+    assert!(
+        why.contains("that text would save in less than the measurement's 3.0 s"),
+        "{why}"
+    );
+    assert_eq!(r["tables"][0]["copy_format"], "binary", "{why}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Across a long path the sessions of the readers' gates that the streams' connections cannot
+/// be (one per table beyond the streams) open while the streams load, not in series with the
+/// commit: polled in the server, they are there, idle after their opening's last statement,
+/// while a COPY runs. The load is all there, and equal to psql's.
+#[test]
+fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
+    if skipped("across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load") {
+        return;
+    }
+    let dir = scratch("gates");
+    let tables = ["gate_a", "gate_b", "gate_c"];
+    let mut files = Vec::new();
+    for t in tables {
+        psql(&format!("CREATE TABLE {t} ({COMPACT})"));
+        let file = dir.join(format!("{t}.txt"));
+        std::fs::write(&file, (0..30_000).map(compact_row).collect::<String>()).unwrap();
+        files.push(file.to_string_lossy().into_owned());
+    }
+    let (mut load, local, client) = {
+        let guard = far().lock().unwrap();
+        let far = guard.as_ref().expect("the paths are up");
+        let path = &far.paths[Via::Mid as usize];
+        let mut c = path.client_command(env!("CARGO_BIN_EXE_sluice"));
+        c.args([
+            "load", "-q", "--format", "text", "--jobs", "1", "--wire", "binary",
+        ])
+        .args(&files)
+        .args(["--target", &far.url(Via::Mid)]);
+        (c, far.cluster.url().unwrap(), path.client.to_string())
+    };
+    let bindir = far()
+        .lock()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .cluster
+        .bindir
+        .clone();
+    let mut child = load
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Copies running, and sessions idle after the identity question that opening one asks last.
+    let poll = format!(
+        "SELECT count(*) FILTER (WHERE state = 'active' AND query LIKE 'COPY %') || ' ' || \
+         count(*) FILTER (WHERE state = 'idle' AND (query LIKE '%pg_control_system()%' \
+         OR query LIKE '%pg_backend_pid()%')) FROM pg_stat_activity \
+         WHERE client_addr = '{client}'"
+    );
+    let started = std::time::Instant::now();
+    let (mut seen, mut polls) = (0u32, Vec::new());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the load did not end within 120 s"
+        );
+        let o = std::process::Command::new(bindir.join("psql"))
+            .args(["-X", "-At", &local, "-c", &poll])
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let mut n = line.split(' ').map(|x| x.parse::<u32>().unwrap_or(0));
+        let (copies, idle) = (n.next().unwrap_or(0), n.next().unwrap_or(0));
+        if copies > 0 {
+            seen = seen.max(idle);
+        }
+        polls.push(line);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let read = |r: Option<&mut dyn std::io::Read>| {
+        let mut v = Vec::new();
+        if let Some(r) = r {
+            r.read_to_end(&mut v).unwrap();
+        }
+        v
+    };
+    let out = Output {
+        status,
+        stdout: read(child.stdout.as_mut().map(|r| r as &mut dyn std::io::Read)),
+        stderr: read(child.stderr.as_mut().map(|r| r as &mut dyn std::io::Read)),
+    };
+    succeeded(&out);
+    assert!(
+        seen >= 2,
+        "two gates' sessions open while a COPY ran; polls (copies, idle sessions): {polls:?}"
+    );
+    for (t, f) in tables.iter().zip(&files) {
+        psql(&format!("CREATE TABLE {t}_psql ({COMPACT})"));
+        psql_copy(&format!("{t}_psql"), f);
+        same_rows(t, &format!("{t}_psql"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -109,6 +109,8 @@ pub struct Faults {
     pub decision_answer_lost: bool,
     /// The role may not keep a ledger: opening it is refused.
     pub ledger_refused: bool,
+    /// The connection is lost while the ledger is opened.
+    pub ledger_lost: bool,
 }
 
 /// What the "server" holds: tables, ledger, prepared transactions, locks, faults.
@@ -735,7 +737,14 @@ impl Destination for Memory {
 
 impl Ledger for Memory {
     fn open_ledger(&self) -> Result<(), DestinationError> {
-        match self.store.lock().faults.ledger_refused {
+        let faults = &self.store.lock().faults;
+        if faults.ledger_lost {
+            return Err(DestinationError::new(
+                ErrorKind::Connection,
+                "connection closed",
+            ));
+        }
+        match faults.ledger_refused {
             true => Err(DestinationError::new(
                 ErrorKind::Usage,
                 "the role may not create the ledger's tables",

@@ -146,7 +146,7 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         say(format!(
             "measuring {n} stream(s), {seconds:.1} s per measurement"
         ));
-        let m = |sink| probe.measure(sink, n, seconds).map_err(server);
+        let m = |sink| probe.measure(sink, n, seconds, None).map_err(server);
         let up: Rate = m(Sink::Nothing)?;
         let (text, bin) = match args.upload_only {
             true => (None, None),
