@@ -373,10 +373,13 @@ impl Load<'_> {
         }
         match dest.open_ledger() {
             Ok(()) => Ok(true),
-            Err(e) if e.kind.retried() => {
-                Err(ledger::ledger_failure("opening the resume ledger", e)
-                    .and_then_say(". Nothing was loaded: run the same command again"))
-            }
+            Err(e) if e.kind.retried() => Err(crate::run::destination_failure(
+                &e,
+                format!(
+                    "opening the resume ledger: {e}. Nothing was loaded: run the same command \
+                     again"
+                ),
+            )),
             Err(e) => {
                 self.host.event(Event::Warning(format!(
                     "this load keeps no resume ledger, so a rerun cannot resume it: {e}"
