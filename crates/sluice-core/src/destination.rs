@@ -227,8 +227,9 @@ pub trait Destination: Sync {
     }
 
     /// What the path carries to the server on `streams` connections for about `seconds`, to
-    /// a sink that stores nothing, bytes a second; `None` when they sent `budget` bytes in all
-    /// before the time was up (the measurement stops there: the path moves that much sooner).
+    /// a sink that stores nothing, bytes a second; `None` when the path carried `budget`
+    /// bytes of theirs in all before the time was up (the measurement stops there: the path
+    /// moves that much sooner).
     fn measure_link(
         &self,
         _streams: usize,
@@ -308,8 +309,8 @@ pub trait Destination: Sync {
 
     /// The streams opened from now on will be prepared (two-phase commit) under names that
     /// start with `prefix`, or, with `None`, committed. A destination that must name a
-    /// transaction when it begins (XA's `XA START`) begins theirs under such names; the others
-    /// ignore it.
+    /// transaction when it begins (XA's `XA START`) begins theirs under such names; another
+    /// may plan its commit by it.
     fn name_transactions(&self, _prefix: Option<&str>) {}
 
     /// Turns records into what this destination loads.

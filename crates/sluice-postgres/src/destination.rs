@@ -128,6 +128,9 @@ pub struct PgDestination {
     job: Mutex<Option<i64>>,
     /// The server's settings for the report, read with the load's last log position.
     settings_read: Mutex<Option<Vec<(String, String)>>>,
+    /// The streams' transactions will be prepared, not committed back to back
+    /// ([`Destination::name_transactions`]).
+    prepares: std::sync::atomic::AtomicBool,
 }
 
 /// A job's start is two round trips: its row (whose id the streams need), then its files, its
@@ -153,6 +156,8 @@ struct Ahead {
     /// Sessions for the readers' gates at the commit, across a long path only
     /// ([`GATES_AHEAD_FROM`]); they outlive the streams' and the watch's ([`Ahead::close`]).
     gates: Vec<tokio::task::JoinHandle<Result<Stream, StreamOpenError>>>,
+    /// The streams the load said it runs ([`Destination::open_ahead`]).
+    planned: usize,
 }
 
 /// The round trip from which the readers' gates' sessions that the streams' connections will
@@ -257,6 +262,7 @@ impl PgDestination {
             stream_pids: Mutex::new(Vec::new()),
             gates: Mutex::new(None),
             job: Mutex::new(None),
+            prepares: std::sync::atomic::AtomicBool::new(false),
             settings_read: Mutex::new(None),
         })
     }
@@ -414,23 +420,37 @@ impl PgDestination {
             .collect()
     }
 
-    /// How many of the readers' gates' sessions to open with `streams` streams (`held`
-    /// connections opened ahead so far): across a long path ([`GATES_AHEAD_FROM`]), those the
-    /// streams' connections cannot be, one for each table beyond the streams, as far as the
-    /// server's free connections leave room for them after the streams'.
-    fn gates_ahead(&self, streams: usize, held: usize) -> usize {
+    /// Opens, in the background, the readers' gates' sessions that `streams` streams (of
+    /// which `spares` leave their connections free at the commit: prepared ones) will not
+    /// provide ([`PgDestination::gates_ahead`]).
+    fn open_gates_ahead(&self, ahead: &mut Ahead, streams: usize, spares: usize) {
+        let others = ahead.held() - ahead.gates.len();
+        let gates = self.gates_ahead(streams, spares, others);
+        while ahead.gates.len() < gates {
+            let (info, identity) = (self.info.clone(), self.identity.clone());
+            let opening = async move { Stream::open(&info, &identity).await };
+            ahead.gates.push(self.rt.spawn(opening));
+        }
+    }
+
+    /// How many of the readers' gates' sessions to have open with `streams` streams, `spares`
+    /// of whose connections are free at the commit (prepared streams'; none for streams
+    /// committed back to back), beside `others` connections opened ahead: across a long path
+    /// ([`GATES_AHEAD_FROM`]), one for each table beyond the spares, as far as the server's
+    /// free connections leave room. (Those a crew's deciding worker needs for the other
+    /// workers' tables open at the commit.)
+    fn gates_ahead(&self, streams: usize, spares: usize, others: usize) -> usize {
         let long = lock(&self.round_trip_seen).is_some_and(|rtt| rtt >= GATES_AHEAD_FROM);
-        if !long {
+        // One stream commits once and holds no reader; `--jobs auto` opens one ahead and may
+        // want the free slots for the streams its calibration adds; past the most tables
+        // gated, readers are not held at all.
+        if !long || streams < 2 || self.tables.len() > crate::readers::MAX_GATES {
             return 0;
         }
-        let wanted = self
-            .tables
-            .len()
-            .min(crate::readers::MAX_GATES)
-            .saturating_sub(streams);
+        let wanted = self.tables.len().saturating_sub(spares);
         let room = self
             .free_slots
-            .map_or(usize::MAX, |n| (n.max(0) as usize).saturating_sub(held));
+            .map_or(usize::MAX, |n| (n.max(0) as usize).saturating_sub(others));
         wanted.min(room)
     }
 
@@ -689,7 +709,7 @@ impl Destination for PgDestination {
     /// as binary tuples.
     fn measure_server(&self, streams: usize, seconds: f64) -> Result<f64, String> {
         self.measure(crate::probe::Sink::Generated, streams, seconds, None)
-            .map(Option::unwrap_or_default)
+            .map(|rate| rate.expect("a measurement without a budget runs its time"))
     }
 
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
@@ -917,9 +937,10 @@ impl Destination for PgDestination {
                 Some(pending) => Some(pending.await),
                 None => None,
             } {
-                // Its COPY statements are prepared behind its BEGIN, in the same round trip.
+                // Its COPY statements are prepared just before its BEGIN (outside the
+                // transaction, which no failed prepare can then abort), in one round trip.
                 let copies = self.copies_ahead();
-                let (begun, ()) = futures_util::join!(s.begin(&begin), s.prepare_copies(copies));
+                let ((), begun) = futures_util::join!(s.prepare_copies(copies), s.begin(&begin));
                 if begun.is_ok() {
                     return Ok(s);
                 }
@@ -955,8 +976,20 @@ impl Destination for PgDestination {
         }
     }
 
+    fn name_transactions(&self, prefix: Option<&str>) {
+        self.prepares.store(prefix.is_some(), Ordering::Relaxed);
+        // Streams committed back to back leave no connection free for a gate: every table
+        // needs a session of its own.
+        if prefix.is_none() {
+            let mut ahead = lock(&self.ahead);
+            let planned = ahead.planned;
+            self.open_gates_ahead(&mut ahead, planned, 0);
+        }
+    }
+
     fn open_ahead(&self, streams: usize) {
         let mut ahead = lock(&self.ahead);
+        ahead.planned = streams;
         while ahead.streams.len() < streams {
             let (info, identity) = (self.info.clone(), self.identity.clone());
             let opening = async move { Stream::open(&info, &identity).await };
@@ -966,12 +999,7 @@ impl Destination for PgDestination {
             let info = self.info.clone();
             ahead.watch = Some(self.rt.spawn(async move { connect(&info).await }));
         }
-        let gates = self.gates_ahead(streams, ahead.held());
-        while ahead.gates.len() < gates {
-            let (info, identity) = (self.info.clone(), self.identity.clone());
-            let opening = async move { Stream::open(&info, &identity).await };
-            ahead.gates.push(self.rt.spawn(opening));
-        }
+        self.open_gates_ahead(&mut ahead, streams, streams);
     }
 
     fn watch(&self, streams: usize) -> Result<(), DestinationError> {
@@ -1912,11 +1940,17 @@ impl DestinationStream for PgStream<'_> {
     }
 
     fn fire_deferred_checks(&mut self) -> Result<(), DestinationError> {
-        // No constraint or trigger of the database can be deferred (as the load began; a
-        // table's own cannot change while the load writes it): no check waits for the commit,
-        // and the held ledger rows go with the PREPARE or COMMIT, a round trip fewer.
+        // No constraint or trigger of the database could be deferred when the load began (one
+        // added since to a table the load writes waits for the load's locks; only another
+        // table's, written by a trigger, could slip in between): no check waits for the
+        // commit. Prepared streams then send their held ledger rows with the PREPARE, a round
+        // trip fewer; streams committed back to back insert them now, so that a refused row
+        // fails the load before any stream commits.
         if !self.dest.session.deferrable {
-            return Ok(());
+            return match self.dest.prepares.load(Ordering::Relaxed) {
+                true => Ok(()),
+                false => self.flush_ledger(),
+            };
         }
         // The held ledger rows and the checks go out together: one round trip, not two; the
         // rows before the checks' savepoint.

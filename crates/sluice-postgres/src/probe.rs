@@ -28,6 +28,7 @@ use crate::types::convert::encode_value;
 use crate::types::datetime::SessionZone;
 use bytes::Bytes;
 use futures_util::SinkExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
@@ -174,11 +175,11 @@ impl Probe {
         })
     }
 
-    /// Sends rows into `sink` on `streams` connections at once for about `seconds`; returns
-    /// the aggregate. The first stream to fail stops the others (they would wait for it at
-    /// the start for ever), and the whole is bounded by [`MEASURE_SLACK`] past `seconds`.
-    /// Measures `streams` streams into `sink` for `seconds`, or until they have sent `budget`
-    /// bytes in all (each its share), whichever comes first.
+    /// Sends rows into `sink` on `streams` connections at once for about `seconds`, or until
+    /// the path has carried `budget` bytes of theirs in all (the server acknowledged them),
+    /// whichever comes first; returns the aggregate. The first stream to fail stops the
+    /// others (they would wait for it at the start for ever), and the whole is bounded by
+    /// [`MEASURE_SLACK`] past `seconds`.
     pub fn measure(
         &self,
         sink: Sink,
@@ -187,7 +188,12 @@ impl Probe {
         budget: Option<u64>,
     ) -> Result<Rate, AdminError> {
         let info = self.info.clone();
-        let share = budget.map(|b| b.div_ceil(streams.max(1) as u64));
+        let budget = budget.map(|limit| {
+            Arc::new(Budget {
+                limit,
+                carried: AtomicU64::new(0),
+            })
+        });
         let bound = Duration::from_secs_f64(seconds) + MEASURE_SLACK;
         let all = async move {
             // Every stream connects and creates its table first; then all start together.
@@ -197,7 +203,7 @@ impl Probe {
                 let (info, barrier) = (info.clone(), barrier.clone());
                 let stop = Stop {
                     seconds,
-                    bytes: share,
+                    budget: budget.clone(),
                 };
                 tasks.spawn(async move { one_stream(&info, n, sink, stop, &barrier).await });
             }
@@ -296,11 +302,18 @@ async fn generated(
     Ok(meter.rate(rows * tuple, rows))
 }
 
-/// When one stream of a measurement stops: after `seconds`, or once it sent `bytes`.
-#[derive(Clone, Copy)]
+/// When one stream of a measurement stops: after `seconds`, or once the path carried the
+/// budget's bytes of all the streams'.
+#[derive(Clone)]
 struct Stop {
     seconds: f64,
-    bytes: Option<u64>,
+    budget: Option<Arc<Budget>>,
+}
+
+/// A measurement's byte budget, shared by its streams: what the path carried of all of theirs.
+struct Budget {
+    limit: u64,
+    carried: AtomicU64,
 }
 
 /// One stream of a measurement: what it sent, from the barrier to the end of its COPY.
@@ -373,15 +386,27 @@ async fn one_stream(
     }
     // The rate counts to the end of the COPY.
     let (mut rows, mut bytes) = (0u64, 0u64);
-    // The bytes the server acknowledged, where the kernel says (those sent include what waits
-    // in the socket's buffer): the path carried them.
-    let carried = |sent: u64| {
+    // The bytes the server acknowledged since the start, where the kernel says (those sent
+    // include what waits in the socket's buffer): the path carried them.
+    let acked = || {
         socket
             .as_ref()
             .and_then(crate::network::transport)
-            .map_or(sent, |t| t.bytes_acked)
+            .map(|t| t.bytes_acked)
     };
-    let within = |sent: u64| stop.bytes.is_none_or(|b| carried(sent) < b);
+    let base = acked().unwrap_or(0);
+    let mut counted = 0u64;
+    let mut within = |sent: u64| {
+        let Some(budget) = &stop.budget else {
+            return true;
+        };
+        let carried = acked().map_or(sent, |a| a.saturating_sub(base));
+        budget
+            .carried
+            .fetch_add(carried.saturating_sub(counted), Ordering::Relaxed);
+        counted = counted.max(carried);
+        budget.carried.load(Ordering::Relaxed) < budget.limit
+    };
     while meter.running() && within(bytes) {
         copy.send(msg.clone()).await.map_err(server)?;
         bytes += msg.len() as u64;

@@ -340,8 +340,9 @@ impl Stream {
     }
 
     /// Prepares these COPY statements ([`copy_sql`]) now, all in one round trip, for the
-    /// chunks to come. One that fails is prepared again on use, where its error is reported
-    /// (a COPY's parse checks nothing of the table: its errors come when it runs).
+    /// chunks to come; sent outside a transaction, a failed one aborts nothing, and is
+    /// prepared again on use, where its error is reported (a COPY's parse checks nothing of
+    /// the table: its errors come when it runs).
     pub async fn prepare_copies(&self, statements: Vec<String>) {
         futures_util::future::join_all(statements.into_iter().map(|sql| self.copy_statement(sql)))
             .await;

@@ -603,17 +603,19 @@ fn wire_auto_stops_measuring_a_fast_path_once_it_carried_what_text_would_save() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Across a long path the sessions of the readers' gates that the streams' connections cannot
-/// be (one per table beyond the streams) open while the streams load, not in series with the
-/// commit: polled in the server, they are there, idle after their opening's last statement,
-/// while a COPY runs. The load is all there, and equal to psql's.
+/// Across a long path the sessions of the readers' gates open while the streams load, not in
+/// series with the commit: with two streams committed back to back (this server prepares no
+/// transaction), one per table. Polled in the server, they are there, idle after their
+/// opening's last statement, while a COPY runs; and the commit opens no more (every backend the
+/// load had is one of its own eight: its connection, the watch, two streams, four gates). The
+/// load is all there, and equal to psql's.
 #[test]
 fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
     if skipped("across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load") {
         return;
     }
     let dir = scratch("gates");
-    let tables = ["gate_a", "gate_b", "gate_c"];
+    let tables = ["gate_a", "gate_b", "gate_c", "gate_d"];
     let mut files = Vec::new();
     for t in tables {
         psql(&format!("CREATE TABLE {t} ({COMPACT})"));
@@ -621,58 +623,68 @@ fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
         std::fs::write(&file, (0..30_000).map(compact_row).collect::<String>()).unwrap();
         files.push(file.to_string_lossy().into_owned());
     }
-    let (mut load, local, client) = {
+    let (mut load, local, client, bindir) = {
         let guard = far().lock().unwrap();
         let far = guard.as_ref().expect("the paths are up");
         let path = &far.paths[Via::Mid as usize];
         let mut c = path.client_command(env!("CARGO_BIN_EXE_sluice"));
         c.args([
-            "load", "-q", "--format", "text", "--jobs", "1", "--wire", "binary",
+            "load", "-q", "--format", "text", "--jobs", "2", "--wire", "binary",
         ])
+        .args(["--prepare", "off"])
         .args(&files)
         .args(["--target", &far.url(Via::Mid)]);
-        (c, far.cluster.url().unwrap(), path.client.to_string())
+        let bindir = far.cluster.bindir.clone();
+        (
+            c,
+            far.cluster.url().unwrap(),
+            path.client.to_string(),
+            bindir,
+        )
     };
-    let bindir = far()
-        .lock()
-        .unwrap()
-        .as_ref()
-        .unwrap()
-        .cluster
-        .bindir
-        .clone();
     let mut child = load
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Copies running, and sessions idle after the identity question that opening one asks last.
+    // Copies running, sessions idle after the identity question that opening one asks last,
+    // and every backend of the client's address.
     let poll = format!(
         "SELECT count(*) FILTER (WHERE state = 'active' AND query LIKE 'COPY %') || ' ' || \
          count(*) FILTER (WHERE state = 'idle' AND (query LIKE '%pg_control_system()%' \
-         OR query LIKE '%pg_backend_pid()%')) FROM pg_stat_activity \
-         WHERE client_addr = '{client}'"
+         OR query LIKE '%pg_backend_pid()%')) || ' ' || coalesce(string_agg(pid::text, ','), '') \
+         FROM pg_stat_activity WHERE client_addr = '{client}'"
     );
     let started = std::time::Instant::now();
     let (mut seen, mut polls) = (0u32, Vec::new());
+    let mut backends = std::collections::BTreeSet::new();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the load did not end within 120 s"
-        );
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the load did not end within 120 s; polls: {polls:?}");
+        }
         let o = std::process::Command::new(bindir.join("psql"))
             .args(["-X", "-At", &local, "-c", &poll])
             .output()
             .unwrap();
         let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
-        let mut n = line.split(' ').map(|x| x.parse::<u32>().unwrap_or(0));
-        let (copies, idle) = (n.next().unwrap_or(0), n.next().unwrap_or(0));
+        let mut n = line.split(' ');
+        let mut count = || n.next().and_then(|x| x.parse::<u32>().ok()).unwrap_or(0);
+        let (copies, idle) = (count(), count());
         if copies > 0 {
             seen = seen.max(idle);
         }
+        backends.extend(
+            line.split(' ')
+                .nth(2)
+                .unwrap_or("")
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string),
+        );
         polls.push(line);
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -688,10 +700,14 @@ fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
         stdout: read(child.stdout.as_mut().map(|r| r as &mut dyn std::io::Read)),
         stderr: read(child.stderr.as_mut().map(|r| r as &mut dyn std::io::Read)),
     };
+    assert!(
+        backends.len() <= 8,
+        "the commit opened more connections: {backends:?}; polls: {polls:?}"
+    );
     succeeded(&out);
     assert!(
-        seen >= 2,
-        "two gates' sessions open while a COPY ran; polls (copies, idle sessions): {polls:?}"
+        seen >= 4,
+        "four gates' sessions open while a COPY ran; polls (copies, idle sessions): {polls:?}"
     );
     for (t, f) in tables.iter().zip(&files) {
         psql(&format!("CREATE TABLE {t}_psql ({COMPACT})"));
