@@ -18,6 +18,7 @@
 # separate-3" (a subset of the ways, in that order).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 rate=${1:-200mbit}; rounds=${2:-3}
 [ "$(id -u)" = 0 ] || { echo "bench/hosts/run.sh needs root (network namespaces, tc)" >&2; exit 2; }
 bin=$PWD/target/release/sluice
@@ -108,7 +109,7 @@ for r in $(seq 1 "$rounds"); do
       unshaped) "$bin" load -q --target "$local_url" --jobs 2 --wire "$wire" --strategy direct \
           "$data"/lineitem/*.tbl > "$work/$who.out" 2>&1 ;;
     esac
-    t=$(echo "$(date +%s.%N) - $t0" | bc)
+    t=$(since "$t0")
     rows=$(psql -X -At "$local_url" -c "select count(*) from lineitem")
     extra=
     if [[ $who == crew-* ]]; then
@@ -121,5 +122,4 @@ for j in json.load(sys.stdin)[:1]:
     times[$who]="${times[$who]:-} $t"
   done
 done
-. bench/lib.sh
-for who in $ways; do echo "median $who $(echo "${times[$who]}" | median)s"; done
+medians $ways

@@ -19,6 +19,7 @@
 #   (INPUTS: a comma list of misaligned, shuffled, aligned; default all three)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 base=$1; rounds=${2:-3}; jobs=${3:-2}; inputs=${4:-misaligned,shuffled,aligned}
 bin=target/release/sluice
 [ -x "$bin" ] || cargo build --release -p sluice
@@ -77,7 +78,7 @@ for r in $(seq 1 "$rounds"); do
       /usr/bin/time -f "rss %M" -o $work/rss "$b" load -q --target "$target" --jobs "$jobs" \
         --strategy "$strategy" --restart "${files[@]}" > "$out" 2>&1
       sql "CHECKPOINT"
-      t=$(echo "$(date +%s.%N) - $t0" | bc)
+      t=$(since "$t0")
       w=$(value "SELECT pg_current_wal_lsn() - '$lsn0'::pg_lsn")
       m=$(awk '/^rss/ {print $2}' $work/rss)
       s=$(grep -o 'spill [0-9.]* [kMG]B' "$out" | awk '{print $2 $3}' | paste -sd+ || true)
@@ -87,7 +88,6 @@ for r in $(seq 1 "$rounds"); do
     done
   done
 done
-. bench/lib.sh
 echo
 echo "| input | load | runs (s) | median (s) | vs direct | WAL (MiB) | peak RSS (MiB) | spill |"
 echo "|---|---|---|---:|---:|---:|---:|---|"

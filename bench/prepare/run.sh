@@ -6,6 +6,7 @@
 #   bench/prepare/run.sh [SCALE] [ROUNDS] [JOBS]     (defaults: 1, 5, 2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 scale=${1:-1}; rounds=${2:-5}; jobs=${3:-2}
 bin=target/release/sluice
 [ -x "$bin" ] || cargo build --release -p sluice
@@ -26,11 +27,10 @@ for r in $(seq 1 "$rounds"); do
     t0=$(date +%s.%N)
     "$bin" load -q --target "$url" --jobs "$jobs" --strategy direct --restart \
       --prepare "$mode" "$data"/lineitem/lineitem.*.tbl >/dev/null
-    t=$(echo "$(date +%s.%N) - $t0" | bc)
+    t=$(since "$t0")
     echo "round $r prepare=$mode ${t}s"
     times[$mode]="${times[$mode]:-} $t"
   done
 done
-. bench/lib.sh
 off=$(echo "${times[off]}" | median); on=$(echo "${times[on]}" | median)
 echo "median: prepare=off ${off}s, prepare=on ${on}s, on/off $(echo "scale=3; $on/$off" | bc)"

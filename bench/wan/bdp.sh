@@ -26,6 +26,7 @@
 #   bench/wan/bdp.sh [RTT_MS] [RATE_MBIT] [ROUNDS]     (defaults: 200, 200, 3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 rtt=${1:-200}; rate=${2:-200}; rounds=${3:-3}
 # The bottleneck's queue: one round trip of the rate (a BDP, the classic router buffer), at
 # least 50 ms. A shorter one drops in every slow start and loss recovery takes round trips.
@@ -119,13 +120,12 @@ for r in $(seq 1 "$rounds"); do
           ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=1
           [ "$s" = 0 ] || exit "$s" ;;
     esac
-    t=$(echo "$(date +%s.%N) - $t0" | bc)
+    t=$(since "$t0")
     rows=$(psql -X -At "$near_url" -c "select count(*) from lineitem")
     echo "round $r $who ${t}s ($rows rows)"
     times[$who]="${times[$who]:-} $t"
   done
 done
-. bench/lib.sh
-for who in $contenders; do echo "median $who $(echo "${times[$who]}" | median)s"; done
+medians $contenders
 for who in $contenders; do [ -e "$work/$who.out" ] || continue; echo "== $who"; grep -h "verdict\|bound\|wire:" "$work/$who.out" | head -4; done
 for n in far near; do echo "line $n: $(cat "$work/$n.err" 2>/dev/null)"; done

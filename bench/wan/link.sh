@@ -12,6 +12,7 @@
 #   bench/wan/link.sh [RATE] [ROUNDS]       (defaults: 200mbit, 3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 rate=${1:-200mbit}; rounds=${2:-3}
 [ "$(id -u)" = 0 ] || { echo "bench/wan/link.sh needs root (network namespaces, tc)" >&2; exit 2; }
 bin=$PWD/target/release/sluice
@@ -70,12 +71,11 @@ for r in $(seq 1 "$rounds"); do
       psql-4) ls "$work"/stripped/*.tbl | client xargs -P 4 -I{} \
           psql -X -q -v ON_ERROR_STOP=1 "$url" -c "\\copy lineitem from '{}' with (delimiter '|')" ;;
     esac
-    t=$(echo "$(date +%s.%N) - $t0" | bc)
+    t=$(since "$t0")
     rows=$(client psql -X -At "$url" -c "select count(*) from lineitem")
     echo "round $r $who ${t}s ($rows rows)"
     times[$who]="${times[$who]:-} $t"
   done
 done
-. bench/lib.sh
-for who in auto binary text psql-4; do echo "median $who $(echo "${times[$who]}" | median)s"; done
+medians auto binary text psql-4
 for who in auto binary text; do echo "$who:"; grep -h "^wire:\|verdict" "$work/$who.out"; done

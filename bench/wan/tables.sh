@@ -9,6 +9,7 @@
 #   BASE_BIN=/path/to/older/sluice bench/wan/tables.sh [RTT_MS] [ROUNDS]   (defaults: 200, 3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 rtt=${1:-200}; rounds=${2:-3}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 bin=${SLUICE_BIN:-$CARGO_TARGET_DIR/release/sluice}
@@ -32,10 +33,9 @@ for r in $(seq 1 "$ROUNDS"); do
     "$psql" -X -q "$URL" -c "DROP SCHEMA IF EXISTS sluice_ledger CASCADE" >/dev/null 2>&1
     t0=$(date +%s.%N)
     "$b" load -q --jobs 2 --target "$URL" "$DATA"/*/*.tbl "$DATA"/*.tbl >/dev/null
-    t=$(echo "$(date +%s.%N) - $t0" | bc)
+    t=$(since "$t0")
     echo "round $r $who ${t}s"
     times[$who]="${times[$who]:-} $t"
   done
 done
-. bench/lib.sh
-for who in $contenders; do echo "median $who $(echo "${times[$who]}" | median)s"; done
+medians $contenders

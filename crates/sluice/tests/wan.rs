@@ -658,14 +658,8 @@ fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
     let started = std::time::Instant::now();
     let (mut seen, mut polls) = (0u32, Vec::new());
     let mut backends = std::collections::BTreeSet::new();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("the load did not end within 120 s; polls: {polls:?}");
-        }
+    // Polled until the load ends; past 120 s `common::finish` kills it and fails the test.
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(120) {
         let o = std::process::Command::new(bindir.join("psql"))
             .args(["-X", "-At", &local, "-c", &poll])
             .output()
@@ -687,19 +681,8 @@ fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
         );
         polls.push(line);
         std::thread::sleep(Duration::from_millis(50));
-    };
-    let read = |r: Option<&mut dyn std::io::Read>| {
-        let mut v = Vec::new();
-        if let Some(r) = r {
-            r.read_to_end(&mut v).unwrap();
-        }
-        v
-    };
-    let out = Output {
-        status,
-        stdout: read(child.stdout.as_mut().map(|r| r as &mut dyn std::io::Read)),
-        stderr: read(child.stderr.as_mut().map(|r| r as &mut dyn std::io::Read)),
-    };
+    }
+    let out = common::finish(child, 1);
     assert!(
         backends.len() <= 8,
         "the commit opened more connections: {backends:?}; polls: {polls:?}"
