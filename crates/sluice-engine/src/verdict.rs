@@ -154,6 +154,14 @@ pub fn judge(
     if let Some(v) = round_trip_bound(&streams, &shares, &seen, &mut figures) {
         return Some(v);
     }
+    // A server busy for most of its samples is its own limit, whatever the path.
+    let server_busy = shares.sampled && shares.waiting < CLIENT_SIDE;
+    let waited = Tcp::of(&streams, elapsed)
+        .filter(|_| !server_busy)
+        .and_then(|t| answers_in_turn(&streams, &t, &seen, &mut figures));
+    if let Some(v) = waited {
+        return Some(v);
+    }
     let client_side = match shares.sampled {
         true => shares.waiting >= CLIENT_SIDE,
         false => shares.read + shares.convert >= shares.send + shares.server,
@@ -334,6 +342,57 @@ fn round_trip_bound(
                     its own to isolate bad rows); on a distant server, more --jobs overlap the \
                     waits"
             .into(),
+        figures: std::mem::take(figures),
+    })
+}
+
+/// The share of the streams' time that their answers' round trips across the path alone
+/// account for, from which a load is round-trip-bound rather than link-bound.
+const ROUND_TRIP_SHARE: f64 = 0.5;
+
+/// Round trips in series across a long path: the streams waited for answers one after
+/// another (each load's start and end, each commit), and those waits, at the path's round
+/// trip, take at least half their time: whatever the link's rate, the path's length was the
+/// limit. Counted from the round trips the streams themselves timed, a lower bound: the
+/// destination's own statements add more.
+fn answers_in_turn(
+    streams: &[&StreamStats],
+    t: &Tcp,
+    seen: &str,
+    figures: &mut BTreeMap<&'static str, f64>,
+) -> Option<Verdict> {
+    let trips: u64 = streams.iter().map(|x| x.timing.round_trips).sum();
+    let seconds: f64 = streams.iter().map(|x| x.seconds).sum();
+    let waited = trips as f64 * t.rtt;
+    if seconds <= 0.0 || waited < ROUND_TRIP_SHARE * seconds {
+        return None;
+    }
+    let chunks: usize = streams.iter().map(|x| x.chunks.len()).sum();
+    t.record(figures);
+    figures.insert("chunks", chunks as f64);
+    figures.insert("round_trips", trips as f64);
+    figures.insert("round_trip_share", waited / seconds);
+    Some(Verdict {
+        kind: "round-trip-bound".into(),
+        because: format!(
+            "the streams waited for {trips} answers in turn across a {:.0} ms round trip, at \
+             least {:.1} s of their {:.1} s ({}); their connections moved {:.1} MB/s in all, \
+             each keeping {} of its window in flight: the link was not full; {seen}",
+            t.rtt * 1e3,
+            waited,
+            seconds,
+            pct(waited / seconds),
+            t.acked as f64 / t.elapsed / 1e6,
+            pct(t.window_fill())
+        ),
+        next_step: format!(
+            "each answer costs a {:.0} ms round trip, whatever the link's rate: a client nearer \
+             the server; more data a load (its round trips are per table, per chunk and at \
+             the commit, not per byte); more --jobs overlap them where there are more chunks \
+             than streams (this load: {chunks} on {})",
+            t.rtt * 1e3,
+            streams.len()
+        ),
         figures: std::mem::take(figures),
     })
 }
@@ -1101,6 +1160,50 @@ mod tests {
             judge(&plan, &out, 2, 2, &Plain).unwrap().kind,
             "server-bound"
         );
+    }
+
+    #[test]
+    fn answers_in_turn_across_a_long_path_are_round_trip_bound_not_link_bound() {
+        // 10 MB across 200 ms on two streams (bench/wan/tables.sh): each stream waited for 14
+        // answers, 2.8 s of its 4.85 s, its connection keeping 6% of its window in flight.
+        let across = |round_trips: u64| {
+            let timing = StreamTiming {
+                read_seconds: 0.004,
+                convert_seconds: 0.04,
+                send_seconds: 0.003,
+                server_seconds: 4.6,
+                round_trips,
+            };
+            let w = waits(&[(Activity::WaitingForClient, "ClientRead", 14)]);
+            let (plan, mut out) = load(&[4.85, 4.85], timing, w);
+            let t = Transport {
+                connections: 1,
+                rtt_us: 201_000,
+                send_buffer: 8 << 20,
+                receive_window: 13 << 20,
+                bytes_acked: 8_300_000,
+                busy_us: 3_100_000,
+                ..Default::default()
+            };
+            out.streams.iter_mut().for_each(|s| s.transport = Some(t));
+            judge(&plan, &out, 2, 2, &Plain).unwrap()
+        };
+        let v = across(14);
+        assert_eq!(v.kind, "round-trip-bound", "{v:?}");
+        assert!(
+            v.because.contains(
+                "28 answers in turn across a 201 ms round trip, at least 5.6 s of their 9.7 s"
+            ),
+            "{}",
+            v.because
+        );
+        assert!(v.because.contains("the link was not full"), "{}", v.because);
+        assert!(!v.next_step.contains("--wire"), "{}", v.next_step);
+        assert!(v.next_step.contains("2 on 2"), "{}", v.next_step);
+        assert_eq!(v.figures["round_trips"], 28.0);
+        // A tenth of the answers (the same load's bytes in one chunk a stream) is the link.
+        let v = across(1);
+        assert_eq!(v.kind, "link-bound", "{v:?}");
     }
 
     #[test]

@@ -383,6 +383,51 @@ fn several_streams_on_a_tight_link_are_link_bound() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn small_tables_across_a_long_path_are_round_trip_bound() {
+    if skipped("small_tables_across_a_long_path_are_round_trip_bound") {
+        return;
+    }
+    // Eight tables of 3 kB each across 200 ms: each stream's time is its answers in turn
+    // (each table's load, the commit), not the link's rate (it carries 25 MB/s).
+    let dir = scratch("answers");
+    let mut files = Vec::new();
+    for t in 1..=8 {
+        psql(&format!("CREATE TABLE answers_{t} (a int, b text)"));
+        let file = dir.join(format!("answers_{t}.tsv"));
+        let text: String = (0..200).map(|i| format!("{i}\trow {i} of {t}\n")).collect();
+        std::fs::write(&file, text).unwrap();
+        files.push(file.to_string_lossy().into_owned());
+    }
+    let json = dir.join("r.json");
+    let mut args = vec![
+        "load",
+        "--jobs",
+        "2",
+        "--report-json",
+        json.to_str().unwrap(),
+    ];
+    args.extend(files.iter().map(String::as_str));
+    succeeded(&sluice_via(Via::Long, &args));
+    for t in 1..=8 {
+        assert_eq!(psql(&format!("SELECT count(*) FROM answers_{t}")), "200");
+    }
+    let v = &report(&json)["verdict"];
+    let _ = writeln!(std::io::stderr(), "{v:#}");
+    assert_eq!(v["kind"], "round-trip-bound", "{v:#}");
+    assert!(
+        v["figures"]["round_trip_share"].as_f64().unwrap() >= 0.5,
+        "{v:#}"
+    );
+    let because = v["because"].as_str().unwrap();
+    assert!(because.contains("the link was not full"), "{because}");
+    assert!(
+        !v["next_step"].as_str().unwrap().contains("--wire"),
+        "{v:#}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// psql `\copy` of a text-format file into `table` on the far server, from this side: the
 /// reference load.
 fn psql_copy(table: &str, file: &str) {
