@@ -6,6 +6,8 @@
 # loaded, interleaved, ROUNDS times each way:
 #   crew-1, crew-2, crew-3   sluice load --job --workers N: the 3 parts split across N hosts,
 #                            one worker per host, --jobs 2 each (one coordinated job)
+#   crew-3-stage             crew-3 with --strategy stage (needs PARTITIONED=1): each host
+#                            stages its part, the last worker's hand-over switches all in
 #   separate-3               3 separate `sluice load --jobs 2`, one per host, at once (no job)
 #   psql-3                   3 psql \copy at once, one per host (copies with the trailing `|`
 #                            stripped, untimed)
@@ -15,7 +17,8 @@
 #
 #   bench/hosts/run.sh [RATE] [ROUNDS]       (defaults: 200mbit, 3)
 # Environment: WIRE=auto|binary|text (every sluice run's --wire; default auto), WAYS="crew-3
-# separate-3" (a subset of the ways, in that order).
+# separate-3" (a subset of the ways, in that order), PARTITIONED=1 (lineitem in 3 partitions,
+# one a part, for every way).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
@@ -73,8 +76,9 @@ url() { echo "postgresql://sluice@$1:$port/postgres?sslmode=disable"; }
 local_url=$(url 127.0.0.1)
 on() { local k=$1; shift; ip netns exec "sluice-host$k" "$@"; }
 sql() { psql -X -q -v ON_ERROR_STOP=1 "$local_url" -c "$1" >/dev/null; }
-"$bin" ddl tpch --create --replace --target "$local_url" --tables lineitem >/dev/null 2>&1 \
-  || "$bin" ddl tpch --create --replace --target "$local_url" >/dev/null
+ddl=()
+[ "${PARTITIONED:-0}" = 1 ] && ddl=(--partitions 3 --scale 0.5)
+"$bin" ddl tpch --create --replace --target "$local_url" "${ddl[@]}" >/dev/null
 # crew N: which parts host k loads (round robin over N hosts).
 parts_of() { local n=$1 k=$2 p; for p in 1 2 3; do [ $(( (p - 1) % n + 1 )) = "$k" ] && echo -n "$work/host$k/lineitem.$p.tbl "; done; true; }
 # Host k sees every part under its own path (the bench copies the parts to each host as needed).
@@ -89,11 +93,12 @@ for r in $(seq 1 "$rounds"); do
     sql "TRUNCATE lineitem"; sql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS sluice_ledger CASCADE"; sql "CHECKPOINT"
     t0=$(date +%s.%N)
     case $who in
-      crew-*) n=${who#crew-}
+      crew-*) n=${who#crew-}; n=${n%-stage}; strategy=auto
+        [[ $who == *-stage ]] && strategy=stage
         for k in $(seq 1 "$n"); do
           # shellcheck disable=SC2046
-          on "$k" "$bin" load -q --target "$(url 10.98.$k.1)" --jobs 2 --wire "$wire" --job "bench-$r-$n" \
-            --workers "$n" --worker "$k" $(parts_of "$n" "$k") > "$work/$who.$k.out" 2>&1 &
+          on "$k" "$bin" load -q --target "$(url 10.98.$k.1)" --jobs 2 --wire "$wire" --job "bench-$r-$who" \
+            --strategy "$strategy" --workers "$n" --worker "$k" $(parts_of "$n" "$k") > "$work/$who.$k.out" 2>&1 &
         done
         wait ;;
       separate-3) for k in 1 2 3; do

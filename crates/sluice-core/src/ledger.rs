@@ -245,8 +245,9 @@ pub enum Claim {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CrewTurn {
     /// Every slot has prepared its part, and this worker recorded the decision to commit all
-    /// of these prepared transactions: it commits them.
-    Decided(Vec<String>),
+    /// of these prepared transactions (`gids`): it commits them. In the same transaction it
+    /// switched in the job's `staged` staging tables, every worker's.
+    Decided { gids: Vec<String>, staged: usize },
     /// Slots still loading (or not started): this worker waits for them.
     Waiting { prepared: u32, workers: u32 },
 }

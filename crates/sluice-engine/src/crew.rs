@@ -118,17 +118,28 @@ pub fn join<D: Ledger>(
     Ok(Start::Run(plan, run))
 }
 
-/// After this worker's streams prepared (`prepared`) or committed (empty): hands its part over
-/// and, when it completes the last slot, commits every slot's prepared transactions; else
-/// waits until the job is finished, failed, or the wait runs out.
+/// What a worker's run left for the job: its streams' prepared transactions (none when they
+/// committed, under `--prepare off`), and whether it committed staging tables, which wait for
+/// the job's publish.
+#[derive(Clone, Copy)]
+pub struct Part<'a> {
+    pub prepared: &'a [String],
+    pub staged: bool,
+}
+
+/// After this worker's streams prepared or committed: hands its part over and, when it
+/// completes the last slot, publishes the job's staging tables and commits every slot's
+/// prepared transactions; else waits until the job is finished, failed, or the wait runs out
+/// (a worker whose rows are all committed already, under `--prepare off`, does not wait).
 pub fn settle<D: Ledger>(
     dest: &D,
     host: &dyn Host,
     job: i64,
     crew: &CrewRun,
-    prepared: &[String],
+    own: Part<'_>,
     part: &WorkerPart,
 ) -> Result<(), Failure> {
+    let prepared = own.prepared;
     let turn = dest
         .hand_over(job, crew.worker(), prepared, part)
         .map_err(|e| {
@@ -143,8 +154,19 @@ pub fn settle<D: Ledger>(
             )
         })?;
     match turn {
-        CrewTurn::Decided(all) => commit_decided(dest, host, job, crew, &all),
-        CrewTurn::Waiting { .. } if prepared.is_empty() => {
+        CrewTurn::Decided { gids, staged } => {
+            if staged > 0 {
+                host.event(Event::Notice(format!(
+                    "job {}: every worker's part is in; this worker (worker {}) switched in the \
+                     job's {staged} staging table(s), every worker's, in the transaction that \
+                     recorded the decision to commit",
+                    crew.name(),
+                    crew.worker()
+                )));
+            }
+            commit_decided(dest, host, job, crew, &gids)
+        }
+        CrewTurn::Waiting { .. } if prepared.is_empty() && !own.staged => {
             host.event(Event::Notice(format!(
                 "job {}: worker {}'s rows are committed (--prepare off: visible now, before the \
                  other workers' are); the job finishes when every worker has committed",

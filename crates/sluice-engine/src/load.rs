@@ -113,12 +113,12 @@ fn prepare_slots<D: Destination>(dest: &D, jobs: usize) -> Result<(), String> {
         })
 }
 
-fn crew_cannot_stage() -> Failure {
-    Failure::Usage(
-        "--strategy stage: a job with several workers (--workers) loads directly, its workers' \
-         transactions prepared until all are done; give --strategy direct or auto"
-            .into(),
-    )
+/// `--strategy stage` in a job of several workers, refused before the worker joins.
+fn crew_cannot_stage(why: &str) -> Failure {
+    Failure::Usage(format!(
+        "--strategy stage in a job of several workers (--workers): {why}; give --strategy \
+         direct or auto (which load a job of several workers directly)"
+    ))
 }
 
 fn crew_cannot_prepare(why: &str) -> Failure {
@@ -178,7 +178,7 @@ impl Load<'_> {
         let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
         let keeps = self.keeps_ledger(&plan, &*dest)?;
         if let (true, Some(_)) = (keeps, crew) {
-            self.refuse_before_joining(&*dest, &plan)?;
+            self.refuse_before_joining(&*dest, stager.is_some(), &plan)?;
         }
         let (plan, job) = match (keeps, crew) {
             (false, Some(c)) => return Err(no_ledger_for_a_crew(c)),
@@ -318,7 +318,13 @@ impl Load<'_> {
                 .run_plan(dest, stager, plan, job)
                 .and_then(|(mut report, _)| {
                     let part = report.worker_part();
-                    crate::crew::settle(&*dest, self.host, id, crew, &report.prepared, &part)?;
+                    // Staged rows wait for the job's publish, whatever --prepare says.
+                    let staged = report.steps.as_ref().is_some_and(|s| s.staging_tables > 0);
+                    let own = crate::crew::Part {
+                        prepared: &report.prepared,
+                        staged,
+                    };
+                    crate::crew::settle(&*dest, self.host, id, crew, own, &part)?;
                     // Every worker, for the report's per-worker timeline.
                     if let (Some(c), Ok(s)) = (report.crew.as_mut(), dest.crew_status(id)) {
                         c.slots = s.slots;
@@ -329,25 +335,23 @@ impl Load<'_> {
             false => {
                 // This worker only waits: no stream of its runs.
                 dest.close_ahead();
-                crate::crew::settle(
-                    &*dest,
-                    self.host,
-                    id,
-                    crew,
-                    &crew.standing,
-                    &Default::default(),
+                let own = crate::crew::Part {
+                    prepared: &crew.standing,
+                    staged: false,
+                };
+                crate::crew::settle(&*dest, self.host, id, crew, own, &Default::default()).map(
+                    |()| {
+                        self.nothing_to_load(
+                            &*dest,
+                            format!(
+                                "job {}: worker {}'s part was in already; the job is finished",
+                                crew.crew.join.name,
+                                crew.worker()
+                            ),
+                            Vec::new(),
+                        )
+                    },
                 )
-                .map(|()| {
-                    self.nothing_to_load(
-                        &*dest,
-                        format!(
-                            "job {}: worker {}'s part was in already; the job is finished",
-                            crew.crew.join.name,
-                            crew.worker()
-                        ),
-                        Vec::new(),
-                    )
-                })
             }
         };
         if let Err(f) = &result {
@@ -521,9 +525,28 @@ impl Load<'_> {
 
     /// What would refuse a crew's worker once it had joined, said before it joins: a refusal
     /// after fails the job for its other workers too.
-    fn refuse_before_joining<D: Destination>(&self, dest: &D, plan: &Plan) -> Result<(), Failure> {
-        if self.spec.strategy == StrategyChoice::Stage {
-            return Err(crew_cannot_stage());
+    fn refuse_before_joining<D: Destination>(
+        &self,
+        dest: &D,
+        can_stage: bool,
+        plan: &Plan,
+    ) -> Result<(), Failure> {
+        let spec = self.spec;
+        if spec.strategy == StrategyChoice::Stage {
+            if !can_stage {
+                return Err(crew_cannot_stage(&format!(
+                    "{} cannot stage",
+                    dest.target()
+                )));
+            }
+            // A staged unit's refused rows are loaded again in the publish, on the host that
+            // read them: the job's publish runs on whichever worker finishes last.
+            if spec.max_errors.is_some_and(|t| t.allows_any()) {
+                return Err(crew_cannot_stage(
+                    "--max-errors isolates a staging table's bad rows in the publish, which \
+                     another worker's host may run without the file",
+                ));
+            }
         }
         if self.spec.prepare == PrepareChoice::Off {
             return Ok(());
@@ -594,7 +617,6 @@ impl Load<'_> {
         // published as they are.
         let crew = job.as_ref().is_some_and(|j| j.crew.is_some());
         let mode = match (spec.strategy, spec.dry_run) {
-            (StrategyChoice::Stage, false) if crew => return Err(crew_cannot_stage()),
             (StrategyChoice::Direct, _) | (_, true) => None,
             (StrategyChoice::Auto, false) if crew => None,
             (StrategyChoice::Auto, false) => Some(Mode::Auto),
@@ -604,6 +626,7 @@ impl Load<'_> {
             (Some(s), Some(mode)) => {
                 let opts = StageOptions {
                     mode,
+                    crew,
                     jobs,
                     isolate_rejects: rejects.is_some(),
                     temp_dir: spec.temp_dir.clone().unwrap_or_else(std::env::temp_dir),

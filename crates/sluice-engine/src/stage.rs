@@ -54,6 +54,11 @@ pub enum Mode {
     Required,
 }
 
+/// Why a worker of a job of several routes no row on the client: each of its files stages
+/// into the partition of its first row, as a whole.
+const CREW_ROUTES_NOTHING: &str = "a worker of a job of several does not route rows on the \
+     client: a file that crosses partition bounds cannot be staged";
+
 /// One staging table's work: a partition of a table and the inputs routed to it.
 #[derive(Clone, Debug)]
 struct Target {
@@ -70,6 +75,10 @@ struct Target {
 /// How the user asked for staging, and what routing on the client may use.
 pub struct StageOptions {
     pub mode: Mode,
+    /// The load is one worker of a job that several load together ([`crate::crew`]): its
+    /// staging tables wait, committed, for the job's publish, which the worker whose
+    /// hand-over completes the job runs.
+    pub crew: bool,
     /// Streams of the load.
     pub jobs: usize,
     /// Rows may be rejected (`--max-errors`).
@@ -145,6 +154,9 @@ pub struct Stage {
     published: AtomicBool,
     /// The routing of rows on the client, when a table's files cross its partitions' bounds.
     router: Option<Router>,
+    /// One worker of a job that several load together: its staging tables are published
+    /// with the job's, by the worker that completes it ([`StageOptions::crew`]).
+    crew: bool,
 }
 
 /// The leftovers of an earlier run [`reusable`] takes back, each with the plan chunks it
@@ -799,6 +811,32 @@ impl Routing<'_> {
         (order, deferred)
     }
 
+    /// A worker of a job stages every input of a partitioned table, or fails before it
+    /// loads: its direct rows for a partition would wait, prepared, for the job's publish,
+    /// which waits for their locks (and another worker's staging table for the same
+    /// partition could not be switched in over them).
+    fn all_staged(&self, routable: &[bool]) -> Result<(), Failure> {
+        let plan = self.plan;
+        let unstaged: Vec<String> = self
+            .fallbacks
+            .iter()
+            .filter(|f| {
+                (0..plan.tables.len()).any(|t| routable[t] && plan.tables[t].table.name == f.table)
+            })
+            .map(|f| format!("{} ({})", f.file, f.reason))
+            .collect();
+        if unstaged.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::Usage(format!(
+            "--strategy stage in a job of several workers stages every file of a partitioned \
+             table, each into the partition of its rows, and {} cannot be: {}. Give --strategy \
+             direct, or files that each fall within one partition",
+            unstaged.len(),
+            unstaged.join("; ")
+        )))
+    }
+
     /// `--strategy stage` with nothing to stage is the user's mistake, named with the reasons.
     fn required(&self) -> Result<(), Failure> {
         if !self.targets.is_empty() || !self.reused.is_empty() {
@@ -1003,6 +1041,7 @@ impl Stage {
     ) -> Result<Stage, Failure> {
         let StageOptions {
             mode,
+            crew,
             jobs,
             isolate_rejects,
             temp_dir,
@@ -1023,8 +1062,11 @@ impl Stage {
         }
         // The staging area is readied when a table could use it.
         let routable = |p: &Partitioning| matches!(p, Partitioning::IntegerKey { .. });
-        let back = match partitionings.iter().any(routable) {
-            true => take_back(plan, dest, &partitionings, job, host)?,
+        let routable_tables: Vec<bool> = partitionings.iter().map(routable).collect();
+        // A worker of a job takes nothing back: the job's staging tables, whichever worker
+        // or run made them, wait for its publish, and the chunks they hold are claimed.
+        let back = match routable_tables.contains(&true) {
+            true => take_back(plan, dest, &partitionings, job.filter(|_| !crew), host)?,
             false => TakenBack::none(plan),
         };
         let plan = &*plan;
@@ -1037,7 +1079,10 @@ impl Stage {
             targets: Vec::new(),
             direct_inputs: Vec::new(),
             reused: back.partitions,
-            spill: spill_for(plan, dest, isolate_rejects, temp_dir),
+            spill: match crew {
+                true => Err(CREW_ROUTES_NOTHING.into()),
+                false => spill_for(plan, dest, isolate_rejects, temp_dir),
+            },
             growth: &growth,
             tied: (0..plan.tables.len())
                 .map(|t| groups.iter().any(|g| g.contains(&t)))
@@ -1049,6 +1094,9 @@ impl Stage {
         }
         if mode == Mode::Required {
             routing.required()?;
+        }
+        if crew {
+            routing.all_staged(&routable_tables)?;
         }
         let (units, deferred) = routing.units();
         let n = routing.targets.len();
@@ -1083,6 +1131,7 @@ impl Stage {
             finished: Mutex::new(back.tables),
             published: AtomicBool::new(false),
             router,
+            crew,
             table_names: plan.tables.iter().map(|t| t.table.name.clone()).collect(),
             input_names: plan
                 .inputs
@@ -1216,6 +1265,18 @@ impl<D: Staging> Strategy<D> for Stage {
         Ok(())
     }
 
+    fn drop_unit(
+        &self,
+        dest: &D,
+        stream: &mut D::Stream<'_>,
+        unit: &Unit,
+    ) -> Result<(), DestinationError> {
+        match unit.staged {
+            Some(_) => dest.abandon_stage(stream),
+            None => Ok(()),
+        }
+    }
+
     fn redo(
         &self,
         dest: &D,
@@ -1225,6 +1286,10 @@ impl<D: Staging> Strategy<D> for Stage {
         e: &DestinationError,
     ) -> Option<Vec<Unit>> {
         let k = unit.staged?;
+        // A worker of a job loads no file in the publish: another worker's host runs it.
+        if self.crew {
+            return None;
+        }
         let refused = self.isolate_rejects
             && matches!(e.kind, ErrorKind::Rejected | ErrorKind::Conflict { .. });
         if refused && !dest.outside_partition(e) {
@@ -1290,7 +1355,9 @@ impl<D: Staging> Strategy<D> for Stage {
     }
 
     fn abandon(&self, dest: &D, failure: &Failure, host: &dyn Host) {
-        if self.published.load(Ordering::SeqCst) {
+        // A job's staging tables go when the job fails, with the claims of their chunks, under
+        // the job's lock ([`crate::crew::fail`]): dropped here, their chunks would stay claimed.
+        if self.published.load(Ordering::SeqCst) || self.crew {
             return;
         }
         let times = self.times();
@@ -1323,6 +1390,9 @@ impl<D: Staging> Strategy<D> for Stage {
         commit: &Commit<'_>,
     ) -> Result<(), Failure> {
         let host = commit.host;
+        if self.crew {
+            return self.hand_over_staged(dest, streams, commit);
+        }
         // A signal from here on waits for the publish and the commits: one phase.
         let phase = CommitPhase::begin(host);
         let deferred = lock(&self.deferred).clone();
@@ -1384,6 +1454,26 @@ impl<D: Staging> Strategy<D> for Stage {
 }
 
 impl Stage {
+    /// A worker of a job publishes nothing itself: its staging tables, committed with the
+    /// claims of their chunks, wait for the job's publish, which the worker whose hand-over
+    /// completes the job runs in the transaction that records the job's commit decision. Its
+    /// direct streams (tables it did not stage) prepare, as in a direct job.
+    fn hand_over_staged<'s, D: Staging>(
+        &self,
+        dest: &'s D,
+        streams: Vec<D::Stream<'s>>,
+        commit: &Commit<'_>,
+    ) -> Result<(), Failure> {
+        let finished = lock(&self.finished).len();
+        if finished > 0 {
+            commit.host.event(Event::Info(format!(
+                "{finished} staging table(s) committed, invisible to the tables' users: the \
+                 job's publish switches them in with every other worker's once all are done"
+            )));
+        }
+        commit_all(dest, streams, commit)
+    }
+
     /// One transaction: the switch, then the rows that could not be staged, then the ledger
     /// rows of every staged chunk, then the commit. All of the staged tables' rows appear at
     /// once, or none (the direct streams for other tables are still open, and roll back if

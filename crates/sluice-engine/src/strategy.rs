@@ -73,6 +73,17 @@ pub trait Strategy<D: Destination>: Sync {
         Ok(())
     }
 
+    /// A staged unit that has nothing to load after all (another worker of its job claimed
+    /// every chunk): rolls back its staging table, leaving the stream ready.
+    fn drop_unit(
+        &self,
+        _dest: &D,
+        _stream: &mut D::Stream<'_>,
+        _unit: &Unit,
+    ) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
     /// A staged unit failed on `chunk` with `e`: the units that redo all of its chunks
     /// another way (its transaction is rolled back first), or `None` when the failure stands.
     fn redo(

@@ -19,8 +19,12 @@
 //! job under the same lock, unless the decision came first, and rolls back everything
 //! prepared.
 
-use crate::ledger::{identity_rows, insert_files, same_file, FileColumns, LedgerError, LOCK_CLASS};
+use crate::ledger::{
+    identity_rows, insert_files, same_file, standing, FileColumns, LedgerError, Standing,
+    LOCK_CLASS,
+};
 use crate::onetrip::{OneTrip, Param};
+use crate::stage;
 use sluice_core::ledger::{
     ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, Joined, WorkerPart,
     WorkerRecord,
@@ -352,19 +356,31 @@ pub async fn claim(
         .collect())
 }
 
-/// Hands over `worker`'s part; the hand-over that completes every slot records the decision.
+/// Hands over `worker`'s part; the hand-over that completes every slot publishes the job's
+/// staging tables (each lock wait bounded by `lock_wait`) and records the decision. Returns
+/// the turn, and the publish's parents and the partitions switched in with their statistics
+/// (for the parents' statistics, gathered after the commit).
 pub async fn hand_over(
     client: &Client,
     job: i64,
     worker: u32,
     prepared: &[String],
     part: &WorkerPart,
-) -> Result<CrewTurn, LedgerError> {
+    lock_wait: std::time::Duration,
+) -> Result<(CrewTurn, Published), LedgerError> {
     in_transaction(
         client,
-        hand_over_in_transaction(client, job, worker, prepared, part),
+        hand_over_in_transaction(client, job, worker, prepared, part, lock_wait),
     )
     .await
+}
+
+/// What a job's publish switched in: the parents, and the partitions that kept the
+/// statistics their staging tables had.
+#[derive(Default)]
+pub struct Published {
+    pub parents: Vec<String>,
+    pub analyzed: Vec<String>,
 }
 
 async fn hand_over_in_transaction(
@@ -373,7 +389,8 @@ async fn hand_over_in_transaction(
     worker: u32,
     prepared: &[String],
     part: &WorkerPart,
-) -> Result<CrewTurn, LedgerError> {
+    lock_wait: std::time::Duration,
+) -> Result<(CrewTurn, Published), LedgerError> {
     let row = client
         .fetch_one(
             "SELECT state, coalesce(message, ''), coalesce(workers, 1) FROM sluice_ledger.jobs \
@@ -422,11 +439,13 @@ async fn hand_over_in_transaction(
         .await?;
     let (slots, all): (i32, Vec<String>) = (row.get(0), row.get(1));
     if slots < workers {
-        return Ok(CrewTurn::Waiting {
+        let turn = CrewTurn::Waiting {
             prepared: slots as u32,
             workers: workers as u32,
-        });
+        };
+        return Ok((turn, Published::default()));
     }
+    let (staged, published) = publish(client, job, lock_wait).await?;
     client
         .run(
             "INSERT INTO sluice_ledger.job_commits (job, gid) SELECT $1, unnest($2::text[]) \
@@ -434,7 +453,53 @@ async fn hand_over_in_transaction(
             &[&job, &all],
         )
         .await?;
-    Ok(CrewTurn::Decided(all))
+    Ok((CrewTurn::Decided { gids: all, staged }, published))
+}
+
+/// The job's publish, in the hand-over's transaction: every worker's staging tables switched
+/// in, and the ledger rows of the chunks they hold written, with the decision that follows.
+/// Returns how many, and what the statistics need.
+async fn publish(
+    client: &Client,
+    job: i64,
+    lock_wait: std::time::Duration,
+) -> Result<(usize, Published), LedgerError> {
+    let Standing::Known { since, .. } = standing(client, job).await? else {
+        return Ok((0, Published::default()));
+    };
+    let tables = stage::of_job(client, job, since)
+        .await?
+        .map_err(|why| LedgerError::Refused(format!("{why}; nothing was published")))?;
+    if tables.is_empty() {
+        return Ok((0, Published::default()));
+    }
+    let staged: Vec<stage::Staged> = tables.iter().map(|(s, _)| s.clone()).collect();
+    let times = stage::switch_in(client, &staged, lock_wait)
+        .await
+        .map_err(|e| match e {
+            stage::PublishError::Db(e) => LedgerError::Db(e),
+            stage::PublishError::Locked(who) => LedgerError::Refused(format!(
+                "the job's publish could not lock its tables in {} attempts of {} ms each; \
+                 nothing was published. Holding locks: {who}",
+                stage::PUBLISH_ATTEMPTS,
+                lock_wait.as_millis()
+            )),
+        })?;
+    let records: Vec<ChunkRecord> = tables
+        .iter()
+        .flat_map(|(_, m)| m.chunks.iter().cloned())
+        .collect();
+    crate::ledger::record(client, job, &records).await?;
+    let mut parents: Vec<String> = staged.iter().map(|s| s.parent.clone()).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    let analyzed = staged
+        .iter()
+        .filter(|s| s.analyzed)
+        .map(|s| s.partition.qualified())
+        .filter(|p| !times.appended.contains(p))
+        .collect();
+    Ok((staged.len(), Published { parents, analyzed }))
 }
 
 /// Where the crew's job stands.
@@ -523,9 +588,28 @@ pub async fn fail(
                 &[&job, &(worker as i32), &why],
             )
             .await?;
+        // Its staging tables go with their chunks' claims: nothing of a failed job stays,
+        // and the job, run again, loads them again. A staging table committing meanwhile
+        // waits for this transaction, then finds the job failed ([`running`]).
+        if let Standing::Known { since, .. } = standing(client, job).await? {
+            stage::drop_job(client, job, since).await?;
+        }
         Ok::<_, tokio_postgres::Error>(true)
     };
     in_transaction(client, failed).await
+}
+
+/// In a staging table's transaction, just before its COMMIT: whether the job is still
+/// running, read under a share lock on the job's row, so that a failure of the job
+/// ([`fail`], which drops its staging tables) comes wholly before this commit or after it.
+pub async fn running(client: &Client, job: i64) -> Result<bool, tokio_postgres::Error> {
+    Ok(client
+        .fetch_opt(
+            "SELECT 1 FROM sluice_ledger.jobs WHERE id = $1 AND state = 'running' FOR SHARE",
+            &[&job],
+        )
+        .await?
+        .is_some())
 }
 
 /// Takes (waiting at most `wait`) or releases the session lock on job `job`'s `--wire auto`

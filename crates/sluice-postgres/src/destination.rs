@@ -131,6 +131,13 @@ pub struct PgDestination {
     /// The streams' transactions will be prepared, not committed back to back
     /// ([`Destination::name_transactions`]).
     prepares: std::sync::atomic::AtomicBool,
+    /// This load is a worker of a job several load together: its staging tables commit only
+    /// while the job runs ([`crate::crew::running`]).
+    crew: std::sync::atomic::AtomicBool,
+    /// What this worker's hand-over published of its job, whose statistics are gathered once
+    /// the job is recorded finished ([`Ledger::finish_job`]): not before, so that the other
+    /// workers never wait on an ANALYZE for the job's end.
+    published: Mutex<Option<crate::crew::Published>>,
 }
 
 /// A job's start is two round trips: its row (whose id the streams need), then its files, its
@@ -263,6 +270,8 @@ impl PgDestination {
             gates: Mutex::new(None),
             job: Mutex::new(None),
             prepares: std::sync::atomic::AtomicBool::new(false),
+            crew: std::sync::atomic::AtomicBool::new(false),
+            published: Mutex::new(None),
             settings_read: Mutex::new(None),
         })
     }
@@ -1307,6 +1316,8 @@ impl Staging for PgDestination {
             ..StageTimes::default()
         };
         let mut committed = false;
+        let mut job_failed = false;
+        let crew_job = job.filter(|_| self.crew.load(std::sync::atomic::Ordering::SeqCst));
         // What a later run of the job needs to publish it instead of loading it again.
         let meta = match (job, table) {
             (Some(job), Some(t)) => Some(stage::StagedMeta {
@@ -1327,6 +1338,12 @@ impl Staging for PgDestination {
             let serial = lock(&self.staging_streams).len() > 1;
             stage::build_indexes(client, &staged.parent, &staged.staging, serial).await?;
             times.index = t.elapsed();
+            if let Some(job) = crew_job {
+                if !crate::crew::running(client, job).await? {
+                    job_failed = true;
+                    return client.batch_execute("ROLLBACK; BEGIN").await;
+                }
+            }
             // The commit's row counts reach the server's statistics before the ANALYZE
             // below, which then leaves nothing for autovacuum to analyze again: with the
             // ANALYZE inside the loading transaction, every partition would show all its
@@ -1356,6 +1373,16 @@ impl Staging for PgDestination {
         if committed {
             lock(&self.staged).push(staged);
             return Ok(times);
+        }
+        if job_failed && result.is_ok() {
+            return Err(DestinationError::new(
+                ErrorKind::Other,
+                format!(
+                    "job {} failed while this worker staged partition {partition} (another \
+                     worker's failure, said there): its staging table was rolled back",
+                    crew_job.unwrap_or_default()
+                ),
+            ));
         }
         result.map_err(|e| {
             // The staging table's name means nothing to the user; its partition does.
@@ -1449,6 +1476,25 @@ impl Staging for PgDestination {
 }
 
 impl PgDestination {
+    /// After a job's publish committed: the parents' statistics, as after a single load's
+    /// ([`Staging::gather_statistics`]); a failure is a warning, the data is in.
+    fn analyze_published(&self, published: &crate::crew::Published) {
+        let gathered = self.rt.block_on(stage::analyze_parents(
+            &self.info,
+            &published.parents,
+            &published.analyzed,
+            published.parents.len().clamp(1, 4),
+            self.lock_wait,
+        ));
+        if let Err(e) = gathered {
+            (self.warn)(format!(
+                "the job is published, but gathering statistics failed ({e}); run ANALYZE on \
+                 {} yourself",
+                published.parents.join(", ")
+            ));
+        }
+    }
+
     /// Staging table `staging` of the load's table `table`, standing in for `partition`.
     fn staged(
         &self,
@@ -1592,7 +1638,11 @@ impl Ledger for PgDestination {
             crate::ledger::finish(&c, job, placements)
                 .await
                 .map_err(db_error)
-        })
+        })?;
+        if let Some(published) = lock(&self.published).take() {
+            self.analyze_published(&published);
+        }
+        Ok(())
     }
 
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError> {
@@ -1671,11 +1721,13 @@ impl Ledger for PgDestination {
             ));
         }
         let tables: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
-        self.on_client(|c| async move {
+        let joined = self.on_client(|c| async move {
             crate::crew::join(&c, join, spec, &tables)
                 .await
                 .map_err(ledger_error)
-        })
+        })?;
+        self.crew.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(joined)
     }
 
     fn add_claims(&self, job: i64, chunks: &[ChunkRecord]) -> Result<(), DestinationError> {
@@ -1693,11 +1745,16 @@ impl Ledger for PgDestination {
         prepared: &[String],
         part: &WorkerPart,
     ) -> Result<CrewTurn, DestinationError> {
-        self.on_client(|c| async move {
-            crate::crew::hand_over(&c, job, worker, prepared, part)
+        let lock_wait = self.lock_wait;
+        let (turn, published) = self.on_client(|c| async move {
+            crate::crew::hand_over(&c, job, worker, prepared, part, lock_wait)
                 .await
                 .map_err(ledger_error)
-        })
+        })?;
+        if !published.parents.is_empty() {
+            *lock(&self.published) = Some(published);
+        }
+        Ok(turn)
     }
 
     fn hold_crew_wire(

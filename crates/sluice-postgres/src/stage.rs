@@ -547,6 +547,110 @@ pub async fn waiting(client: &Client) -> Result<Vec<StagedMeta>, tokio_postgres:
         .collect())
 }
 
+/// Job `job`'s staging tables (the job started at `since`), whichever worker or run of it
+/// committed them, each as the job's publish ([`switch_in`]) takes it, with its record. Read
+/// from the catalog rather than from this load's tables: the worker that publishes a job of
+/// several may load none of another worker's tables itself. A staging table whose partition
+/// is gone, or was attached again with other bounds, is refused (`Err` names it): the chunks
+/// it holds are claimed, and would be lost.
+pub async fn of_job(
+    client: &Client,
+    job: i64,
+    since: i64,
+) -> Result<Result<Vec<(Staged, StagedMeta)>, String>, tokio_postgres::Error> {
+    let mut out = Vec::new();
+    for (name, comment) in staging_tables(client).await? {
+        let Some(meta) = StagedMeta::parse(&comment).filter(|m| m.job == job && m.since == since)
+        else {
+            continue;
+        };
+        let row = client
+            .fetch_opt(
+                "SELECT quote_ident(pn.nspname::text) || '.' || quote_ident(p.relname::text), \
+                        ARRAY(SELECT quote_ident(a.attname::text) FROM pg_attribute a \
+                              WHERE a.attrelid = p.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                              ORDER BY a.attnum), \
+                        n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), \
+                        EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = $3 AND tablename = $4) \
+                 FROM pg_class p JOIN pg_namespace pn ON pn.oid = p.relnamespace, \
+                      pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE p.oid = $1 AND c.oid = $2 AND EXISTS (SELECT 1 FROM pg_inherits i \
+                       WHERE i.inhrelid = c.oid AND i.inhparent = p.oid)",
+                &[&meta.parent, &meta.partition, &SCHEMA, &name],
+            )
+            .await?;
+        let fits = row.and_then(|r| {
+            let (parent, columns, schema, partition, bound): (
+                String,
+                Vec<String>,
+                String,
+                String,
+                String,
+            ) = (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+            let range = parse_bound(&bound).filter(|_| bound == meta.bound)?;
+            let qualified = format!("{}.{}", quote_ident(&schema), quote_ident(&partition));
+            Some(Staged {
+                parent,
+                columns,
+                partition: PartitionDetail {
+                    oid: meta.partition,
+                    schema,
+                    name: partition,
+                    bound,
+                    constraint: String::new(),
+                    range: KeyPartition {
+                        name: qualified,
+                        bound: range,
+                        obstacle: None,
+                    },
+                },
+                staging: name.clone(),
+                analyzed: r.get(5),
+            })
+        });
+        match fits {
+            Some(staged) => out.push((staged, meta)),
+            None => {
+                return Ok(Err(format!(
+                    "staging table {SCHEMA}.{name} of job {job} no longer fits its partition \
+                     (dropped, or attached again with other bounds)"
+                )))
+            }
+        }
+    }
+    Ok(Ok(out))
+}
+
+/// Drops job `job`'s staging tables (the job started at `since`) and gives the claims of the
+/// chunks they hold back, in the caller's transaction: the job failed, and loads them again
+/// when it runs again.
+pub async fn drop_job(
+    client: &Client,
+    job: i64,
+    since: i64,
+) -> Result<usize, tokio_postgres::Error> {
+    let mut dropped = 0;
+    for (name, comment) in staging_tables(client).await? {
+        let Some(meta) = StagedMeta::parse(&comment).filter(|m| m.job == job && m.since == since)
+        else {
+            continue;
+        };
+        let files: Vec<i32> = meta.chunks.iter().map(|c| c.file as i32).collect();
+        let starts: Vec<i64> = meta.chunks.iter().map(|c| c.start as i64).collect();
+        client
+            .run(
+                "UPDATE sluice_ledger.job_claims c SET worker = NULL \
+                 FROM unnest($2::int[], $3::bigint[]) AS w(file, start_byte) \
+                 WHERE c.job = $1 AND c.file = w.file AND c.start_byte = w.start_byte",
+                &[&job, &files, &starts],
+            )
+            .await?;
+        drop_named(client, std::slice::from_ref(&name)).await?;
+        dropped += 1;
+    }
+    Ok(dropped)
+}
+
 /// The tables in [`SCHEMA`], by name, each with its comment.
 async fn staging_tables(client: &Client) -> Result<Vec<(String, String)>, tokio_postgres::Error> {
     let rows = client

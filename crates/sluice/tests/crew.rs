@@ -384,31 +384,192 @@ fn without_prepared_transactions_each_worker_commits_its_own_rows_once() {
 }
 
 #[test]
-fn a_job_of_several_workers_refuses_the_stage_strategy_before_joining_it() {
-    let d = &db("crew_stage");
-    let files = three_files(d, 1_000);
+fn a_job_of_several_workers_refuses_stage_with_max_errors_before_joining_it() {
+    let d = &db("crew_stage_refused");
+    let files = partitioned_files(d, 1_000);
     let out = finish(
-        worker(d, "staged", 2, 1, &files, &["--strategy", "stage"]),
+        worker(
+            d,
+            "staged",
+            2,
+            1,
+            &files,
+            &["--strategy", "stage", "--max-errors", "10"],
+        ),
         60,
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(
-            "--strategy stage: a job with several workers (--workers) loads directly, its"
-        ),
+        err.contains("--strategy stage in a job of several workers (--workers): --max-errors"),
         "{err}"
     );
-    assert_eq!(d.count("t"), 0);
-    assert_eq!(prepared_left(d), "0");
     // Refused before it joined: the job was not even begun, so the same workers without
     // the flag load it whole.
     assert_eq!(sql(d, "SELECT count(*) FROM sluice_ledger.jobs"), "0");
     let children: Vec<Child> = (1..=2)
-        .map(|k| worker(d, "staged", 2, k, &files, &[]))
+        .map(|k| worker(d, "staged", 2, k, &files, &["--strategy", "stage"]))
         .collect();
     for c in children {
         succeeded(&finish(c, 180));
     }
     d.assert_same_rows("t", "reference");
+}
+
+/// Three files of `n` rows each and `t` partitioned by range of `id` in two partitions: the
+/// first two files' rows fall in the first, the third's in the second (and `reference`, loaded
+/// by psql `\copy` from the same files).
+fn partitioned_files(d: &Db, n: u32) -> Vec<PathBuf> {
+    sql(
+        d,
+        &format!(
+            "CREATE TABLE t (id int PRIMARY KEY, v text) PARTITION BY RANGE (id); \
+             CREATE TABLE t_low PARTITION OF t FOR VALUES FROM (0) TO ({}); \
+             CREATE TABLE t_high PARTITION OF t FOR VALUES FROM ({}) TO (MAXVALUE); \
+             CREATE TABLE reference (id int PRIMARY KEY, v text)",
+            2 * n,
+            2 * n
+        ),
+    );
+    let files: Vec<PathBuf> = (0..3)
+        .map(|k| d.file(&format!("part{k}.csv"), &rows(k * n, n)))
+        .collect();
+    for f in &files {
+        d.psql_copy("reference", f, "FORMAT csv").unwrap();
+    }
+    files
+}
+
+/// The staging tables left in sluice's schema.
+fn staging_left(d: &Db) -> String {
+    sql(
+        d,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'sluice_stage'",
+    )
+}
+
+#[test]
+fn staging_workers_are_published_together_by_the_last_one() {
+    let d = &db("crew_staged");
+    let files = partitioned_files(d, 20_000);
+    let reader = Reader::start(d);
+    let children: Vec<Child> = (0..3usize)
+        .map(|k| {
+            let extra = ["--strategy", "stage"];
+            worker(d, "staged", 3, k as u32 + 1, &files[k..=k], &extra)
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
+    let mut seen = reader.counts();
+    seen.push(d.count("t"));
+    for o in &outs {
+        succeeded(o);
+    }
+    // Workers 1 and 2 each staged their file for t_low, worker 3 for t_high: the worker that
+    // completed the job switched in all three, and said so.
+    let all = outs.iter().map(text).collect::<Vec<_>>().join("\n");
+    assert!(
+        all.contains("switched in the job's 3 staging table(s), every worker's"),
+        "{all}"
+    );
+    d.assert_same_rows("t", "reference");
+    assert!(
+        none_then_all(&seen, 60_000),
+        "a reader saw part of the job before its publish: {seen:?}"
+    );
+    assert_eq!(staging_left(d), "0");
+    assert_eq!(sql(d, "SELECT count(*) FROM t_low"), "40000");
+    assert_eq!(
+        sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks"),
+        "60000"
+    );
+    assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "finished");
+}
+
+#[test]
+fn staging_workers_that_share_their_files_stage_each_chunk_once() {
+    let d = &db("crew_staged_shared");
+    let files = partitioned_files(d, 20_000);
+    let children: Vec<Child> = (1..=3)
+        .map(|k| worker(d, "shared", 3, k, &files, &["--strategy", "stage"]))
+        .collect();
+    for c in children {
+        succeeded(&finish(c, 180));
+    }
+    d.assert_same_rows("t", "reference");
+    assert_eq!(staging_left(d), "0");
+    assert_eq!(
+        sql(
+            d,
+            "SELECT count(*) = (SELECT count(*) FROM sluice_ledger.job_claims) \
+                AND count(*) = count(DISTINCT (file, start_byte)) AND sum(rows) = 60000 \
+             FROM sluice_ledger.job_chunks"
+        ),
+        "t"
+    );
+}
+
+#[test]
+fn a_killed_staging_worker_run_again_completes_the_job_exactly_once() {
+    let d = &db("crew_staged_killed");
+    let files = partitioned_files(d, 40_000);
+    let extra = ["--strategy", "stage"];
+    let first = worker(d, "killed", 2, 1, &files[..1], &extra);
+    let mut second = worker(d, "killed", 2, 2, &files[1..], &extra);
+    common::wait_until("worker 2 joins", 60, || {
+        try_sql(
+            d,
+            "SELECT count(*) FROM sluice_ledger.job_workers WHERE worker = 2",
+        )
+        .is_ok_and(|n| n == "1")
+    });
+    second.kill().unwrap();
+    let _ = second.wait();
+    // Whatever it had staged and committed stays, with its chunks' claims; the rest comes
+    // back when the server ends its session. The same command completes the job.
+    let again = finish(worker(d, "killed", 2, 2, &files[1..], &extra), 180);
+    succeeded(&again);
+    succeeded(&finish(first, 180));
+    d.assert_same_rows("t", "reference");
+    assert_eq!(staging_left(d), "0");
+    assert_eq!(prepared_left(d), "0");
+}
+
+#[test]
+fn a_bad_row_in_one_staging_worker_drops_every_workers_staging_tables() {
+    let d = &db("crew_staged_bad");
+    let files = partitioned_files(d, 20_000);
+    // Worker 2's file has a bad id on its last line.
+    let mut bad = rows(20_000, 20_000);
+    bad.extend_from_slice(b"twenty,a bad id\n");
+    let bad = d.file("bad.csv", &bad);
+    let extra = ["--strategy", "stage"];
+    let children = vec![
+        worker(d, "bad", 3, 1, &files[..1], &extra),
+        worker(d, "bad", 3, 2, std::slice::from_ref(&bad), &extra),
+        worker(d, "bad", 3, 3, &files[2..], &extra),
+    ];
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
+    let all = outs.iter().map(text).collect::<Vec<_>>().join("\n---\n");
+    assert!(outs.iter().all(|o| !o.status.success()), "{all}");
+    assert!(text(&outs[1]).contains("twenty"), "{}", text(&outs[1]));
+    // Nothing of the job is visible, no staging table is left, and no chunk stays claimed.
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(staging_left(d), "0");
+    assert_eq!(
+        sql(
+            d,
+            "SELECT count(*) FROM sluice_ledger.job_claims WHERE worker IS NOT NULL"
+        ),
+        "0"
+    );
+    // The job, run again with the file fixed, loads every row once.
+    let children: Vec<Child> = (0..3usize)
+        .map(|k| worker(d, "bad", 3, k as u32 + 1, &files[k..=k], &extra))
+        .collect();
+    for c in children {
+        succeeded(&finish(c, 180));
+    }
+    d.assert_same_rows("t", "reference");
+    assert_eq!(staging_left(d), "0");
 }

@@ -16,7 +16,8 @@ use sluice_postgres::cluster::Cluster;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A source host: a namespace and the veth pair to it, addresses 10.96.N.2 (host) and
@@ -230,11 +231,12 @@ fn host_local(dir: &Path, n: u8, part: &Path) -> PathBuf {
     p
 }
 
-/// The TPC-H lineitem table in `db`, and `reference` of the same shape loaded by one sluice on
-/// this side from `files`.
-fn tables(s: &Server, db: &str, files: &[&Path]) {
+/// The TPC-H lineitem table in `db` (with `ddl`'s options), and `reference` of the same shape
+/// loaded by one sluice on this side from `files`.
+fn tables(s: &Server, db: &str, files: &[&Path], ddl: &[&str]) {
     let out = sluice_cmd()
         .args(["ddl", "tpch", "--create", "--target", &s.url(db, None)])
+        .args(ddl)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -258,11 +260,11 @@ fn worker(
     s: &Server,
     db: &str,
     h: &Host,
-    job: &str,
-    workers: u32,
-    k: u32,
+    job: (&str, u32, u32),
     files: &[&Path],
+    extra: &[&str],
 ) -> Child {
+    let (job, workers, k) = job;
     let mut c = h.sluice();
     c.args([
         "load",
@@ -278,6 +280,7 @@ fn worker(
         "--worker",
         &k.to_string(),
     ])
+    .args(extra)
     .args(files)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
@@ -316,11 +319,11 @@ fn three_hosts_with_host_local_files_load_one_job_equal_to_one_host() {
         .map(|n| host_local(&dir, n, &parts()[n as usize - 1]))
         .collect();
     let refs: Vec<&Path> = parts().iter().map(PathBuf::as_path).collect();
-    tables(s, &db, &refs);
+    tables(s, &db, &refs, &[]);
     let children: Vec<Child> = hosts
         .iter()
         .enumerate()
-        .map(|(i, h)| worker(s, &db, h, "three", 3, i as u32 + 1, &[&files[i]]))
+        .map(|(i, h)| worker(s, &db, h, ("three", 3, i as u32 + 1), &[&files[i]], &[]))
         .collect();
     let outs: Vec<_> = children.into_iter().map(|c| finish(c, 300)).collect();
     for o in &outs {
@@ -362,9 +365,9 @@ fn a_host_cut_off_mid_load_gives_its_claims_back_within_a_minute_and_the_job_com
     let one = host_local(&dir, 4, &parts()[0]);
     let two: Vec<&Path> = vec![&parts()[1], &parts()[2]];
     let refs: Vec<&Path> = parts().iter().map(PathBuf::as_path).collect();
-    tables(s, &db, &refs);
-    let first = worker(s, &db, &fast, "cut", 2, 1, &[&one]);
-    let mut second = worker(s, &db, &slow, "cut", 2, 2, &two);
+    tables(s, &db, &refs, &[]);
+    let first = worker(s, &db, &fast, ("cut", 2, 1), &[&one], &[]);
+    let mut second = worker(s, &db, &slow, ("cut", 2, 2), &two, &[]);
     // A claim is invisible until the job commits; a COPY from the host is not.
     let claimed = || {
         s.psql(
@@ -399,8 +402,75 @@ fn a_host_cut_off_mid_load_gives_its_claims_back_within_a_minute_and_the_job_com
     // The host comes back, faster; the same command completes the job, exactly once.
     slow.cut(false);
     slow.shape("200mbit");
-    succeeded(&finish(worker(s, &db, &slow, "cut", 2, 2, &two), 300));
+    succeeded(&finish(
+        worker(s, &db, &slow, ("cut", 2, 2), &two, &[]),
+        300,
+    ));
     succeeded(&finish(first, 300));
     same_as_reference(s, &db);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn three_hosts_stage_their_partitions_and_the_last_publishes_them_at_once() {
+    if skipped("three_hosts_stage_their_partitions_and_the_last_publishes_them_at_once") {
+        return;
+    }
+    let s = server();
+    let db = s.database("three_staged");
+    let dir = s.root.join("staged");
+    let hosts: Vec<Host> = (6..=8).map(|n| Host::up(n, "200mbit")).collect();
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| host_local(&dir, i as u8 + 6, &parts()[i]))
+        .collect();
+    let refs: Vec<&Path> = parts().iter().map(PathBuf::as_path).collect();
+    // lineitem in three partitions, one a part: each host stages its own.
+    tables(s, &db, &refs, &["--partitions", "3", "--scale", "0.1"]);
+    let total = s.psql(&db, "SELECT count(*) FROM reference");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, db) = (stop.clone(), db.clone());
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                seen.push(server().psql(&db, "SELECT count(*) FROM lineitem"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen
+        })
+    };
+    let children: Vec<Child> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let job = ("staged", 3, i as u32 + 1);
+            worker(s, &db, h, job, &[&files[i]], &["--strategy", "stage"])
+        })
+        .collect();
+    let outs: Vec<_> = children.into_iter().map(|c| finish(c, 300)).collect();
+    stop.store(true, Ordering::SeqCst);
+    let seen = reader.join().unwrap();
+    for o in &outs {
+        succeeded(o);
+    }
+    let all: String = outs.iter().map(text).collect();
+    assert!(
+        all.contains("switched in the job's 3 staging table(s), every worker's"),
+        "{all}"
+    );
+    same_as_reference(s, &db);
+    // A reader saw none of the job, then all of it.
+    let first_all = seen.iter().position(|n| *n == total).unwrap_or(seen.len());
+    assert!(
+        seen[..first_all].iter().all(|n| n == "0") && seen[first_all..].iter().all(|n| *n == total),
+        "{seen:?}"
+    );
+    assert_eq!(
+        s.psql(
+            &db,
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'sluice_stage'"
+        ),
+        "0"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -268,7 +268,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
                 claimed = mine;
                 &claimed
             }
-            Ok(None) => return UnitEnd::Next,
+            Ok(None) => return self.nothing_claimed(unit, id),
             Err(end) => return end,
         };
         if self.shares_a_load(unit) {
@@ -301,14 +301,15 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         self.end_staged(unit, id, mark, records)
     }
 
-    /// A crew's direct unit: claims its chunks in the stream's transaction ([`Claim`]) and
-    /// returns the unit of those this worker loads (`None`: none). A chunk another worker
-    /// holds is that worker's to finish, never waited for (two workers each waiting for a
-    /// chunk the other holds until it prepares would wait for ever): if that worker dies, its
-    /// claim comes back, and its slot, which the job needs prepared, is run again and loads it.
+    /// A crew's unit: claims its chunks in the stream's transaction ([`Claim`]; a staged
+    /// unit's, in the transaction that creates its staging table, so that the claims commit
+    /// with it) and returns the unit of those this worker loads (`None`: none). A chunk another
+    /// worker holds is that worker's to finish, never waited for (two workers each waiting for
+    /// a chunk the other holds until it prepares would wait for ever): if that worker dies,
+    /// its claim comes back, and its slot, which the job needs done, is run again and loads it.
     fn claim(&mut self, unit: &Unit, id: usize) -> Result<Option<Unit>, UnitEnd> {
         let ctx = self.ctx;
-        let (Some(job), None) = (ctx.opts.job.as_ref(), unit.staged) else {
+        let Some(job) = ctx.opts.job.as_ref() else {
             return Ok(Some(unit.clone()));
         };
         let Some(crew) = job.crew.as_ref() else {
@@ -319,7 +320,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             .iter()
             .filter_map(|&c| job.record(&ctx.plan.chunks[c], 0))
             .collect();
-        let Some(stream) = self.direct.as_mut() else {
+        let Some(stream) = self.slot(unit).as_mut() else {
             return Err(UnitEnd::Stop);
         };
         let claims = match stream.claim(job.job, crew.worker(), &records) {
@@ -341,6 +342,20 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             chunks: mine,
             ..unit.clone()
         }))
+    }
+
+    /// A crew's unit whose chunks other workers loaded: a staged one's staging table, begun in
+    /// the transaction, is rolled back.
+    fn nothing_claimed(&mut self, unit: &Unit, id: usize) -> UnitEnd {
+        let ctx = self.ctx;
+        let (Some(s), Some(_)) = (self.staged.as_mut(), unit.staged) else {
+            return UnitEnd::Next;
+        };
+        match ctx.strategy.drop_unit(ctx.dest, s, unit) {
+            Ok(()) => UnitEnd::Next,
+            Err(e) if e.kind.retried() => self.lose(unit, id, e),
+            Err(e) => self.stop(server_failure(&e, self.n)),
+        }
     }
 
     /// Runs a route unit: converts its chunks and routes their rows to the partitions'

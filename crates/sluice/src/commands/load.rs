@@ -207,8 +207,10 @@ pub struct LoadArgs {
     /// --job, --workers and target, on its own host with its own files (or all with the same
     /// shared ones: each chunk is loaded once). The target's ledger coordinates them: each
     /// stream claims its chunks there, and nothing is visible until every worker is done (the
-    /// last one commits every worker's prepared transactions). Each worker exits 0 only once
-    /// the whole job is in. A worker run again after a crash takes its slot back.
+    /// last one commits every worker's prepared transactions; with --strategy stage, it
+    /// first switches in every worker's staging tables, in the transaction of that decision).
+    /// Each worker exits 0 only once the whole job is in. A worker run again after a crash
+    /// takes its slot back. --strategy auto loads a job of several workers directly.
     #[arg(
         long,
         value_name = "NAME",
