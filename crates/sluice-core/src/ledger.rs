@@ -283,6 +283,9 @@ pub struct WorkerPart {
     pub bytes: u64,
     pub seconds: f64,
     pub verdict: Option<String>,
+    /// Its rows wait in staging tables for the job's publish (`--strategy stage`): like a
+    /// prepared part, invisible until the job commits, and dropped if the job fails.
+    pub staged: bool,
 }
 
 /// A crew's job as its workers poll it.
@@ -291,8 +294,9 @@ pub struct CrewStatus {
     pub state: JobState,
     pub message: Option<String>,
     pub workers: u32,
-    /// The decision's prepared transactions, once a worker recorded it.
-    pub decided: Vec<String>,
+    /// The decision's prepared transactions, once a worker recorded it (`None` before; a job
+    /// whose parts were all staged or committed decides with none to commit).
+    pub decided: Option<Vec<String>>,
     pub slots: Vec<WorkerRecord>,
     /// When the job finished, seconds since the Unix epoch by the server's clock.
     pub finished_at: Option<f64>,

@@ -118,28 +118,19 @@ pub fn join<D: Ledger>(
     Ok(Start::Run(plan, run))
 }
 
-/// What a worker's run left for the job: its streams' prepared transactions (none when they
-/// committed, under `--prepare off`), and whether it committed staging tables, which wait for
-/// the job's publish.
-#[derive(Clone, Copy)]
-pub struct Part<'a> {
-    pub prepared: &'a [String],
-    pub staged: bool,
-}
-
-/// After this worker's streams prepared or committed: hands its part over and, when it
-/// completes the last slot, publishes the job's staging tables and commits every slot's
-/// prepared transactions; else waits until the job is finished, failed, or the wait runs out
-/// (a worker whose rows are all committed already, under `--prepare off`, does not wait).
+/// After this worker's streams prepared (`prepared`), staged (`part.staged`) or committed:
+/// hands its part over and, when it completes the last slot, publishes the job's staging
+/// tables and commits every slot's prepared transactions; else waits until the job is
+/// finished, failed, or the wait runs out (a worker whose rows are all committed already,
+/// under `--prepare off`, does not wait).
 pub fn settle<D: Ledger>(
     dest: &D,
     host: &dyn Host,
     job: i64,
     crew: &CrewRun,
-    own: Part<'_>,
+    prepared: &[String],
     part: &WorkerPart,
 ) -> Result<(), Failure> {
-    let prepared = own.prepared;
     let turn = dest
         .hand_over(job, crew.worker(), prepared, part)
         .map_err(|e| {
@@ -166,7 +157,7 @@ pub fn settle<D: Ledger>(
             }
             commit_decided(dest, host, job, crew, &gids)
         }
-        CrewTurn::Waiting { .. } if prepared.is_empty() && !own.staged => {
+        CrewTurn::Waiting { .. } if prepared.is_empty() && !part.staged => {
             host.event(Event::Notice(format!(
                 "job {}: worker {}'s rows are committed (--prepare off: visible now, before the \
                  other workers' are); the job finishes when every worker has committed",
@@ -247,12 +238,13 @@ fn wait_for_the_others<D: Ledger>(
             }
             _ => {}
         }
-        if !s.decided.is_empty() {
-            // The decision stands: whoever made it commits; if it died doing so, this worker
-            // finishes the commit after a grace.
+        if let Some(decided) = &s.decided {
+            // The decision stands (the job's staging tables are switched in with it): whoever
+            // made it commits; if it died doing so, this worker finishes the commit after a
+            // grace.
             let at = *decided_at.get_or_insert_with(Instant::now);
             if at.elapsed() > DECIDER_GRACE {
-                return commit_decided(dest, host, job, crew, &s.decided);
+                return commit_decided(dest, host, job, crew, decided);
             }
         } else if started.elapsed() > crew.crew.wait {
             return give_up(dest, job, crew, &s);

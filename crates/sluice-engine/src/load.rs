@@ -15,7 +15,7 @@ use crate::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
 use crate::stage::{Mode, Stage, StageOptions, StagePlanner, Staged};
 use crate::strategy::{self, Direct, Strategy};
 use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
-use sluice_core::ledger::{JobState, Placement};
+use sluice_core::ledger::{JobState, Placement, WorkerPart};
 use std::sync::Arc;
 
 /// Loads `spec` into a destination that cannot stage: every input goes direct.
@@ -317,14 +317,14 @@ impl Load<'_> {
             true => self
                 .run_plan(dest, stager, plan, job)
                 .and_then(|(mut report, _)| {
-                    let part = report.worker_part();
-                    // Staged rows wait for the job's publish, whatever --prepare says.
-                    let staged = report.steps.as_ref().is_some_and(|s| s.staging_tables > 0);
-                    let own = crate::crew::Part {
-                        prepared: &report.prepared,
-                        staged,
+                    // A staging worker's part waits for the job's publish, whatever --prepare
+                    // says: the tables it staged, and those its earlier run or other workers
+                    // staged of chunks it would have loaded.
+                    let part = WorkerPart {
+                        staged: self.spec.strategy == StrategyChoice::Stage,
+                        ..report.worker_part()
                     };
-                    crate::crew::settle(&*dest, self.host, id, crew, own, &part)?;
+                    crate::crew::settle(&*dest, self.host, id, crew, &report.prepared, &part)?;
                     // Every worker, for the report's per-worker timeline.
                     if let (Some(c), Ok(s)) = (report.crew.as_mut(), dest.crew_status(id)) {
                         c.slots = s.slots;
@@ -335,23 +335,25 @@ impl Load<'_> {
             false => {
                 // This worker only waits: no stream of its runs.
                 dest.close_ahead();
-                let own = crate::crew::Part {
-                    prepared: &crew.standing,
-                    staged: false,
-                };
-                crate::crew::settle(&*dest, self.host, id, crew, own, &Default::default()).map(
-                    |()| {
-                        self.nothing_to_load(
-                            &*dest,
-                            format!(
-                                "job {}: worker {}'s part was in already; the job is finished",
-                                crew.crew.join.name,
-                                crew.worker()
-                            ),
-                            Vec::new(),
-                        )
-                    },
+                crate::crew::settle(
+                    &*dest,
+                    self.host,
+                    id,
+                    crew,
+                    &crew.standing,
+                    &Default::default(),
                 )
+                .map(|()| {
+                    self.nothing_to_load(
+                        &*dest,
+                        format!(
+                            "job {}: worker {}'s part was in already; the job is finished",
+                            crew.crew.join.name,
+                            crew.worker()
+                        ),
+                        Vec::new(),
+                    )
+                })
             }
         };
         if let Err(f) = &result {

@@ -97,6 +97,7 @@ impl Report {
             bytes: self.total.bytes,
             seconds: self.elapsed_seconds,
             verdict: self.verdict.as_ref().map(|v| v.kind.clone()),
+            staged: false,
         }
     }
 }

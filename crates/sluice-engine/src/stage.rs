@@ -817,14 +817,32 @@ impl Routing<'_> {
     /// partition could not be switched in over them).
     fn all_staged(&self, routable: &[bool]) -> Result<(), Failure> {
         let plan = self.plan;
-        let unstaged: Vec<String> = self
+        let fell_back = self
             .fallbacks
             .iter()
             .filter(|f| {
                 (0..plan.tables.len()).any(|t| routable[t] && plan.tables[t].table.name == f.table)
             })
-            .map(|f| format!("{} ({})", f.file, f.reason))
-            .collect();
+            .map(|f| format!("{} ({})", f.file, f.reason));
+        // An input with no first row to route (a header alone) would load directly.
+        let unread = self
+            .direct_inputs
+            .iter()
+            .filter(|&&i| routable[plan.inputs[i].table])
+            .filter(|&&i| plan.chunks.iter().any(|c| c.input == i))
+            .filter(|&&i| {
+                !self
+                    .fallbacks
+                    .iter()
+                    .any(|f| f.file == plan.inputs[i].display)
+            })
+            .map(|&i| {
+                format!(
+                    "{} (its first row could not be read: empty but for a header?)",
+                    plan.inputs[i].display
+                )
+            });
+        let unstaged: Vec<String> = fell_back.chain(unread).collect();
         if unstaged.is_empty() {
             return Ok(());
         }

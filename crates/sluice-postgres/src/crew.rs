@@ -404,10 +404,11 @@ async fn hand_over_in_transaction(
             "the job is {state} ({message}), so this worker's part was rolled back"
         )));
     }
-    let state = if prepared.is_empty() {
-        "committed"
-    } else {
-        "prepared"
+    // A staged part waits for the job's publish as a prepared one waits for its commit, and
+    // fails with the job.
+    let state = match prepared.is_empty() && !part.staged {
+        true => "committed",
+        false => "prepared",
     };
     let gids = prepared.to_vec();
     client
@@ -446,11 +447,14 @@ async fn hand_over_in_transaction(
         return Ok((turn, Published::default()));
     }
     let (staged, published) = publish(client, job, lock_wait).await?;
+    // The decision, with its mark: a job with nothing prepared (every part staged or
+    // committed) is decided too, and a waiting worker or a failure must see that.
+    let marked: Vec<String> = all.iter().cloned().chain([decision_mark(job)]).collect();
     client
         .run(
             "INSERT INTO sluice_ledger.job_commits (job, gid) SELECT $1, unnest($2::text[]) \
              ON CONFLICT DO NOTHING",
-            &[&job, &all],
+            &[&job, &marked],
         )
         .await?;
     Ok((CrewTurn::Decided { gids: all, staged }, published))
@@ -468,8 +472,13 @@ async fn publish(
         return Ok((0, Published::default()));
     };
     let tables = stage::of_job(client, job, since)
-        .await?
-        .map_err(|why| LedgerError::Refused(format!("{why}; nothing was published")))?;
+        .await
+        .map_err(|e| match e {
+            LedgerError::Refused(why) => {
+                LedgerError::Refused(format!("{why}; nothing was published"))
+            }
+            e => e,
+        })?;
     if tables.is_empty() {
         return Ok((0, Published::default()));
     }
@@ -480,7 +489,9 @@ async fn publish(
             stage::PublishError::Db(e) => LedgerError::Db(e),
             stage::PublishError::Locked(who) => LedgerError::Refused(format!(
                 "the job's publish could not lock its tables in {} attempts of {} ms each; \
-                 nothing was published. Holding locks: {who}",
+                 nothing was published. Holding locks: {who}. End those sessions' \
+                 transactions, or give the publish longer with --lock-wait-timeout, and run \
+                 the workers' commands again",
                 stage::PUBLISH_ATTEMPTS,
                 lock_wait.as_millis()
             )),
@@ -490,16 +501,18 @@ async fn publish(
         .flat_map(|(_, m)| m.chunks.iter().cloned())
         .collect();
     crate::ledger::record(client, job, &records).await?;
-    let mut parents: Vec<String> = staged.iter().map(|s| s.parent.clone()).collect();
-    parents.sort_unstable();
-    parents.dedup();
-    let analyzed = staged
-        .iter()
-        .filter(|s| s.analyzed)
-        .map(|s| s.partition.qualified())
-        .filter(|p| !times.appended.contains(p))
-        .collect();
-    Ok((staged.len(), Published { parents, analyzed }))
+    let published = Published {
+        parents: stage::parents_of(&staged),
+        analyzed: stage::kept_statistics(&staged, &times.appended),
+    };
+    Ok((staged.len(), published))
+}
+
+/// The row of `job_commits` that says a crew's job is decided, beside the prepared
+/// transactions it commits (none, where every part was staged or committed). Named as no
+/// prepared transaction is: a later run finds nothing to commit under it.
+fn decision_mark(job: i64) -> String {
+    format!("sluice_{job}_decided")
 }
 
 /// Where the crew's job stands.
@@ -507,10 +520,12 @@ pub async fn status(client: &Client, job: i64) -> Result<CrewStatus, tokio_postg
     let row = client
         .fetch_one(
             "SELECT state, message, coalesce(workers, 1), \
-                ARRAY(SELECT gid FROM sluice_ledger.job_commits WHERE job = $1 ORDER BY gid), \
-                extract(epoch FROM finished)::float8 \
+                ARRAY(SELECT gid FROM sluice_ledger.job_commits WHERE job = $1 AND gid <> $2 \
+                      ORDER BY gid), \
+                extract(epoch FROM finished)::float8, \
+                EXISTS (SELECT 1 FROM sluice_ledger.job_commits WHERE job = $1) \
              FROM sluice_ledger.jobs WHERE id = $1",
-            &[&job],
+            &[&job, &decision_mark(job)],
         )
         .await?;
     let slots = client
@@ -529,7 +544,7 @@ pub async fn status(client: &Client, job: i64) -> Result<CrewStatus, tokio_postg
         state: JobState::parse(row.get(0)).unwrap_or(JobState::Failed),
         message: row.get(1),
         workers: row.get::<_, i32>(2) as u32,
-        decided: row.get(3),
+        decided: row.get::<_, bool>(5).then(|| row.get(3)),
         slots: slots.iter().map(worker_of).collect(),
         finished_at: row.get(4),
     })

@@ -1387,7 +1387,10 @@ impl Staging for PgDestination {
         result.map_err(|e| {
             // The staging table's name means nothing to the user; its partition does.
             let mut err = self.error(stream.n, ServerError::from_pg(&e));
-            let what = format!("building the indexes of partition {partition}");
+            let what = match job_failed {
+                true => format!("rolling back the staging table of partition {partition}"),
+                false => format!("building the indexes of partition {partition}"),
+            };
             err.summary = format!("{what}: {}", err.summary);
             err.message = format!("{what}: {}", err.message);
             err
@@ -1441,20 +1444,12 @@ impl Staging for PgDestination {
             })?;
         // A switched-in partition keeps the statistics its stream gathered; an appended one
         // lost them with its staging table and is analyzed with its parent.
-        *lock(&self.analyzed) = staged
-            .iter()
-            .filter(|s| s.analyzed)
-            .map(|s| s.partition.qualified())
-            .filter(|p| !times.appended.contains(p))
-            .collect();
+        *lock(&self.analyzed) = stage::kept_statistics(&staged, &times.appended);
         Ok(times)
     }
 
     fn gather_statistics(&self, parallel: usize) -> std::time::Duration {
-        let staged = lock(&self.staged).clone();
-        let mut parents: Vec<String> = staged.iter().map(|s| s.parent.clone()).collect();
-        parents.sort_unstable();
-        parents.dedup();
+        let parents = stage::parents_of(&lock(&self.staged));
         let started = std::time::Instant::now();
         let analyzed = lock(&self.analyzed).clone();
         if let Err(e) = self.rt.block_on(stage::analyze_parents(

@@ -30,7 +30,7 @@
 //! leave it alone while its job can be resumed; otherwise the next load drops it.
 
 use crate::catalog::quote_ident;
-use crate::ledger::{standing, Standing};
+use crate::ledger::{standing, LedgerError, Standing};
 use crate::onetrip::OneTrip;
 use sluice_core::destination::{KeyBound, KeyPartition, Partitioning, PublishTimes};
 use sluice_core::ledger::ChunkRecord;
@@ -551,104 +551,132 @@ pub async fn waiting(client: &Client) -> Result<Vec<StagedMeta>, tokio_postgres:
 /// committed them, each as the job's publish ([`switch_in`]) takes it, with its record. Read
 /// from the catalog rather than from this load's tables: the worker that publishes a job of
 /// several may load none of another worker's tables itself. A staging table whose partition
-/// is gone, or was attached again with other bounds, is refused (`Err` names it): the chunks
-/// it holds are claimed, and would be lost.
+/// is gone, or was attached again with other bounds, is refused: the chunks it holds are
+/// claimed, and would be lost.
 pub async fn of_job(
     client: &Client,
     job: i64,
     since: i64,
-) -> Result<Result<Vec<(Staged, StagedMeta)>, String>, tokio_postgres::Error> {
+) -> Result<Vec<(Staged, StagedMeta)>, LedgerError> {
     let mut out = Vec::new();
-    for (name, comment) in staging_tables(client).await? {
-        let Some(meta) = StagedMeta::parse(&comment).filter(|m| m.job == job && m.since == since)
-        else {
-            continue;
-        };
-        let row = client
-            .fetch_opt(
-                "SELECT quote_ident(pn.nspname::text) || '.' || quote_ident(p.relname::text), \
-                        ARRAY(SELECT quote_ident(a.attname::text) FROM pg_attribute a \
-                              WHERE a.attrelid = p.oid AND a.attnum > 0 AND NOT a.attisdropped \
-                              ORDER BY a.attnum), \
-                        n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), \
-                        EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = $3 AND tablename = $4) \
-                 FROM pg_class p JOIN pg_namespace pn ON pn.oid = p.relnamespace, \
-                      pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE p.oid = $1 AND c.oid = $2 AND EXISTS (SELECT 1 FROM pg_inherits i \
-                       WHERE i.inhrelid = c.oid AND i.inhparent = p.oid)",
-                &[&meta.parent, &meta.partition, &SCHEMA, &name],
-            )
-            .await?;
-        let fits = row.and_then(|r| {
-            let (parent, columns, schema, partition, bound): (
-                String,
-                Vec<String>,
-                String,
-                String,
-                String,
-            ) = (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
-            let range = parse_bound(&bound).filter(|_| bound == meta.bound)?;
-            let qualified = format!("{}.{}", quote_ident(&schema), quote_ident(&partition));
-            Some(Staged {
-                parent,
-                columns,
-                partition: PartitionDetail {
-                    oid: meta.partition,
-                    schema,
-                    name: partition,
-                    bound,
-                    constraint: String::new(),
-                    range: KeyPartition {
-                        name: qualified,
-                        bound: range,
-                        obstacle: None,
-                    },
-                },
-                staging: name.clone(),
-                analyzed: r.get(5),
-            })
-        });
-        match fits {
+    for (name, meta) in job_tables(client, job, since).await? {
+        match fits_partition(client, &name, &meta).await? {
             Some(staged) => out.push((staged, meta)),
             None => {
-                return Ok(Err(format!(
+                return Err(LedgerError::Refused(format!(
                     "staging table {SCHEMA}.{name} of job {job} no longer fits its partition \
                      (dropped, or attached again with other bounds)"
                 )))
             }
         }
     }
-    Ok(Ok(out))
+    Ok(out)
 }
 
-/// Drops job `job`'s staging tables (the job started at `since`) and gives the claims of the
-/// chunks they hold back, in the caller's transaction: the job failed, and loads them again
-/// when it runs again.
-pub async fn drop_job(
+/// Job `job`'s staging tables (the job started at `since`), by name, with their records.
+async fn job_tables(
     client: &Client,
     job: i64,
     since: i64,
-) -> Result<usize, tokio_postgres::Error> {
-    let mut dropped = 0;
-    for (name, comment) in staging_tables(client).await? {
-        let Some(meta) = StagedMeta::parse(&comment).filter(|m| m.job == job && m.since == since)
-        else {
-            continue;
-        };
-        let files: Vec<i32> = meta.chunks.iter().map(|c| c.file as i32).collect();
-        let starts: Vec<i64> = meta.chunks.iter().map(|c| c.start as i64).collect();
-        client
-            .run(
-                "UPDATE sluice_ledger.job_claims c SET worker = NULL \
-                 FROM unnest($2::int[], $3::bigint[]) AS w(file, start_byte) \
-                 WHERE c.job = $1 AND c.file = w.file AND c.start_byte = w.start_byte",
-                &[&job, &files, &starts],
-            )
-            .await?;
-        drop_named(client, std::slice::from_ref(&name)).await?;
-        dropped += 1;
+) -> Result<Vec<(String, StagedMeta)>, tokio_postgres::Error> {
+    Ok(staging_tables(client)
+        .await?
+        .into_iter()
+        .filter_map(|(name, comment)| Some((name, StagedMeta::parse(&comment)?)))
+        .filter(|(_, m)| m.job == job && m.since == since)
+        .collect())
+}
+
+/// Staging table `name` as the publish takes it, when the partition its record names is still
+/// the parent's, with the same bounds.
+async fn fits_partition(
+    client: &Client,
+    name: &str,
+    meta: &StagedMeta,
+) -> Result<Option<Staged>, tokio_postgres::Error> {
+    let row = client
+        .fetch_opt(
+            "SELECT quote_ident(pn.nspname::text) || '.' || quote_ident(p.relname::text), \
+                    ARRAY(SELECT quote_ident(a.attname::text) FROM pg_attribute a \
+                          WHERE a.attrelid = p.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                          ORDER BY a.attnum), \
+                    n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), \
+                    EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = $3 AND tablename = $4) \
+             FROM pg_class p JOIN pg_namespace pn ON pn.oid = p.relnamespace, \
+                  pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE p.oid = $1 AND c.oid = $2 AND EXISTS (SELECT 1 FROM pg_inherits i \
+                   WHERE i.inhrelid = c.oid AND i.inhparent = p.oid)",
+            &[&meta.parent, &meta.partition, &SCHEMA, &name],
+        )
+        .await?;
+    Ok(row.and_then(|r| {
+        let bound: String = r.get(4);
+        let range = parse_bound(&bound).filter(|_| bound == meta.bound)?;
+        let (schema, partition): (String, String) = (r.get(2), r.get(3));
+        let qualified = format!("{}.{}", quote_ident(&schema), quote_ident(&partition));
+        Some(Staged {
+            parent: r.get(0),
+            columns: r.get(1),
+            partition: PartitionDetail {
+                oid: meta.partition,
+                schema,
+                name: partition,
+                bound,
+                constraint: String::new(),
+                range: KeyPartition {
+                    name: qualified,
+                    bound: range,
+                    obstacle: None,
+                },
+            },
+            staging: name.to_string(),
+            analyzed: r.get(5),
+        })
+    }))
+}
+
+/// Drops job `job`'s staging tables (the job started at `since`) and gives the claims of the
+/// chunks they hold back, in the caller's transaction (two statements, whatever their
+/// number): the job failed, and loads them again when it runs again.
+pub async fn drop_job(client: &Client, job: i64, since: i64) -> Result<(), tokio_postgres::Error> {
+    let tables = job_tables(client, job, since).await?;
+    if tables.is_empty() {
+        return Ok(());
     }
-    Ok(dropped)
+    let chunks = tables.iter().flat_map(|(_, m)| &m.chunks);
+    let files: Vec<i32> = chunks.clone().map(|c| c.file as i32).collect();
+    let starts: Vec<i64> = chunks.map(|c| c.start as i64).collect();
+    client
+        .run(
+            "UPDATE sluice_ledger.job_claims c SET worker = NULL \
+             FROM unnest($2::int[], $3::bigint[]) AS w(file, start_byte) \
+             WHERE c.job = $1 AND c.file = w.file AND c.start_byte = w.start_byte",
+            &[&job, &files, &starts],
+        )
+        .await?;
+    let names: Vec<String> = tables.iter().map(|(n, _)| staging_qualified(n)).collect();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS {}", names.join(", ")))
+        .await
+}
+
+/// The parents of published staging tables, each once.
+pub fn parents_of(staged: &[Staged]) -> Vec<String> {
+    let mut parents: Vec<String> = staged.iter().map(|s| s.parent.clone()).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    parents
+}
+
+/// The partitions switched in with the statistics their staging tables had (an appended
+/// one lost them with its staging table, and is analyzed with its parent).
+pub fn kept_statistics(staged: &[Staged], appended: &[String]) -> Vec<String> {
+    staged
+        .iter()
+        .filter(|s| s.analyzed)
+        .map(|s| s.partition.qualified())
+        .filter(|p| !appended.contains(p))
+        .collect()
 }
 
 /// The tables in [`SCHEMA`], by name, each with its comment.

@@ -494,7 +494,10 @@ fn staging_workers_that_share_their_files_stage_each_chunk_once() {
         .map(|k| worker(d, "shared", 3, k, &files, &["--strategy", "stage"]))
         .collect();
     for c in children {
-        succeeded(&finish(c, 180));
+        let out = finish(c, 180);
+        succeeded(&out);
+        // A worker whose chunks the others staged still waits for the job's publish.
+        assert!(!text(&out).contains("visible now"), "{}", text(&out));
     }
     d.assert_same_rows("t", "reference");
     assert_eq!(staging_left(d), "0");
@@ -509,30 +512,54 @@ fn staging_workers_that_share_their_files_stage_each_chunk_once() {
     );
 }
 
+/// What the ledger says of worker `k`'s slot (its state), empty before it joins.
+fn slot_state(d: &Db, k: u32) -> String {
+    try_sql(
+        d,
+        &format!("SELECT state FROM sluice_ledger.job_workers WHERE worker = {k}"),
+    )
+    .unwrap_or_default()
+}
+
 #[test]
 fn a_killed_staging_worker_run_again_completes_the_job_exactly_once() {
     let d = &db("crew_staged_killed");
-    let files = partitioned_files(d, 40_000);
+    let files = partitioned_files(d, 20_000);
     let extra = ["--strategy", "stage"];
-    let first = worker(d, "killed", 2, 1, &files[..1], &extra);
+    // Worker 2 stages both its files (t_low and t_high), hands its part over and waits for
+    // worker 1, which has not started: killed then, its staging tables committed.
     let mut second = worker(d, "killed", 2, 2, &files[1..], &extra);
-    common::wait_until("worker 2 joins", 60, || {
-        try_sql(
-            d,
-            "SELECT count(*) FROM sluice_ledger.job_workers WHERE worker = 2",
-        )
-        .is_ok_and(|n| n == "1")
+    common::wait_until("worker 2 hands over", 120, || {
+        slot_state(d, 2) == "prepared"
     });
     second.kill().unwrap();
     let _ = second.wait();
-    // Whatever it had staged and committed stays, with its chunks' claims; the rest comes
-    // back when the server ends its session. The same command completes the job.
-    let again = finish(worker(d, "killed", 2, 2, &files[1..], &extra), 180);
+    assert_eq!(staging_left(d), "2");
+    // Run again, its chunks are all claimed by its tables: it loads nothing, and waits for
+    // the job (it does not exit before the job is in).
+    let mut again = worker(d, "killed", 2, 2, &files[1..], &extra);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        again.try_wait().unwrap().is_none(),
+        "worker 2 ended before the job"
+    );
+    assert_eq!(d.count("t"), 0);
+    // Worker 1 completes the job: its table and the killed run's two go in together.
+    let first = finish(worker(d, "killed", 2, 1, &files[..1], &extra), 180);
+    succeeded(&first);
+    let again = finish(again, 180);
     succeeded(&again);
-    succeeded(&finish(first, 180));
+    assert!(
+        text(&first).contains("switched in the job's 3 staging table(s)"),
+        "{}",
+        text(&first)
+    );
     d.assert_same_rows("t", "reference");
     assert_eq!(staging_left(d), "0");
-    assert_eq!(prepared_left(d), "0");
+    assert_eq!(
+        sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks"),
+        "60000"
+    );
 }
 
 #[test]
@@ -544,16 +571,24 @@ fn a_bad_row_in_one_staging_worker_drops_every_workers_staging_tables() {
     bad.extend_from_slice(b"twenty,a bad id\n");
     let bad = d.file("bad.csv", &bad);
     let extra = ["--strategy", "stage"];
-    let children = vec![
-        worker(d, "bad", 3, 1, &files[..1], &extra),
+    // Workers 1 and 3 stage their files and hand over first; then worker 2 fails.
+    let first = worker(d, "bad", 3, 1, &files[..1], &extra);
+    let third = worker(d, "bad", 3, 3, &files[2..], &extra);
+    common::wait_until("workers 1 and 3 hand over", 120, || {
+        slot_state(d, 1) == "prepared" && slot_state(d, 3) == "prepared"
+    });
+    assert_eq!(staging_left(d), "2");
+    let second = finish(
         worker(d, "bad", 3, 2, std::slice::from_ref(&bad), &extra),
-        worker(d, "bad", 3, 3, &files[2..], &extra),
-    ];
-    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, 180)).collect();
-    let all = outs.iter().map(text).collect::<Vec<_>>().join("\n---\n");
-    assert!(outs.iter().all(|o| !o.status.success()), "{all}");
-    assert!(text(&outs[1]).contains("twenty"), "{}", text(&outs[1]));
-    // Nothing of the job is visible, no staging table is left, and no chunk stays claimed.
+        120,
+    );
+    assert_eq!(second.status.code(), Some(3), "{}", text(&second));
+    assert!(text(&second).contains("\"twenty\""), "{}", text(&second));
+    for o in [finish(first, 120), finish(third, 120)] {
+        assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    }
+    // Nothing of the job is visible, no staging table is left, no chunk stays claimed, and
+    // every slot failed with the job.
     assert_eq!(d.count("t"), 0);
     assert_eq!(staging_left(d), "0");
     assert_eq!(
@@ -563,13 +598,69 @@ fn a_bad_row_in_one_staging_worker_drops_every_workers_staging_tables() {
         ),
         "0"
     );
-    // The job, run again with the file fixed, loads every row once.
-    let children: Vec<Child> = (0..3usize)
-        .map(|k| worker(d, "bad", 3, k as u32 + 1, &files[k..=k], &extra))
+    assert_eq!(slots(d), ["1:failed", "2:failed", "3:failed"]);
+    // Worker 2 run again with its file fixed: alone, it loads its part and waits for the
+    // others (their parts went with the failure), who then complete the job.
+    let mut again = worker(d, "bad", 3, 2, &files[1..2], &extra);
+    common::wait_until("worker 2 hands over again", 120, || {
+        slot_state(d, 2) == "prepared"
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        again.try_wait().unwrap().is_none(),
+        "worker 2 ended before the job"
+    );
+    assert_eq!(d.count("t"), 0);
+    let others: Vec<Child> = [1u32, 3]
+        .iter()
+        .map(|&k| worker(d, "bad", 3, k, &files[k as usize - 1..k as usize], &extra))
         .collect();
-    for c in children {
+    for c in others {
         succeeded(&finish(c, 180));
     }
+    succeeded(&finish(again, 180));
     d.assert_same_rows("t", "reference");
     assert_eq!(staging_left(d), "0");
+}
+
+#[test]
+fn a_staged_job_whose_publisher_dies_after_deciding_is_finished_by_a_waiting_worker() {
+    let d = &db("crew_staged_decider");
+    let files = partitioned_files(d, 5_000);
+    let extra = ["--strategy", "stage", "--wait-workers", "90s"];
+    let waiting = worker(d, "decider", 2, 2, &files[1..], &extra);
+    common::wait_until("worker 2 hands over", 120, || {
+        slot_state(d, 2) == "prepared"
+    });
+    // Worker 1 completes the job: it publishes every staging table with the decision, and
+    // dies before it records the job finished. Nothing was prepared: the decision is the
+    // publish alone.
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "--target", &d.url, "--table", "t", "--format", "csv",
+    ])
+    .args([
+        "--jobs",
+        "2",
+        "--job",
+        "decider",
+        "--workers",
+        "2",
+        "--worker",
+        "1",
+    ])
+    .args(["--strategy", "stage"])
+    .arg(&files[0])
+    .env("SLUICE_KILL_AT", "decided")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let killed = finish(c.spawn().unwrap(), 120);
+    assert!(!killed.status.success(), "{}", text(&killed));
+    d.assert_same_rows("t", "reference");
+    // The waiting worker sees the decision and, after its grace, records the job finished
+    // (rather than fail, after --wait-workers, a job whose rows are all in).
+    let out = finish(waiting, 120);
+    succeeded(&out);
+    assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "finished");
+    d.assert_same_rows("t", "reference");
 }
