@@ -26,6 +26,12 @@ fn rows(first: u32, n: u32) -> Vec<u8> {
 /// by psql `\copy` from the same files).
 fn three_files(d: &Db, n: u32) -> Vec<PathBuf> {
     sql(d, "CREATE TABLE t (id int PRIMARY KEY, v text)");
+    parts_and_reference(d, n)
+}
+
+/// Three files `part0.csv`... of `n` rows each, with distinct ids, loaded into a new table
+/// `reference` by psql `\copy`.
+fn parts_and_reference(d: &Db, n: u32) -> Vec<PathBuf> {
     sql(d, "CREATE TABLE reference (id int PRIMARY KEY, v text)");
     let files: Vec<PathBuf> = (0..3)
         .map(|k| d.file(&format!("part{k}.csv"), &rows(k * n, n)))
@@ -34,6 +40,11 @@ fn three_files(d: &Db, n: u32) -> Vec<PathBuf> {
         d.psql_copy("reference", f, "FORMAT csv").unwrap();
     }
     files
+}
+
+/// The rows the ledger counts as committed, in all.
+fn ledger_rows(d: &Db) -> String {
+    sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks")
 }
 
 /// Starts worker `k` of `workers` of job `job`, loading `files` into `t`.
@@ -262,10 +273,7 @@ fn workers_that_share_their_files_load_each_chunk_once() {
         ),
         "t"
     );
-    assert_eq!(
-        sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks"),
-        "60000"
-    );
+    assert_eq!(ledger_rows(d), "60000");
 }
 
 #[test]
@@ -425,19 +433,12 @@ fn partitioned_files(d: &Db, n: u32) -> Vec<PathBuf> {
         &format!(
             "CREATE TABLE t (id int PRIMARY KEY, v text) PARTITION BY RANGE (id); \
              CREATE TABLE t_low PARTITION OF t FOR VALUES FROM (0) TO ({}); \
-             CREATE TABLE t_high PARTITION OF t FOR VALUES FROM ({}) TO (MAXVALUE); \
-             CREATE TABLE reference (id int PRIMARY KEY, v text)",
+             CREATE TABLE t_high PARTITION OF t FOR VALUES FROM ({}) TO (MAXVALUE)",
             2 * n,
             2 * n
         ),
     );
-    let files: Vec<PathBuf> = (0..3)
-        .map(|k| d.file(&format!("part{k}.csv"), &rows(k * n, n)))
-        .collect();
-    for f in &files {
-        d.psql_copy("reference", f, "FORMAT csv").unwrap();
-    }
-    files
+    parts_and_reference(d, n)
 }
 
 /// The staging tables left in sluice's schema.
@@ -479,10 +480,7 @@ fn staging_workers_are_published_together_by_the_last_one() {
     );
     assert_eq!(staging_left(d), "0");
     assert_eq!(sql(d, "SELECT count(*) FROM t_low"), "40000");
-    assert_eq!(
-        sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks"),
-        "60000"
-    );
+    assert_eq!(ledger_rows(d), "60000");
     assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "finished");
 }
 
@@ -556,10 +554,7 @@ fn a_killed_staging_worker_run_again_completes_the_job_exactly_once() {
     );
     d.assert_same_rows("t", "reference");
     assert_eq!(staging_left(d), "0");
-    assert_eq!(
-        sql(d, "SELECT sum(rows) FROM sluice_ledger.job_chunks"),
-        "60000"
-    );
+    assert_eq!(ledger_rows(d), "60000");
 }
 
 #[test]
