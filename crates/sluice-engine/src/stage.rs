@@ -1372,6 +1372,15 @@ impl<D: Staging> Strategy<D> for Stage {
         Some(units)
     }
 
+    fn not_redone(&self, dest: &D, e: &DestinationError) -> Option<String> {
+        (self.crew && dest.outside_partition(e)).then(|| {
+            "this row belongs to another partition than the file's first row, and a worker of \
+             a job of several stages each file into the partition of its first row: give \
+             --strategy direct for such files (nothing of the job is visible)"
+                .to_string()
+        })
+    }
+
     fn abandon(&self, dest: &D, failure: &Failure, host: &dyn Host) {
         // A job's staging tables go when the job fails, with the claims of their chunks, under
         // the job's lock ([`crate::crew::fail`]): dropped here, their chunks would stay claimed.

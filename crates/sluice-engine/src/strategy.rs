@@ -97,6 +97,12 @@ pub trait Strategy<D: Destination>: Sync {
         None
     }
 
+    /// What to add to the failure of a staged unit that [`redo`](Strategy::redo) did not redo
+    /// (`e`, on its stream), when the strategy knows more than the server said.
+    fn not_redone(&self, _dest: &D, _e: &DestinationError) -> Option<String> {
+        None
+    }
+
     /// The routing of rows to partitions on the client, when the strategy routes some.
     fn router(&self) -> Option<&crate::route::Router> {
         None

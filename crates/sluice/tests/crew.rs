@@ -659,3 +659,27 @@ fn a_staged_job_whose_publisher_dies_after_deciding_is_finished_by_a_waiting_wor
     assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "finished");
     d.assert_same_rows("t", "reference");
 }
+
+#[test]
+fn a_staging_worker_whose_file_crosses_a_bound_mid_file_says_to_load_it_directly() {
+    let d = &db("crew_staged_mid");
+    partitioned_files(d, 20_000);
+    // First and last rows in t_low, one row in the middle in t_high: seen only while loading.
+    let mut body = rows(0, 10_000);
+    body.extend(rows(50_000, 1));
+    body.extend(rows(10_000, 10_000));
+    let file = d.file("crossing.csv", &body);
+    let out = finish(
+        worker(d, "mid", 1, 1, &[file], &["--strategy", "stage"]),
+        120,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 10001"), "{err}");
+    assert!(
+        err.contains("give --strategy direct for such files"),
+        "{err}"
+    );
+    assert_eq!(d.count("t"), 0);
+    assert_eq!(staging_left(d), "0");
+}

@@ -293,7 +293,10 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
                     if let Some(units) = self.redo(unit, c, &e) {
                         return self.requeue(mark, units);
                     }
-                    return self.stop(ctx.copy_error(id, chunk, e));
+                    let note = unit
+                        .staged
+                        .and_then(|_| ctx.strategy.not_redone(ctx.dest, &e));
+                    return self.stop(noted(ctx.copy_error(id, chunk, e), note));
                 }
                 Err(ChunkError::Failed(f)) => return self.stop(f),
             }
@@ -750,3 +753,15 @@ fn no_router() -> Failure {
 
 /// How long a lost connection's stream waits before its first reconnect (doubling after).
 pub const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// `f`, with what the strategy knows of it (`note`) after its reason.
+fn noted(f: Failure, note: Option<String>) -> Failure {
+    let Some(note) = note else { return f };
+    match f {
+        Failure::Input(mut e) => {
+            e.reason = format!("{}; {note}", e.reason);
+            Failure::Input(e)
+        }
+        other => other.and_then_say(&format!("; {note}")),
+    }
+}
