@@ -226,6 +226,9 @@ pub struct Joined {
     /// This slot's earlier run prepared its part, which stands: this run only waits for the
     /// others (these are its prepared transactions).
     pub prepared: Vec<String>,
+    /// The job is decided already (its staging tables switched in, its commit recorded),
+    /// this slot's part among it: this run loads nothing, and finishes the job or waits.
+    pub decided: bool,
 }
 
 /// Whether a chunk is this worker's to load.
@@ -250,6 +253,9 @@ pub enum CrewTurn {
     Decided { gids: Vec<String>, staged: usize },
     /// Slots still loading (or not started): this worker waits for them.
     Waiting { prepared: u32, workers: u32 },
+    /// Another worker finished the job while this one (run again, with nothing left to load)
+    /// was joining it.
+    Finished,
 }
 
 /// One worker of a crew, as the ledger holds it.

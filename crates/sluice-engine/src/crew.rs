@@ -36,9 +36,17 @@ pub struct CrewRun {
     /// Transactions an earlier run of this slot prepared, which stand: this run loads nothing
     /// and hands them over.
     pub standing: Vec<String>,
+    /// The job is decided already, this slot's part among it (its earlier run was killed
+    /// after the decision): this run loads nothing, and finishes the job or waits.
+    pub decided: bool,
 }
 
 impl CrewRun {
+    /// Whether this run only hands over what an earlier run of the slot left, and waits.
+    pub fn only_waits(&self) -> bool {
+        self.decided || !self.standing.is_empty()
+    }
+
     pub fn worker(&self) -> u32 {
         self.crew.join.worker
     }
@@ -87,16 +95,25 @@ pub fn join<D: Ledger>(
         crew: Some(Box::new(CrewRun {
             crew: crew.clone(),
             standing: joined.prepared.clone(),
+            decided: joined.decided,
         })),
     };
     let (j, w) = (&crew.join, crew.join.worker);
-    if !joined.prepared.is_empty() {
+    if joined.decided || !joined.prepared.is_empty() {
         plan.retain_chunks(|_| false);
-        run.note = Some(format!(
-            "job {}: worker {w}'s part was prepared by its earlier run and stands; this run \
-             waits for the other workers",
-            j.name
-        ));
+        run.note = Some(match joined.decided {
+            true => format!(
+                "job {}: the job is decided, worker {w}'s part in it (its earlier run stopped \
+                 after the decision); this run finishes the job, or waits for the worker that \
+                 does",
+                j.name
+            ),
+            false => format!(
+                "job {}: worker {w}'s part was prepared by its earlier run and stands; this \
+                 run waits for the other workers",
+                j.name
+            ),
+        });
         return Ok(Start::Run(plan, run));
     }
     let records: Vec<_> = plan
@@ -156,6 +173,15 @@ pub fn settle<D: Ledger>(
                 )));
             }
             commit_decided(dest, host, job, crew, &gids)
+        }
+        CrewTurn::Finished => {
+            host.event(Event::Notice(format!(
+                "job {}: another worker finished the job while worker {} joined it again; every \
+                 worker's part is in",
+                crew.name(),
+                crew.worker()
+            )));
+            Ok(())
         }
         CrewTurn::Waiting { .. } if prepared.is_empty() && !part.staged => {
             host.event(Event::Notice(format!(

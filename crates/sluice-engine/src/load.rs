@@ -313,7 +313,7 @@ impl Load<'_> {
         id: i64,
         crew: &crate::crew::CrewRun,
     ) -> Result<Report, Failure> {
-        let result = match crew.standing.is_empty() {
+        let result = match !crew.only_waits() {
             true => self
                 .run_plan(dest, stager, plan, job)
                 .and_then(|(mut report, _)| {
@@ -341,7 +341,11 @@ impl Load<'_> {
                     id,
                     crew,
                     &crew.standing,
-                    &Default::default(),
+                    // A part handed over before waits for the job's end, whatever it held.
+                    &WorkerPart {
+                        staged: true,
+                        ..WorkerPart::default()
+                    },
                 )
                 .map(|()| {
                     self.nothing_to_load(

@@ -838,7 +838,7 @@ impl Routing<'_> {
             })
             .map(|&i| {
                 format!(
-                    "{} (its first row could not be read: empty but for a header?)",
+                    "{} (no first row to route: empty but for a header, or unreadable)",
                     plan.inputs[i].display
                 )
             });

@@ -15,13 +15,14 @@
 //! The decision: each worker, once its streams are prepared, hands its part over in one
 //! transaction that locks the job's row; the one whose hand-over completes every slot records
 //! the decision to commit every slot's prepared transactions (`job_commits`, as a single
-//! process does) and commits them. A failure (a bad row, a wait that ran out) fails the whole
+//! process does, with the decision's mark: a job of staged parts may have none to commit),
+//! having switched in every slot's staging tables in the same transaction, and commits them. A failure (a bad row, a wait that ran out) fails the whole
 //! job under the same lock, unless the decision came first, and rolls back everything
 //! prepared.
 
 use crate::ledger::{
-    identity_rows, insert_files, same_file, standing, FileColumns, LedgerError, Standing,
-    LOCK_CLASS,
+    decision_mark, identity_rows, insert_files, same_file, standing, FileColumns, LedgerError,
+    Standing, LOCK_CLASS,
 };
 use crate::onetrip::{OneTrip, Param};
 use crate::stage;
@@ -92,13 +93,14 @@ async fn join_in_transaction(
         .await?;
     let (job, chunk_size) = find_or_create(client, join, spec, tables).await?;
     take_slot(client, join, job).await?;
-    let prepared = standing_part(client, job, join).await?;
+    let (prepared, decided) = standing_part(client, job, join).await?;
     let files = register_files(client, job, spec).await?;
     Ok(Joined {
         job,
         chunk_size,
         files,
         prepared,
+        decided,
     })
 }
 
@@ -196,20 +198,25 @@ async fn take_slot(client: &Client, join: &CrewJoin, job: i64) -> Result<(), Led
 }
 
 /// The slot's part as an earlier run of it left it: its prepared transactions when they all
-/// still stand (this run then only waits), else nothing, the slot marked loading anew.
+/// still stand, or whatever it handed over when the job is decided (this run then only
+/// waits, or finishes the job), else nothing, the slot marked loading anew. Returns the
+/// prepared transactions, and whether the job is decided.
 async fn standing_part(
     client: &Client,
     job: i64,
     join: &CrewJoin,
-) -> Result<Vec<String>, LedgerError> {
+) -> Result<(Vec<String>, bool), LedgerError> {
     let worker = join.worker as i32;
     let pid = join.pid as i32;
     let standing = client
         .fetch_opt(
-            "SELECT w.gids FROM sluice_ledger.job_workers w \
-             WHERE w.job = $1 AND w.worker = $2 AND w.state = 'prepared' AND cardinality(w.gids) > 0 \
-               AND NOT EXISTS (SELECT 1 FROM unnest(w.gids) g(gid) \
-                   WHERE g.gid NOT IN (SELECT p.gid FROM pg_prepared_xacts p))",
+            "SELECT w.gids, EXISTS (SELECT 1 FROM sluice_ledger.job_commits c WHERE c.job = $1) \
+             FROM sluice_ledger.job_workers w \
+             WHERE w.job = $1 AND w.worker = $2 AND w.state IN ('prepared', 'committed') \
+               AND (EXISTS (SELECT 1 FROM sluice_ledger.job_commits c WHERE c.job = $1) \
+                    OR (w.state = 'prepared' AND cardinality(w.gids) > 0 \
+                        AND NOT EXISTS (SELECT 1 FROM unnest(w.gids) g(gid) \
+                            WHERE g.gid NOT IN (SELECT p.gid FROM pg_prepared_xacts p))))",
             &[&job, &worker],
         )
         .await?;
@@ -221,7 +228,7 @@ async fn standing_part(
                 &[&job, &worker, &join.host, &pid],
             )
             .await?;
-        return Ok(r.get(0));
+        return Ok((r.get(0), r.get(1)));
     }
     client
         .run(
@@ -232,7 +239,7 @@ async fn standing_part(
             &[&job, &worker, &join.host, &pid],
         )
         .await?;
-    Ok(Vec::new())
+    Ok((Vec::new(), false))
 }
 
 /// Each of `spec`'s files' number in the job: a file another worker registered (the same
@@ -399,6 +406,11 @@ async fn hand_over_in_transaction(
         )
         .await?;
     let (state, message, workers): (String, String, i32) = (row.get(0), row.get(1), row.get(2));
+    // A rerun of a slot that loaded nothing, in a job another worker finished meanwhile
+    // (after its decider died): the job is in.
+    if state == "finished" && prepared.is_empty() {
+        return Ok((CrewTurn::Finished, Published::default()));
+    }
     if state != "running" {
         return Err(LedgerError::Refused(format!(
             "the job is {state} ({message}), so this worker's part was rolled back"
@@ -506,13 +518,6 @@ async fn publish(
         analyzed: stage::kept_statistics(&staged, &times.appended),
     };
     Ok((staged.len(), published))
-}
-
-/// The row of `job_commits` that says a crew's job is decided, beside the prepared
-/// transactions it commits (none, where every part was staged or committed). Named as no
-/// prepared transaction is: a later run finds nothing to commit under it.
-fn decision_mark(job: i64) -> String {
-    format!("sluice_{job}_decided")
 }
 
 /// Where the crew's job stands.

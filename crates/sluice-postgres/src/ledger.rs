@@ -6,7 +6,9 @@
 //!   in the same transaction as its rows (or by the publish transaction, for staged rows);
 //! - `sluice_ledger.job_commits`: the prepared transactions a job decided to commit, written
 //!   before the first `COMMIT PREPARED`, so that a rerun finishes a two-phase commit cut off
-//!   halfway (and rolls back what was prepared but never decided).
+//!   halfway (and rolls back what was prepared but never decided); for a job of several
+//!   workers, also a mark that the job is decided ([`decision_mark`]), which a job with
+//!   nothing prepared (every part staged or committed) needs as much.
 //!
 //! The primary key of `job_chunks` is the chunk's name (job, file, first byte), so that the
 //! ledger itself refuses to commit one chunk twice: a transaction that tried would fail and
@@ -329,15 +331,22 @@ pub async fn decide_commit(
     Ok(())
 }
 
-/// The prepared transactions job `job` decided to commit.
+/// The prepared transactions job `job` decided to commit (its decision's mark left out).
 pub async fn decided(client: &Client, job: i64) -> Result<Vec<String>, tokio_postgres::Error> {
     let rows = client
         .fetch(
-            "SELECT gid FROM sluice_ledger.job_commits WHERE job = $1",
-            &[&job],
+            "SELECT gid FROM sluice_ledger.job_commits WHERE job = $1 AND gid <> $2",
+            &[&job, &decision_mark(job)],
         )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The row of `job_commits` that says a crew's job is decided, beside the prepared
+/// transactions it commits (none, where every part was staged or committed). Named as no
+/// prepared transaction is: nothing is ever committed under it.
+pub fn decision_mark(job: i64) -> String {
+    format!("sluice_{job}_decided")
 }
 
 const JOB_COLUMNS: &str = "j.id, j.key, j.state, j.message, j.tables, j.chunk_size, j.settings, \

@@ -536,7 +536,15 @@ fn a_killed_staging_worker_run_again_completes_the_job_exactly_once() {
     // Run again, its chunks are all claimed by its tables: it loads nothing, and waits for
     // the job (it does not exit before the job is in).
     let mut again = worker(d, "killed", 2, 2, &files[1..], &extra);
-    std::thread::sleep(Duration::from_secs(3));
+    let pid = again.id();
+    common::wait_until("worker 2, run again, hands over", 120, || {
+        try_sql(
+            d,
+            "SELECT state || ':' || pid FROM sluice_ledger.job_workers WHERE worker = 2",
+        )
+        .is_ok_and(|s| s == format!("prepared:{pid}"))
+    });
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
         again.try_wait().unwrap().is_none(),
         "worker 2 ended before the job"
@@ -661,6 +669,44 @@ fn a_staged_job_whose_publisher_dies_after_deciding_is_finished_by_a_waiting_wor
 }
 
 #[test]
+fn a_staged_jobs_publisher_killed_after_deciding_and_run_again_finishes_it_once() {
+    let d = &db("crew_staged_rerun");
+    let files = partitioned_files(d, 5_000);
+    let extra = ["--strategy", "stage"];
+    let waiting = worker(d, "rerun", 2, 2, &files[1..], &extra);
+    common::wait_until("worker 2 hands over", 120, || {
+        slot_state(d, 2) == "prepared"
+    });
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "--target", &d.url, "--table", "t", "--format", "csv",
+    ])
+    .args([
+        "--jobs",
+        "2",
+        "--job",
+        "rerun",
+        "--workers",
+        "2",
+        "--worker",
+        "1",
+    ])
+    .args(extra)
+    .arg(&files[0])
+    .env("SLUICE_KILL_AT", "decided")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    assert!(!finish(c.spawn().unwrap(), 120).status.success());
+    // Run again at once (within the waiting worker's grace): it has nothing left to load,
+    // and it or the waiting worker finishes the job; both exit 0, every row once.
+    succeeded(&finish(worker(d, "rerun", 2, 1, &files[..1], &extra), 120));
+    succeeded(&finish(waiting, 120));
+    assert_eq!(sql(d, "SELECT state FROM sluice_ledger.jobs"), "finished");
+    d.assert_same_rows("t", "reference");
+    assert_eq!(ledger_rows(d), "15000");
+}
+
+#[test]
 fn a_staging_worker_whose_file_crosses_a_bound_mid_file_says_to_load_it_directly() {
     let d = &db("crew_staged_mid");
     partitioned_files(d, 20_000);
@@ -682,4 +728,29 @@ fn a_staging_worker_whose_file_crosses_a_bound_mid_file_says_to_load_it_directly
     );
     assert_eq!(d.count("t"), 0);
     assert_eq!(staging_left(d), "0");
+}
+
+#[test]
+fn a_staging_worker_with_a_header_alone_for_a_partitioned_table_says_so_before_loading() {
+    let d = &db("crew_staged_header");
+    let files = partitioned_files(d, 1_000);
+    let header = d.file("header.csv", b"id,v\n");
+    let out = finish(
+        worker(
+            d,
+            "header",
+            1,
+            1,
+            &[files[0].clone(), header],
+            &["--strategy", "stage", "--header"],
+        ),
+        120,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("header.csv (no first row to route: empty but for a header, or unreadable)"),
+        "{err}"
+    );
+    assert_eq!(d.count("t"), 0);
 }
