@@ -16,9 +16,10 @@
 //! transaction that locks the job's row; the one whose hand-over completes every slot records
 //! the decision to commit every slot's prepared transactions (`job_commits`, as a single
 //! process does, with the decision's mark: a job of staged parts may have none to commit),
-//! having switched in every slot's staging tables in the same transaction, and commits them. A failure (a bad row, a wait that ran out) fails the whole
-//! job under the same lock, unless the decision came first, and rolls back everything
-//! prepared.
+//! having switched in every slot's staging tables in the same transaction, and commits them.
+//! A failure (a bad row, a wait that ran out) fails the whole job under the same lock, unless
+//! the decision came first, rolls back everything prepared, and drops every slot's staging
+//! tables with their chunks' claims.
 
 use crate::ledger::{
     decision_mark, identity_rows, insert_files, same_file, standing, FileColumns, LedgerError,
