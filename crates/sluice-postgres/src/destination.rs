@@ -1452,40 +1452,34 @@ impl Staging for PgDestination {
         let parents = stage::parents_of(&lock(&self.staged));
         let started = std::time::Instant::now();
         let analyzed = lock(&self.analyzed).clone();
-        if let Err(e) = self.rt.block_on(stage::analyze_parents(
-            &self.info,
-            &parents,
-            &analyzed,
-            parallel,
-            self.lock_wait,
-        )) {
-            // The data is in and visible; only the statistics are missing.
-            (self.warn)(format!(
-                "the load is published, but gathering statistics failed ({e}); run ANALYZE \
-                 on {} yourself",
-                parents.join(", ")
-            ));
-        }
+        self.analyze_parents("the load", &parents, &analyzed, parallel);
         started.elapsed()
     }
 }
 
 impl PgDestination {
-    /// After a job's publish committed: the parents' statistics, as after a single load's
-    /// ([`Staging::gather_statistics`]); a failure is a warning, the data is in.
-    fn analyze_published(&self, published: &crate::crew::Published) {
+    /// The parents' statistics after a publish of `what` (the load, a job of several workers)
+    /// committed, `parallel` at a time ([`stage::analyze_parents`]). A failure is a warning:
+    /// the data is in and visible; only the statistics are missing.
+    fn analyze_parents(
+        &self,
+        what: &str,
+        parents: &[String],
+        analyzed: &[String],
+        parallel: usize,
+    ) {
         let gathered = self.rt.block_on(stage::analyze_parents(
             &self.info,
-            &published.parents,
-            &published.analyzed,
-            published.parents.len().clamp(1, 4),
+            parents,
+            analyzed,
+            parallel,
             self.lock_wait,
         ));
         if let Err(e) = gathered {
             (self.warn)(format!(
-                "the job is published, but gathering statistics failed ({e}); run ANALYZE on \
+                "{what} is published, but gathering statistics failed ({e}); run ANALYZE on \
                  {} yourself",
-                published.parents.join(", ")
+                parents.join(", ")
             ));
         }
     }
@@ -1634,8 +1628,9 @@ impl Ledger for PgDestination {
                 .await
                 .map_err(db_error)
         })?;
-        if let Some(published) = lock(&self.published).take() {
-            self.analyze_published(&published);
+        if let Some(p) = lock(&self.published).take() {
+            let parallel = p.parents.len().clamp(1, 4);
+            self.analyze_parents("the job", &p.parents, &p.analyzed, parallel);
         }
         Ok(())
     }

@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{db, finish, sluice_cmd, succeeded, text, Db};
+use common::{db, finish, none_then_all, sluice_cmd, succeeded, text, Db};
 use std::path::PathBuf;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +49,20 @@ fn ledger_rows(d: &Db) -> String {
 
 /// Starts worker `k` of `workers` of job `job`, loading `files` into `t`.
 fn worker(d: &Db, job: &str, workers: u32, k: u32, files: &[PathBuf], extra: &[&str]) -> Child {
+    worker_cmd(d, job, workers, k, files, extra)
+        .spawn()
+        .unwrap()
+}
+
+/// The command [`worker`] starts, for a test to add to first.
+fn worker_cmd(
+    d: &Db,
+    job: &str,
+    workers: u32,
+    k: u32,
+    files: &[PathBuf],
+    extra: &[&str],
+) -> Command {
     let mut c = sluice_cmd();
     c.args([
         "load", "--target", &d.url, "--table", "t", "--format", "csv",
@@ -64,7 +78,7 @@ fn worker(d: &Db, job: &str, workers: u32, k: u32, files: &[PathBuf], extra: &[&
     .args(files)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    c.spawn().unwrap()
+    c
 }
 
 /// Polls `t`'s row count until stopped: every count a reader saw.
@@ -100,17 +114,6 @@ impl Reader {
         let seen = self.seen.lock().unwrap().clone();
         seen
     }
-}
-
-/// Whether a reader's counts (polled every 100 ms) saw nothing of a job of `total` rows, then
-/// all of it: the job's `COMMIT PREPARED`s run while readers are held back, so that no poll
-/// sees some of them and not the others.
-fn none_then_all(seen: &[u64], total: u64) -> bool {
-    if seen.last() != Some(&total) {
-        return false;
-    }
-    let first_all = seen.iter().position(|&n| n == total).unwrap_or(seen.len());
-    seen[..first_all].iter().all(|&n| n == 0) && seen[first_all..].iter().all(|&n| n == total)
 }
 
 /// psql's answer, without its last newline.
@@ -626,39 +629,29 @@ fn a_bad_row_in_one_staging_worker_drops_every_workers_staging_tables() {
     assert_eq!(staging_left(d), "0");
 }
 
+/// A staged job of two workers whose publisher dies just after deciding: worker 2 (on
+/// `files[1..]`) hands its part over and waits; worker 1 (on `files[0]`) completes the job,
+/// publishing every staging table with the decision, and is killed before it records the job
+/// finished. Nothing was prepared: the decision is the publish alone. Returns worker 2, still
+/// waiting.
+fn publisher_killed_after_deciding(d: &Db, job: &str, files: &[PathBuf], extra: &[&str]) -> Child {
+    let waiting = worker(d, job, 2, 2, &files[1..], extra);
+    common::wait_until("worker 2 hands over", 120, || {
+        slot_state(d, 2) == "prepared"
+    });
+    let mut publisher = worker_cmd(d, job, 2, 1, &files[..1], extra);
+    publisher.env("SLUICE_KILL_AT", "decided");
+    let killed = finish(publisher.spawn().unwrap(), 120);
+    assert!(!killed.status.success(), "{}", text(&killed));
+    waiting
+}
+
 #[test]
 fn a_staged_job_whose_publisher_dies_after_deciding_is_finished_by_a_waiting_worker() {
     let d = &db("crew_staged_decider");
     let files = partitioned_files(d, 5_000);
     let extra = ["--strategy", "stage", "--wait-workers", "90s"];
-    let waiting = worker(d, "decider", 2, 2, &files[1..], &extra);
-    common::wait_until("worker 2 hands over", 120, || {
-        slot_state(d, 2) == "prepared"
-    });
-    // Worker 1 completes the job: it publishes every staging table with the decision, and
-    // dies before it records the job finished. Nothing was prepared: the decision is the
-    // publish alone.
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "--target", &d.url, "--table", "t", "--format", "csv",
-    ])
-    .args([
-        "--jobs",
-        "2",
-        "--job",
-        "decider",
-        "--workers",
-        "2",
-        "--worker",
-        "1",
-    ])
-    .args(["--strategy", "stage"])
-    .arg(&files[0])
-    .env("SLUICE_KILL_AT", "decided")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let killed = finish(c.spawn().unwrap(), 120);
-    assert!(!killed.status.success(), "{}", text(&killed));
+    let waiting = publisher_killed_after_deciding(d, "decider", &files, &extra);
     d.assert_same_rows("t", "reference");
     // The waiting worker sees the decision and, after its grace, records the job finished
     // (rather than fail, after --wait-workers, a job whose rows are all in).
@@ -673,30 +666,7 @@ fn a_staged_jobs_publisher_killed_after_deciding_and_run_again_finishes_it_once(
     let d = &db("crew_staged_rerun");
     let files = partitioned_files(d, 5_000);
     let extra = ["--strategy", "stage"];
-    let waiting = worker(d, "rerun", 2, 2, &files[1..], &extra);
-    common::wait_until("worker 2 hands over", 120, || {
-        slot_state(d, 2) == "prepared"
-    });
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "--target", &d.url, "--table", "t", "--format", "csv",
-    ])
-    .args([
-        "--jobs",
-        "2",
-        "--job",
-        "rerun",
-        "--workers",
-        "2",
-        "--worker",
-        "1",
-    ])
-    .args(extra)
-    .arg(&files[0])
-    .env("SLUICE_KILL_AT", "decided")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    assert!(!finish(c.spawn().unwrap(), 120).status.success());
+    let waiting = publisher_killed_after_deciding(d, "rerun", &files, &extra);
     // Run again at once (within the waiting worker's grace): it has nothing left to load,
     // and it or the waiting worker finishes the job; both exit 0, every row once.
     succeeded(&finish(worker(d, "rerun", 2, 1, &files[..1], &extra), 120));

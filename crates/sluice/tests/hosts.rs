@@ -15,7 +15,7 @@ use common::{finish, gen_tpch, sluice_cmd, succeeded, text};
 use sluice_postgres::cluster::Cluster;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -287,6 +287,31 @@ fn worker(
     c.spawn().unwrap()
 }
 
+/// Job `job` of one worker per host, host `i` loading `files[i]`, with `extra`: every worker's
+/// output once all have ended.
+fn job_on_hosts(
+    s: &Server,
+    db: &str,
+    hosts: &[Host],
+    job: &str,
+    files: &[PathBuf],
+    extra: &[&str],
+) -> Vec<Output> {
+    let n = hosts.len() as u32;
+    let children: Vec<Child> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| worker(s, db, h, (job, n, i as u32 + 1), &[&files[i]], extra))
+        .collect();
+    children.into_iter().map(|c| finish(c, 300)).collect()
+}
+
+/// The rows of `table` in `db`.
+fn count(db: &str, table: &str) -> u64 {
+    let n = server().psql(db, &format!("SELECT count(*) FROM {table}"));
+    n.parse().unwrap()
+}
+
 /// lineitem and reference hold the same rows, and the ledger counts each row once.
 fn same_as_reference(s: &Server, db: &str) {
     for (a, b) in [("lineitem", "reference"), ("reference", "lineitem")] {
@@ -320,12 +345,7 @@ fn three_hosts_with_host_local_files_load_one_job_equal_to_one_host() {
         .collect();
     let refs: Vec<&Path> = parts().iter().map(PathBuf::as_path).collect();
     tables(s, &db, &refs, &[]);
-    let children: Vec<Child> = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, h)| worker(s, &db, h, ("three", 3, i as u32 + 1), &[&files[i]], &[]))
-        .collect();
-    let outs: Vec<_> = children.into_iter().map(|c| finish(c, 300)).collect();
+    let outs = job_on_hosts(s, &db, &hosts, "three", &files, &[]);
     for o in &outs {
         succeeded(o);
     }
@@ -426,30 +446,23 @@ fn three_hosts_stage_their_partitions_and_the_last_publishes_them_at_once() {
     let refs: Vec<&Path> = parts().iter().map(PathBuf::as_path).collect();
     // lineitem in three partitions, one a part: each host stages its own.
     tables(s, &db, &refs, &["--partitions", "3", "--scale", "0.1"]);
-    let total = s.psql(&db, "SELECT count(*) FROM reference");
+    let total = count(&db, "reference");
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (stop, db) = (stop.clone(), db.clone());
         std::thread::spawn(move || {
             let mut seen = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                seen.push(server().psql(&db, "SELECT count(*) FROM lineitem"));
+                seen.push(count(&db, "lineitem"));
                 std::thread::sleep(Duration::from_millis(100));
             }
             seen
         })
     };
-    let children: Vec<Child> = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            let job = ("staged", 3, i as u32 + 1);
-            worker(s, &db, h, job, &[&files[i]], &["--strategy", "stage"])
-        })
-        .collect();
-    let outs: Vec<_> = children.into_iter().map(|c| finish(c, 300)).collect();
+    let outs = job_on_hosts(s, &db, &hosts, "staged", &files, &["--strategy", "stage"]);
     stop.store(true, Ordering::SeqCst);
-    let seen = reader.join().unwrap();
+    let mut seen = reader.join().unwrap();
+    seen.push(count(&db, "lineitem"));
     for o in &outs {
         succeeded(o);
     }
@@ -460,11 +473,7 @@ fn three_hosts_stage_their_partitions_and_the_last_publishes_them_at_once() {
     );
     same_as_reference(s, &db);
     // A reader saw none of the job, then all of it.
-    let first_all = seen.iter().position(|n| *n == total).unwrap_or(seen.len());
-    assert!(
-        seen[..first_all].iter().all(|n| n == "0") && seen[first_all..].iter().all(|n| *n == total),
-        "{seen:?}"
-    );
+    assert!(common::none_then_all(&seen, total), "{seen:?}");
     assert_eq!(
         s.psql(
             &db,

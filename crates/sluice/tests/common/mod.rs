@@ -422,6 +422,18 @@ pub fn test_authority(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
 }
 
 /// Waits for a spawned sluice, failing the test after `secs` seconds (a hang), with what it
+/// Whether a reader's counts (polled every 100 ms, the last after the load ended) saw nothing
+/// of a job of `total` rows, then all of it: a job's commits run while readers are held back,
+/// and a publish switches every staging table in at once, so that no poll sees some of the
+/// job and not the rest.
+pub fn none_then_all(seen: &[u64], total: u64) -> bool {
+    if seen.last() != Some(&total) {
+        return false;
+    }
+    let first_all = seen.iter().position(|&n| n == total).unwrap_or(seen.len());
+    seen[..first_all].iter().all(|&n| n == 0) && seen[first_all..].iter().all(|&n| n == total)
+}
+
 /// printed.
 pub fn finish(mut child: std::process::Child, secs: u64) -> Output {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
