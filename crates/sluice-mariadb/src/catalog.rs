@@ -5,7 +5,7 @@
 //! (see [`table_identity`]), so that a rerun tells a table created again (another table) from
 //! one truncated (the same table, its storage replaced), as PostgreSQL's oid and file node do.
 
-use crate::types::column::{Column, ColumnType};
+use crate::types::column::{Column, ColumnType, TimestampRule};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 
@@ -166,6 +166,8 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
             (schema, table),
         )
         .await?;
+    let timestamps = timestamp_rule(conn).await?;
+    let json = json_checked(conn, schema, table).await;
     Ok(rows
         .into_iter()
         .filter(|r| {
@@ -194,6 +196,9 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
                     true => fsp,
                     false => scale,
                 };
+                let is_json = data_type.eq_ignore_ascii_case("longtext")
+                    && charset.as_deref().is_some_and(|c| c.starts_with("utf8mb4"))
+                    && json.contains(&name);
                 Column {
                     ty: ColumnType::from_catalog(
                         &data_type,
@@ -203,7 +208,8 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
                         scale,
                         charset.as_deref(),
                         collation.as_deref(),
-                    ),
+                    )
+                    .in_session(&timestamps, is_json),
                     name,
                     type_name: column_type,
                     not_null: nullable == "NO",
@@ -211,6 +217,34 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
             },
         )
         .collect())
+}
+
+/// Where the session's `TIMESTAMP`s fit: the server's version and time zone.
+async fn timestamp_rule(conn: &mut Conn) -> Result<TimestampRule, CatalogError> {
+    let (version, zone, system): (String, String, String) = conn
+        .query_first("SELECT VERSION(), @@session.time_zone, @@system_time_zone")
+        .await?
+        .unwrap_or_default();
+    Ok(TimestampRule::of(&version, &zone, &system))
+}
+
+/// The columns of `table` whose own check is exactly `json_valid` of the column (how MariaDB
+/// spells a `JSON` column). None where the catalog has no such view (MySQL, whose `JSON` is a
+/// type of its own, left to the server).
+async fn json_checked(conn: &mut Conn, schema: &str, table: &str) -> Vec<String> {
+    let checks: Vec<(String, String)> = conn
+        .exec(
+            "SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ? AND LEVEL = 'Column'",
+            (schema, table),
+        )
+        .await
+        .unwrap_or_default();
+    checks
+        .into_iter()
+        .filter(|(column, clause)| *clause == format!("json_valid({})", quote_ident(column)))
+        .map(|(column, _)| column)
+        .collect()
 }
 
 /// The table's identity, `schema.name@creation time`, and its storage's generation, InnoDB's

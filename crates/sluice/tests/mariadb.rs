@@ -544,29 +544,9 @@ fn more_types_are_checked_on_the_client_as_the_servers_strict_load_checks_them()
         "\\N\ty,y\t2155\t5.\t0\t24:00:00",
         "b c\tz\t1901\t0.1\t-0\t00:00:00",
     ];
-    let text: String = good.iter().map(|l| format!("{l}\n")).collect();
-    let f = d.file("good.txt", text.as_bytes());
-    d.server_load("m_ref", &f, "\\t")
-        .unwrap_or_else(|e| panic!("the server's strict LOAD DATA INFILE: {e}"));
-    let args = |f: &std::path::Path| {
-        let f = f.to_str().unwrap().to_string();
-        vec![
-            "--table".into(),
-            "m".into(),
-            "--format".into(),
-            "text".into(),
-            f,
-        ]
-    };
-    let run = |f: &std::path::Path| {
-        let a: Vec<String> = args(f);
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        d.load(&a, &[], 60)
-    };
-    assert_ok(&run(&f));
-    d.assert_same_rows("m", "m_ref");
-    d.sql("TRUNCATE TABLE m; TRUNCATE TABLE m_ref");
-    for (row, reason) in [
+    assert_both_load(&d, "m", "m_ref", good.join("\n").as_bytes());
+    let run = |f: &std::path::Path| load_text(&d, "m", f);
+    let bad = [
         (
             "c\tx\t0\t0\t0\t0:00:00",
             "not a value of enum('a','b c','It''s')",
@@ -591,13 +571,51 @@ fn more_types_are_checked_on_the_client_as_the_servers_strict_load_checks_them()
         ("a\tx\t0\t0\tabc\t0:00:00", "not a valid double"),
         ("a\tx\t0\t0\t0\t839:00:00", "time 839:00:00 is out of range"),
         ("a\tx\t0\t0\t0\t12:60:00", "time 12:60:00 is out of range"),
-    ] {
-        let f = d.file(
-            "bad.txt",
-            format!("a\tx\t0\t0\t0\t0:00:00\n{row}\n").as_bytes(),
-        );
+    ];
+    assert_both_refuse(
+        &d,
+        "m_ref",
+        "a\tx\t0\t0\t0\t0:00:00",
+        &bad,
+        run,
+        &["m", "m_ref"],
+    );
+}
+
+/// `rows` (tab-separated lines) loaded by the server's strict `LOAD DATA INFILE` into
+/// `reference` and by sluice into `table`: the same rows. Both are emptied after.
+fn assert_both_load(d: &MDb, table: &str, reference: &str, rows: &[u8]) {
+    let f = d.file("good.txt", &[rows, b"\n"].concat());
+    d.server_load(reference, &f, "\\t")
+        .unwrap_or_else(|e| panic!("the server's strict LOAD DATA INFILE: {e}"));
+    assert_ok(&load_text(d, table, &f));
+    d.assert_same_rows(table, reference);
+    d.sql(&format!(
+        "TRUNCATE TABLE {table}; TRUNCATE TABLE {reference}"
+    ));
+}
+
+/// `sluice load --table TABLE --format text FILE` into `d`.
+fn load_text(d: &MDb, table: &str, file: &std::path::Path) -> std::process::Output {
+    let file = file.to_str().unwrap();
+    d.load(&["--table", table, "--format", "text", file], &[], 60)
+}
+
+/// Each of `bad` rows, after a good `first` row: the server's strict `LOAD DATA INFILE` into
+/// `reference` refuses it, and sluice (`run`) refuses it first (exit 3) with `reason` and the
+/// file and line, not the server's message; `tables` stay empty.
+fn assert_both_refuse(
+    d: &MDb,
+    reference: &str,
+    first: &str,
+    bad: &[(&str, &str)],
+    run: impl Fn(&std::path::Path) -> std::process::Output,
+    tables: &[&str],
+) {
+    for &(row, reason) in bad {
+        let f = d.file("bad.txt", format!("{first}\n{row}\n").as_bytes());
         assert!(
-            d.server_load("m_ref", &f, "\\t").is_err(),
+            d.server_load(reference, &f, "\\t").is_err(),
             "the server's strict load took {row:?}"
         );
         let o = run(&f);
@@ -609,8 +627,166 @@ fn more_types_are_checked_on_the_client_as_the_servers_strict_load_checks_them()
                 && !err.contains("MariaDB error"),
             "{row:?}, {reason}:\n{err}"
         );
-        assert_eq!((d.count("m"), d.count("m_ref")), (0, 0));
+        for t in tables {
+            assert_eq!(d.count(t), 0, "{t} after {row:?}");
+        }
     }
+}
+
+/// `TIMESTAMP`, `BIT` and MariaDB's `JSON` (a `LONGTEXT` whose check is `json_valid`),
+/// checked on the client: their edge values load as the server's own strict
+/// `LOAD DATA INFILE` loads them, and each value it refuses, sluice refuses first with its own
+/// reason (a `TIMESTAMP` past the range read in the session's zone, a `BIT` whose bytes
+/// hold more bits than the column, JSON that `json_valid` refuses), nothing committed.
+#[test]
+fn timestamps_bits_and_json_are_checked_as_the_servers_strict_load_checks_them() {
+    let d = mdb("ts_bit_json");
+    d.sql("CREATE TABLE x (ts timestamp(6) NULL, b bit(10), j json); CREATE TABLE x_ref LIKE x");
+    let utc = d.sql("SELECT @@time_zone, @@system_time_zone").trim() == "SYSTEM\tUTC";
+    let mut good: Vec<&[u8]> = vec![
+        b"2024-02-29 12:00:00.5\ta\t{\"a\":[1,2.,-0],\"a\":null}",
+        b"2000-01-01\t\x03b\t[-]",
+        b"\\N\t\t\"\\\\x\"",
+        b"2037-12-31 23:59:59.999999\t\x01\t1e400",
+        b"1971-01-01T00:00:00\t\\N\t{\"\xc3\xa9\": {}, \"  \": [1e]}",
+        b"2020-06-01 00:00:00\tz\t\\N",
+    ];
+    if utc {
+        good.push(b"1970-01-01 00:00:01\ta\t0");
+        good.push(b"2038-01-19 03:14:07\ta\t0");
+    } else {
+        eprintln!("the server's time zone is not UTC: the range's exact edges are not loaded");
+    }
+    assert_both_load(&d, "x", "x_ref", &good.join(&b"\n"[..]));
+    let nested = format!("\\N\ta\t{}1{}", "[".repeat(32), "]".repeat(32));
+    let mut bad = vec![
+        ("2040-01-01 00:00:00\ta\t0", "out of range for timestamp"),
+        (
+            "2023-02-29 00:00:00\ta\t0",
+            "February 2023 has 28 days, not 29",
+        ),
+        ("\\N\tab\t0", "value too long for type bit(10)"),
+        (
+            "\\N\t1234\t0",
+            "these 4 bytes (0x31323334) hold more than 10 bits",
+        ),
+        (
+            "\\N\ta\t[1,]",
+            "not valid JSON (the column's json_valid check): ']'",
+        ),
+        ("\\N\ta\t{\"a\":1", "it ends too early"),
+        ("\\N\ta\t", "not valid JSON"),
+        (
+            "\\N\ta\t\"\\\\ud800\"",
+            "\\uD800 is a surrogate with no pair",
+        ),
+        (&nested, "nested deeper than 31 levels"),
+    ];
+    if utc {
+        bad.push(("1970-01-01 00:00:00\ta\t0", "out of range for timestamp"));
+    }
+    let run = |f: &std::path::Path| load_text(&d, "x", f);
+    assert_both_refuse(&d, "x_ref", "\\N\ta\t0", &bad, run, &["x", "x_ref"]);
+}
+
+/// sluice's `JSON` check gives the server's own `json_valid` answer on thousands of strings
+/// near JSON (valid values with characters inserted, deleted and replaced), apart from the few
+/// it leaves to the server.
+#[test]
+fn the_json_check_agrees_with_the_servers_json_valid() {
+    let d = mdb("json_valid");
+    let values = near_json(4000);
+    let file: String = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{i}\t{}\n", hex(v.as_bytes())))
+        .collect();
+    let f = d.file("values.txt", file.as_bytes());
+    d.sql(&format!(
+        "CREATE TABLE v (id int PRIMARY KEY, v longtext CHARACTER SET utf8mb4 COLLATE \
+         utf8mb4_bin); LOAD DATA INFILE '{}' INTO TABLE v FIELDS TERMINATED BY '\\t' \
+         (id, @h) SET v = UNHEX(@h)",
+        f.display()
+    ));
+    let answers = d.sql("SELECT json_valid(v) FROM v ORDER BY id");
+    let answers: Vec<&str> = answers.lines().collect();
+    assert_eq!(answers.len(), values.len());
+    let (mut left, mut valid) = (0, 0);
+    for (v, server) in values.iter().zip(answers) {
+        let ours = match sluice_mariadb::types::json::check(v.as_bytes()) {
+            Ok(sluice_mariadb::types::scalar::Checked::Valid) => "1",
+            Ok(sluice_mariadb::types::scalar::Checked::Server) => {
+                left += 1;
+                continue;
+            }
+            Err(_) => "0",
+        };
+        valid += usize::from(ours == "1");
+        assert_eq!(ours, server, "json_valid({v:?})");
+    }
+    eprintln!("{valid} valid, {left} left to the server, of {}", values.len());
+    assert!(
+        left * 10 < values.len(),
+        "{left} of {} left to the server",
+        values.len()
+    );
+    assert!(
+        valid * 5 > values.len() && valid * 5 < values.len() * 4,
+        "{valid} valid"
+    );
+}
+
+/// `n` strings near JSON: valid values with a few characters inserted, deleted or replaced,
+/// from a fixed seed.
+fn near_json(n: usize) -> Vec<String> {
+    const BASES: [&str; 12] = [
+        "{\"a\": [1, 2.5, -3e4, true, false, null]}",
+        "[\"\\u00e9\\n\", {\"k\": {}}, []]",
+        "\"\\uD83D\\uDE00 caf\u{e9}\"",
+        "-0.0e+10",
+        "{\"\u{540d}\u{524d}\": \"\u{6771}\u{4eac}\", \" x\" : [1.,-]}",
+        "[[[[1]]], {\"a\":{\"b\":[null]}}]",
+        "123",
+        "\"\\\"\\\\\\/\\b\\f\\r\\t\"",
+        "{}",
+        "[ 1 , 2 ]",
+        "true",
+        "{\"\": 0}",
+    ];
+    const PIECES: [&str; 26] = [
+        "{", "}", "[", "]", ":", ",", "\"", "\\", "-", "+", ".", "0", "7", "e", "E", "t", "n", "u",
+        "x", " ", "\t", "\u{e9}", "\\u", "D800", "null", "\n",
+    ];
+    let mut seed: u64 = 0x5eed_1234_abcd_0001;
+    let mut next = move |below: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % below as u64) as usize
+    };
+    (0..n)
+        .map(|_| {
+            let mut v: Vec<char> = BASES[next(BASES.len())].chars().collect();
+            for _ in 0..next(4) {
+                let at = next(v.len() + 1);
+                match next(3) {
+                    0 => v
+                        .splice(at..at, PIECES[next(PIECES.len())].chars())
+                        .for_each(drop),
+                    1 if at < v.len() => drop(v.remove(at)),
+                    _ if at < v.len() => v
+                        .splice(at..=at, PIECES[next(PIECES.len())].chars())
+                        .for_each(drop),
+                    _ => {}
+                }
+            }
+            v.into_iter().collect()
+        })
+        .collect()
+}
+
+fn hex(v: &[u8]) -> String {
+    v.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `sluice ddl tpch --create` against a MariaDB target makes MariaDB's tables: plain with keys,

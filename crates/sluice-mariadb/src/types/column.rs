@@ -17,9 +17,16 @@ pub enum ColumnType {
         scale: u32,
     },
     Date,
-    /// `DATETIME(fsp)` (and `TIMESTAMP(fsp)`'s text, whose range and time zone the server
-    /// checks).
+    /// `DATETIME(fsp)`.
     DateTime,
+    /// `TIMESTAMP(fsp)`: a `DATETIME`'s calendar, and the range in the session's time zone.
+    Timestamp(TimestampRule),
+    /// `BIT(M)`: `LOAD DATA` stores the field's bytes as they are, right-aligned in `M` bits.
+    Bit {
+        bits: u32,
+    },
+    /// MariaDB's `JSON`: `LONGTEXT` in utf8mb4 with the column's `CHECK (json_valid(col))`.
+    Json,
     /// `CHAR(n)`/`VARCHAR(n)` in a character set of characters (utf8mb4): at most `n`
     /// characters, trailing spaces past `n` cut.
     Chars {
@@ -47,6 +54,74 @@ pub enum ColumnType {
     },
     /// Anything else: sent as it is, converted by the server (its warnings are errors).
     Server,
+}
+
+/// Where a `TIMESTAMP` value fits: 1970-01-01 00:00:01 UTC to the server's last second, read
+/// in the session's time zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimestampRule {
+    /// The session's time zone as the server names it (`SYSTEM (UTC)`, `+02:00`), for messages.
+    pub zone: String,
+    /// Its offset east of UTC in seconds when it is fixed. A zone with rules (summer time) is
+    /// `None`: then only values more than a day outside the range are refused, which no zone's
+    /// offset can bring back into it.
+    pub offset: Option<i64>,
+    /// The last second, in seconds since 1970 UTC: 2038-01-19 03:14:07, or 2106-02-07
+    /// 06:28:15 from MariaDB 11.5.
+    pub max: i64,
+}
+
+impl TimestampRule {
+    /// The rule before the session is read: any zone, the 2038 limit.
+    pub fn unknown() -> TimestampRule {
+        TimestampRule {
+            zone: "unknown".into(),
+            offset: None,
+            max: i64::from(i32::MAX),
+        }
+    }
+
+    /// The rule for a server `version` whose session has `time_zone` (`SYSTEM`, `+05:30`, a
+    /// name) and `system_time_zone` (the zone `SYSTEM` stands for, as an abbreviation).
+    pub fn of(version: &str, time_zone: &str, system_zone: &str) -> TimestampRule {
+        let fixed = |name: &str| match name {
+            "UTC" | "GMT" | "Etc/UTC" | "Universal" => Some(0),
+            _ => offset_seconds(name),
+        };
+        let (zone, offset) = match time_zone.eq_ignore_ascii_case("SYSTEM") {
+            true => (format!("SYSTEM ({system_zone})"), fixed(system_zone)),
+            false => (time_zone.to_string(), fixed(time_zone)),
+        };
+        TimestampRule {
+            zone,
+            offset,
+            max: match extended_timestamps(version) {
+                true => i64::from(u32::MAX),
+                false => i64::from(i32::MAX),
+            },
+        }
+    }
+}
+
+/// `+05:30` or `-8:00` in seconds east of UTC.
+fn offset_seconds(zone: &str) -> Option<i64> {
+    let (sign, rest) = match zone.as_bytes().first()? {
+        b'+' => (1, &zone[1..]),
+        b'-' => (-1, &zone[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':')?;
+    let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    (h <= 14 && m < 60).then_some(sign * (h * 3600 + m * 60))
+}
+
+/// Whether the server keeps `TIMESTAMP`s to 2106 (MariaDB 11.5 and later).
+fn extended_timestamps(version: &str) -> bool {
+    let real = version.strip_prefix("5.5.5-").unwrap_or(version);
+    let mut parts = real.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    version.contains("MariaDB") && (major, minor) >= (11, 5)
 }
 
 /// One column of a load.
@@ -100,6 +175,11 @@ impl ColumnType {
             },
             "date" => ColumnType::Date,
             "datetime" => ColumnType::DateTime,
+            "timestamp" => ColumnType::Timestamp(TimestampRule::unknown()),
+            "bit" => match precision {
+                Some(m) if (1..=64).contains(&m) => ColumnType::Bit { bits: m as u32 },
+                _ => ColumnType::Server,
+            },
             "enum" | "set" => listed(data_type, column_type, collation),
             "year" if lower == "year" || lower == "year(4)" => ColumnType::Year,
             "float" if lower == "float" => ColumnType::Float { double: false },
@@ -116,6 +196,17 @@ impl ColumnType {
                 }
             }
             _ => ColumnType::Server,
+        }
+    }
+
+    /// The type once the session and the table's constraints are known: a `TIMESTAMP`'s range
+    /// in the session's time zone, and a `LONGTEXT` in utf8mb4 whose column check is exactly
+    /// `json_valid` of itself (MariaDB's `JSON`) checked as JSON.
+    pub fn in_session(self, timestamps: &TimestampRule, json_checked: bool) -> ColumnType {
+        match self {
+            ColumnType::Timestamp(_) => ColumnType::Timestamp(timestamps.clone()),
+            ColumnType::Server if json_checked => ColumnType::Json,
+            other => other,
         }
     }
 
@@ -170,6 +261,47 @@ mod tests {
                 max: 8388607
             }
         );
+    }
+
+    #[test]
+    fn timestamp_rules_follow_the_session_zone_and_the_version() {
+        let r = TimestampRule::of("10.11.19-MariaDB-0+deb12u1", "SYSTEM", "UTC");
+        assert_eq!((r.offset, r.max), (Some(0), i64::from(i32::MAX)));
+        assert_eq!(r.zone, "SYSTEM (UTC)");
+        assert_eq!(
+            TimestampRule::of("10.11.2-MariaDB", "+05:30", "CET").offset,
+            Some(19800)
+        );
+        assert_eq!(
+            TimestampRule::of("10.11.2-MariaDB", "-8:00", "UTC").offset,
+            Some(-28800)
+        );
+        assert_eq!(
+            TimestampRule::of("10.11.2-MariaDB", "SYSTEM", "CET").offset,
+            None
+        );
+        assert_eq!(
+            TimestampRule::of("10.11.2-MariaDB", "Europe/Berlin", "UTC").offset,
+            None
+        );
+        assert_eq!(
+            TimestampRule::of("11.8.1-MariaDB", "SYSTEM", "UTC").max,
+            i64::from(u32::MAX)
+        );
+        assert_eq!(
+            TimestampRule::of("8.4.2", "SYSTEM", "UTC").max,
+            i64::from(i32::MAX)
+        );
+    }
+
+    #[test]
+    fn bits_and_json_from_the_catalog() {
+        let t = |d: &str, c: &str, p| ColumnType::from_catalog(d, c, None, p, None, None, None);
+        assert_eq!(t("bit", "bit(10)", Some(10)), ColumnType::Bit { bits: 10 });
+        let text = t("longtext", "longtext", None);
+        let rule = TimestampRule::unknown();
+        assert_eq!(text.clone().in_session(&rule, true), ColumnType::Json);
+        assert_eq!(text.in_session(&rule, false), ColumnType::Server);
     }
 
     #[test]

@@ -7,15 +7,16 @@
 //! (`stream.rs`), so the server cannot read a byte two ways. One record is one line: a rows
 //! count is a newline count.
 //!
-//! A value of a type sluice checks (integers, `DECIMAL(p,s)`, `DATE`, `DATETIME`,
-//! `CHAR`/`VARCHAR` in utf8mb4, `ENUM`/`SET`, `YEAR`, `FLOAT`/`DOUBLE`, `TIME`) is refused here
-//! with the message the PostgreSQL destination gives for the same fault, or written in its
-//! canonical form (an integer's digits, a decimal rounded half away from zero to its scale as
+//! A value of a type sluice checks (integers, `DECIMAL(p,s)`, `DATE`, `DATETIME`, `TIMESTAMP`,
+//! `CHAR`/`VARCHAR` in utf8mb4, `ENUM`/`SET`, `YEAR`, `FLOAT`/`DOUBLE`, `TIME`, `BIT`, `JSON`) is
+//! refused here with the message the PostgreSQL destination gives for the same fault, or
+//! written in its canonical form (an integer's digits, a decimal rounded half away from zero to its scale as
 //! MariaDB rounds, so the server has nothing to round and no note to raise). A spelling sluice
 //! does not parse (`20240101`, ` 12`, `1e3`) is declined, never decided: it goes to the server
 //! as written, whose conversion the warning trap watches.
 
 use super::column::{Column, ColumnType};
+use super::json;
 use super::members::{self, Verdict};
 use super::scalar::{self, Checked};
 use sluice_core::error::{RecordError, RecordErrorKind};
@@ -127,6 +128,12 @@ impl Converter {
             }
             ColumnType::Date => date(v).map(|_| Canonical::Raw(v)),
             ColumnType::DateTime => datetime(v).map(|_| Canonical::Raw(v)),
+            ColumnType::Timestamp(rule) => match datetime(v)? {
+                Some(moment) => scalar::timestamp(&moment, rule).map(|_| Canonical::Raw(v)),
+                None => Ok(Canonical::Raw(v)),
+            },
+            ColumnType::Bit { bits } => scalar::bit(v, *bits, name).map(|_| Canonical::Raw(v)),
+            ColumnType::Json => json::check(utf8(v)?.as_bytes()).map(|_| Canonical::Raw(v)),
             ColumnType::Chars { max } => chars(v, *max, name).map(Canonical::Raw),
             ColumnType::Enum { members, fold } => {
                 member(members::enum_value(v, members, *fold), name).map(|_| Canonical::Raw(v))
@@ -328,30 +335,48 @@ fn check_date(y: i64, m: i64, d: i64) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// A date and time of day as written, checked against the calendar and the clock.
+pub struct Moment {
+    pub year: i64,
+    pub month: i64,
+    pub day: i64,
+    /// Seconds since midnight.
+    pub second_of_day: i64,
+    /// Whether a fraction of a second other than zero follows.
+    pub fraction: bool,
+}
+
 /// `YYYY-MM-DD[ T]HH:MM:SS[.ffffff]` or a date alone: the date as [`date`], the time of day
-/// in range; other spellings are the server's.
-fn datetime(v: &[u8]) -> Result<(), Invalid> {
+/// in range, and the moment read; other spellings are the server's (`None`).
+fn datetime(v: &[u8]) -> Result<Option<Moment>, Invalid> {
     if v.len() == 10 {
-        return date(v);
+        date(v)?;
+        return Ok(ymd(v).map(|(year, month, day)| Moment {
+            year,
+            month,
+            day,
+            second_of_day: 0,
+            fraction: false,
+        }));
     }
     if v.len() < 19 || !(v[10] == b' ' || v[10] == b'T') || v[13] != b':' || v[16] != b':' {
-        return Ok(());
+        return Ok(None);
     }
     let Some((y, m, d)) = ymd(&v[..10]) else {
-        return Ok(());
+        return Ok(None);
     };
     let two = |s: &[u8]| -> Option<i64> {
         (s[0].is_ascii_digit() && s[1].is_ascii_digit())
             .then(|| i64::from(s[0] - b'0') * 10 + i64::from(s[1] - b'0'))
     };
     let (Some(h), Some(mi), Some(s)) = (two(&v[11..13]), two(&v[14..16]), two(&v[17..19])) else {
-        return Ok(());
+        return Ok(None);
     };
     let frac = &v[19..];
     let frac_ok = frac.is_empty()
         || (frac[0] == b'.' && frac.len() <= 7 && frac[1..].iter().all(u8::is_ascii_digit));
     if !frac_ok {
-        return Ok(());
+        return Ok(None);
     }
     check_date(y, m, d)?;
     if h > 23 || mi > 59 || s > 59 {
@@ -359,18 +384,29 @@ fn datetime(v: &[u8]) -> Result<(), Invalid> {
             "time {h:02}:{mi:02}:{s:02} is out of range"
         )));
     }
-    Ok(())
+    Ok(Some(Moment {
+        year: y,
+        month: m,
+        day: d,
+        second_of_day: h * 3600 + mi * 60 + s,
+        fraction: frac.iter().any(|&b| (b'1'..=b'9').contains(&b)),
+    }))
+}
+
+/// `v` as UTF-8, or why not (the server refuses it for a utf8mb4 column too).
+fn utf8(v: &[u8]) -> Result<&str, Invalid> {
+    std::str::from_utf8(v).map_err(|e| {
+        invalid(format!(
+            "invalid UTF-8: byte {} of the value starts a malformed sequence",
+            e.valid_up_to() + 1
+        ))
+    })
 }
 
 /// `CHAR(n)`/`VARCHAR(n)` in utf8mb4: valid UTF-8 of at most `max` characters; trailing spaces
 /// past `max` are cut, as the server cuts them.
 fn chars<'a>(v: &'a [u8], max: u32, name: &str) -> Result<&'a [u8], Invalid> {
-    let s = std::str::from_utf8(v).map_err(|e| {
-        invalid(format!(
-            "invalid UTF-8: byte {} of the value starts a malformed sequence",
-            e.valid_up_to() + 1
-        ))
-    })?;
+    let s = utf8(v)?;
     if v.len() <= max as usize {
         return Ok(v);
     }

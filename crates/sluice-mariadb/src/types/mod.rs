@@ -1,6 +1,7 @@
 //! MariaDB's input rules for each column type, checked on the client (`convert`, with
-//! `ENUM`/`SET` lists in `members` and `YEAR`, `FLOAT`/`DOUBLE`, `TIME` in `scalar`), and the
-//! column types as the catalog spells them (`column`).
+//! `ENUM`/`SET` lists in `members`; `YEAR`, `FLOAT`/`DOUBLE`, `TIME`, `TIMESTAMP`'s range and
+//! `BIT` in `scalar`; `JSON`'s `json_valid` in `json`), and the column types as the catalog
+//! spells them (`column`).
 //!
 //! The wire is a canonical text stream for `LOAD DATA LOCAL INFILE` (see [`convert`]'s module
 //! doc): sluice validates what it can parse with the server's strict-mode rules and writes one
@@ -9,5 +10,6 @@
 
 pub mod column;
 pub mod convert;
+pub mod json;
 pub mod members;
 pub mod scalar;

@@ -1,8 +1,10 @@
-//! `YEAR`, `FLOAT`/`DOUBLE` and `TIME` values, checked as MariaDB's strict mode checks them
+//! `YEAR`, `FLOAT`/`DOUBLE`, `TIME`, `TIMESTAMP` and `BIT` values, checked as MariaDB's strict mode checks them
 //! (each rule below was compared with the server's own `LOAD DATA INFILE`; the tests load
 //! both). A spelling outside the forms parsed here goes to the server as written.
 
-use super::convert::{invalid, Invalid};
+use super::column::TimestampRule;
+use super::convert::{invalid, Invalid, Moment};
+use sluice_core::primitives::julian_day;
 
 /// What sluice makes of a value: sent as written, or the server's to decide.
 #[derive(Debug, PartialEq, Eq)]
@@ -113,6 +115,72 @@ pub fn time(v: &[u8], fsp: u32) -> Result<Checked, Invalid> {
     }
 }
 
+/// The Julian day of 1970-01-01.
+const UNIX_EPOCH_DAY: i64 = 2_440_588;
+
+/// A longest offset from UTC a time zone has had since 1970 is 14 hours: a day is past any.
+const ANY_ZONE: i64 = 86_400;
+
+/// `TIMESTAMP`: a moment (its calendar already checked) from 1970-01-01 00:00:01 UTC to the
+/// rule's last second, read in the session's time zone. With a fraction of a second, the
+/// seconds each side of it are in or out depending on whether the server rounds
+/// (`TIME_ROUND_FRACTIONAL`): those are the server's. In a zone with rules (summer time),
+/// anything within a day of the range is the server's. Zero dates are the server's
+/// (`sql_mode` decides them).
+pub fn timestamp(m: &Moment, rule: &TimestampRule) -> Result<Checked, Invalid> {
+    if m.year == 0 || m.month == 0 || m.day == 0 {
+        return Ok(Checked::Server);
+    }
+    let local = (julian_day(m.year, m.month, m.day) - UNIX_EPOCH_DAY) * 86_400 + m.second_of_day;
+    let (earliest, latest) = match rule.offset {
+        Some(offset) => (local - offset, local - offset),
+        None => (local - ANY_ZONE, local + ANY_ZONE),
+    };
+    let latest = latest + i64::from(m.fraction);
+    if latest < 1 || earliest > rule.max {
+        return Err(invalid(format!(
+            "out of range for timestamp (1970-01-01 00:00:01 to {} UTC, read in the session's \
+             time zone, {})",
+            utc_text(rule.max),
+            rule.zone
+        )));
+    }
+    match earliest >= 1 && latest <= rule.max {
+        true => Ok(Checked::Valid),
+        false => Ok(Checked::Server),
+    }
+}
+
+/// The rule's last second as UTC text (it is one of two).
+fn utc_text(seconds: i64) -> &'static str {
+    match seconds == i64::from(i32::MAX) {
+        true => "2038-01-19 03:14:07",
+        false => "2106-02-07 06:28:15",
+    }
+}
+
+/// `BIT(M)`: `LOAD DATA` stores the field's bytes as they are (leading zero bytes dropped),
+/// right-aligned in `M` bits; more bits than `M` is too long. The text `101` is three bytes,
+/// not five: the server's own `LOAD DATA INFILE` refuses it for `BIT(8)` too.
+pub fn bit(v: &[u8], bits: u32, name: &str) -> Result<Checked, Invalid> {
+    let start = v.iter().position(|&b| b != 0).unwrap_or(v.len());
+    let v = &v[start..];
+    let (whole, rest) = ((bits / 8) as usize, bits % 8);
+    let fits =
+        v.len() <= whole || (rest > 0 && v.len() == whole + 1 && u32::from(v[0]) < 1 << rest);
+    if fits {
+        return Ok(Checked::Valid);
+    }
+    let hex: String = v.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let more = if v.len() > 8 { "..." } else { "" };
+    Err(invalid(format!(
+        "value too long for type {name}: LOAD DATA stores a bit value's bytes as they are, \
+         and these {} bytes (0x{hex}{more}) hold more than {bits} bits; write the value's bytes, \
+         not its digits",
+        v.len()
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +190,71 @@ mod tests {
             Err(Invalid(why)) => why,
             Ok(c) => panic!("accepted: {c:?}"),
         }
+    }
+
+    fn moment(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, fraction: bool) -> Moment {
+        Moment {
+            year: y,
+            month: mo,
+            day: d,
+            second_of_day: h * 3600 + mi * 60 + s,
+            fraction,
+        }
+    }
+
+    #[test]
+    fn timestamps_fit_the_range_in_the_session_zone() {
+        let utc = TimestampRule::of("10.11.19-MariaDB", "SYSTEM", "UTC");
+        let ts = |m: Moment| timestamp(&m, &utc);
+        assert_eq!(ts(moment(1970, 1, 1, 0, 0, 1, false)), Ok(Checked::Valid));
+        assert_eq!(ts(moment(2038, 1, 19, 3, 14, 7, false)), Ok(Checked::Valid));
+        let why = refused(ts(moment(2038, 1, 19, 3, 14, 8, false)));
+        assert_eq!(
+            why,
+            "out of range for timestamp (1970-01-01 00:00:01 to 2038-01-19 03:14:07 UTC, \
+             read in the session's time zone, SYSTEM (UTC))"
+        );
+        assert!(refused(ts(moment(1970, 1, 1, 0, 0, 0, false))).contains("out of range"));
+        assert!(refused(ts(moment(1000, 1, 1, 0, 0, 0, false))).contains("out of range"));
+        // Rounding or truncating a fraction decides these: the server's.
+        assert_eq!(ts(moment(2038, 1, 19, 3, 14, 7, true)), Ok(Checked::Server));
+        assert_eq!(ts(moment(1970, 1, 1, 0, 0, 0, true)), Ok(Checked::Server));
+        assert_eq!(ts(moment(0, 0, 0, 0, 0, 0, false)), Ok(Checked::Server));
+        // Two hours east: local 02:00:01 is the first second.
+        let east = TimestampRule::of("10.11.19-MariaDB", "+02:00", "UTC");
+        assert!(timestamp(&moment(1970, 1, 1, 2, 0, 0, false), &east).is_err());
+        assert_eq!(
+            timestamp(&moment(1970, 1, 1, 2, 0, 1, false), &east),
+            Ok(Checked::Valid)
+        );
+        // A zone with rules: a day's margin each side.
+        let cet = TimestampRule::of("10.11.19-MariaDB", "SYSTEM", "CET");
+        assert_eq!(
+            timestamp(&moment(1970, 1, 1, 12, 0, 0, false), &cet),
+            Ok(Checked::Server)
+        );
+        assert_eq!(
+            timestamp(&moment(1970, 1, 2, 0, 0, 1, false), &cet),
+            Ok(Checked::Valid)
+        );
+        assert!(timestamp(&moment(1969, 12, 30, 23, 0, 0, false), &cet).is_err());
+        assert!(timestamp(&moment(2038, 1, 20, 3, 14, 8, false), &cet).is_err());
+        assert_eq!(utc_text(i64::from(u32::MAX)), "2106-02-07 06:28:15");
+    }
+
+    #[test]
+    fn bits_hold_their_bytes_right_aligned() {
+        let b = |v: &[u8], m| bit(v, m, "bit(m)");
+        assert_eq!(b(b"a", 10), Ok(Checked::Valid));
+        assert_eq!(b(b"\0\0a", 10), Ok(Checked::Valid));
+        assert_eq!(b(b"", 1), Ok(Checked::Valid));
+        assert_eq!(b(b"\x01", 1), Ok(Checked::Valid));
+        assert_eq!(b(b"\x03b", 10), Ok(Checked::Valid));
+        assert_eq!(b(b"12345678", 64), Ok(Checked::Valid));
+        assert!(refused(b(b"1", 1)).contains("these 1 bytes (0x31) hold more than 1 bits"));
+        assert!(refused(b(b"ab", 10)).contains("too long"));
+        assert!(refused(b(b"123456789", 64)).contains("too long"));
+        assert!(refused(b(b"ab", 8)).contains("too long"));
     }
 
     #[test]
