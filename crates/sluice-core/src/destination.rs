@@ -288,6 +288,13 @@ pub trait Destination: Sync {
         None
     }
 
+    /// How the verdict describes a server busy in `class`, where the engine's words ("on CPU")
+    /// would claim more than this database shows (MariaDB cannot tell CPU from its data
+    /// files).
+    fn activity_words(&self, _class: Activity) -> Option<&'static str> {
+        None
+    }
+
     /// One connection in one open transaction.
     type Stream<'a>: DestinationStream
     where
@@ -487,6 +494,26 @@ pub struct ServerWaits {
 }
 
 impl ServerWaits {
+    /// One session's sample: `class`, under the destination's `name` for what it was doing.
+    pub fn add(&mut self, class: Activity, name: &str) {
+        self.samples += 1;
+        match self
+            .activities
+            .iter_mut()
+            .find(|(a, n, _)| *a == class && n == name)
+        {
+            Some(entry) => entry.2 += 1,
+            None => self.activities.push((class, name.to_string(), 1)),
+        }
+    }
+
+    /// Sorts the activities most frequent first (then by class), as a finished watch gives
+    /// them.
+    pub fn finish(&mut self) {
+        self.activities
+            .sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    }
+
     /// The share (0 to 1) of samples in `class`.
     pub fn share(&self, class: Activity) -> f64 {
         if self.samples == 0 {
@@ -515,6 +542,20 @@ pub struct TableCosts {
 }
 
 impl TableCosts {
+    /// Adds `table`'s `name`, of `kind` (`index`, `trigger`, or anything else for a check or
+    /// foreign key); a table's names are added together, one table after another.
+    pub fn add(&mut self, kind: &str, table: String, name: String) {
+        let into = match kind {
+            "index" => &mut self.indexes,
+            "trigger" => &mut self.triggers,
+            _ => &mut self.checks,
+        };
+        match into.last_mut() {
+            Some((t, names)) if *t == table => names.push(name),
+            _ => into.push((table, vec![name])),
+        }
+    }
+
     /// Whether no loaded table has any of them.
     pub fn is_empty(&self) -> bool {
         self.indexes.is_empty() && self.triggers.is_empty() && self.checks.is_empty()

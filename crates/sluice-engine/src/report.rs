@@ -204,6 +204,10 @@ impl crate::verdict::Advisor for IndexesAfter<'_> {
         self.inner.label(class)
     }
 
+    fn words(&self, class: sluice_core::destination::Activity) -> Option<&'static str> {
+        self.inner.words(class)
+    }
+
     fn advice(
         &self,
         class: sluice_core::destination::Activity,

@@ -73,6 +73,12 @@ pub trait Advisor {
         None
     }
 
+    /// How the verdict says the server was busy in a class, where the engine's words would
+    /// claim more than the database shows.
+    fn words(&self, _class: Activity) -> Option<&'static str> {
+        None
+    }
+
     /// The next step for a server busiest in `class`, in the database's terms.
     fn advice(
         &self,
@@ -92,6 +98,10 @@ pub trait Advisor {
 impl<D: Destination> Advisor for D {
     fn label(&self, class: Activity) -> Option<&'static str> {
         self.activity_label(class)
+    }
+
+    fn words(&self, class: Activity) -> Option<&'static str> {
+        self.activity_words(class)
     }
 
     fn advice(&self, class: Activity, waits: &ServerWaits, costs: &TableCosts) -> Option<String> {
@@ -740,13 +750,17 @@ fn server_bound(
             .find(|(c, _, _)| *c == a && a != Activity::Cpu)
             .map_or(String::new(), |(_, e, _)| format!(" (mostly {e})"))
     };
-    let main = BUSY
+    let busy: Vec<(Activity, &str)> = BUSY
+        .iter()
+        .map(|&(a, what)| (a, advisor.words(a).unwrap_or(what)))
+        .collect();
+    let main = busy
         .iter()
         .copied()
         .max_by(|a, b| share(a.0).total_cmp(&share(b.0)))
         .filter(|_| s.sampled);
     let detail = |skip: Activity| -> String {
-        let parts: Vec<String> = BUSY
+        let parts: Vec<String> = busy
             .iter()
             .filter(|(a, _)| *a != skip && share(*a) >= 0.1)
             .map(|(a, what)| format!("{what} {}{}", pct(share(*a)), top(*a)))

@@ -8,6 +8,7 @@
 use crate::types::column::{Column, ColumnType, TimestampRule};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
+use sluice_core::destination::TableCosts;
 
 /// A table as the load uses it.
 #[derive(Clone, Debug)]
@@ -217,6 +218,35 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
             },
         )
         .collect())
+}
+
+/// What `schema.table` keeps up row by row: its indexes (a primary key counts), its `INSERT`
+/// triggers, and its checks and foreign keys, for the verdict's advice.
+pub async fn table_costs(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+    costs: &mut TableCosts,
+) -> Result<(), mysql_async::Error> {
+    let rows: Vec<(String, String)> = conn
+        .exec(
+            "SELECT DISTINCT 'index', INDEX_NAME FROM information_schema.STATISTICS \
+               WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             UNION ALL SELECT 'trigger', TRIGGER_NAME FROM information_schema.TRIGGERS \
+               WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = ? \
+                 AND EVENT_MANIPULATION = 'INSERT' \
+             UNION ALL SELECT 'check', CONSTRAINT_NAME \
+               FROM information_schema.TABLE_CONSTRAINTS \
+               WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+                 AND CONSTRAINT_TYPE IN ('CHECK', 'FOREIGN KEY') \
+             ORDER BY 1, 2",
+            (schema, table, schema, table, schema, table),
+        )
+        .await?;
+    for (kind, name) in rows {
+        costs.add(&kind, table.to_string(), name);
+    }
+    Ok(())
 }
 
 /// Where the session's `TIMESTAMP`s fit: the server's version and time zone.

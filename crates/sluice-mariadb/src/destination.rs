@@ -9,8 +9,9 @@
 //! What it answers about itself ([`Capabilities`]) is what it does today: staging with one
 //! exchange per partition (`staging.rs`, `stage.rs`), prepared transactions through XA (`xa.rs`: each stream begins as a
 //! branch named for the load, is prepared, and is committed on its own connection once the
-//! ledger holds the decision), and no sampling of the server's activity for the verdict yet.
-//! The watch (`watchdog.rs`) ends a stream's wait on a sibling's key and names the key.
+//! ledger holds the decision). The watch (`watchdog.rs`) ends a stream's wait on a sibling's
+//! key and names the key, and samples what the streams' sessions do, which the verdict words
+//! in MariaDB's terms (`activity_label`, `activity_words`, `advice`, `table_costs`).
 
 use crate::catalog::{describe_table, quote_ident, CatalogError, Table};
 use crate::condition;
@@ -24,9 +25,9 @@ use crate::xa::{self, Xid};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice_core::destination::{
-    Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
+    Activity, Capabilities, ColumnInfo, Destination, DestinationError, DestinationStream, ErrorKey,
     ErrorKind, ErrorReport, IdentifierRules, Ledger, LoadTable, PublishModel, RecordEncoder,
-    ServerWaits, TableInfo,
+    ServerWaits, TableCosts, TableInfo,
 };
 use sluice_core::error::RecordError;
 use sluice_core::ledger::{
@@ -505,8 +506,8 @@ impl Destination for MariaDbDestination {
         }
     }
 
-    /// Watches the streams' lock waits for a sibling conflict (`watchdog.rs`). The server's
-    /// activity is not sampled on MariaDB yet: the verdict gets no classes from it.
+    /// Watches the streams' lock waits for a sibling conflict, and samples what their
+    /// sessions do for the verdict (`watchdog.rs`).
     fn watch(&self, _streams: usize) -> Result<(), DestinationError> {
         let w = self
             .rt
@@ -516,11 +517,15 @@ impl Destination for MariaDbDestination {
         Ok(())
     }
 
+    fn stream_done(&self, n: usize) {
+        self.watched.stream_done(n);
+    }
+
     fn stop_watching(&self) -> ServerWaits {
         if let Some(w) = lock(&self.watch).take() {
             self.rt.block_on(w.stop());
         }
-        ServerWaits::default()
+        self.watched.take_waits()
     }
 
     fn key_columns(&self, index: &str) -> Option<Vec<String>> {
@@ -555,6 +560,51 @@ impl Destination for MariaDbDestination {
 
     fn cannot_write(&self) -> Option<String> {
         self.cannot.clone()
+    }
+
+    fn activity_label(&self, class: Activity) -> Option<&'static str> {
+        (class == Activity::Log).then_some("redo-log")
+    }
+
+    fn activity_words(&self, class: Activity) -> Option<&'static str> {
+        (class == Activity::Cpu).then_some(
+            "in its statements (on CPU or in its data files: MariaDB does not say which)",
+        )
+    }
+
+    fn advice(&self, class: Activity, _waits: &ServerWaits, _costs: &TableCosts) -> Option<String> {
+        match class {
+            Activity::Log => Some(
+                "InnoDB's redo log is the limit: innodb_flush_log_at_trx_commit = 2 and a larger \
+                 innodb_log_file_size (dynamic from 10.9), and no binary log for the load \
+                 (sql_log_bin = 0); the stage strategy's staging tables take InnoDB's bulk path"
+                    .into(),
+            ),
+            Activity::Lock => Some(
+                "another session holds the tables' locks (an open transaction's metadata lock, \
+                 LOCK TABLES, or rows): SHOW PROCESSLIST names it; or the streams contend on \
+                 one table: fewer --jobs, or load when it is quiet"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+
+    fn table_costs(&self) -> TableCosts {
+        let tables: Vec<(String, String)> = self
+            .tables
+            .iter()
+            .map(|t| (t.table.schema.clone(), t.table.name.clone()))
+            .collect();
+        self.on_own(|rt, c| {
+            let mut costs = TableCosts::default();
+            for (schema, table) in &tables {
+                rt.block_on(crate::catalog::table_costs(c, schema, table, &mut costs))
+                    .map_err(|e| self.db_error(e))?;
+            }
+            Ok(costs)
+        })
+        .unwrap_or_default()
     }
 
     fn name_transactions(&self, prefix: Option<&str>) {

@@ -257,6 +257,51 @@ pub async fn loaded_by(
     Ok(out)
 }
 
+/// How long the rerun's look into a table waits for another session's lock on it (`LOCK
+/// TABLES`, an open transaction's DDL): `lock_wait_timeout` is a year by default.
+pub const LOOK_WAIT: u32 = 10;
+
+/// Whether `schema.name` has a row; `None` when the role may not read it. A lock another
+/// session holds on it past [`LOOK_WAIT`] seconds is an error (the load fails; run it again
+/// once the lock is gone), not a wait without end.
+async fn has_rows(
+    conn: &mut Conn,
+    schema: &str,
+    name: &str,
+) -> Result<Option<bool>, mysql_async::Error> {
+    conn.query_drop(format!(
+        "SET @sluice_lock_wait = @@SESSION.lock_wait_timeout, \
+             SESSION lock_wait_timeout = {LOOK_WAIT}"
+    ))
+    .await?;
+    let found = conn
+        .query_first::<i64, _>(format!(
+            "SELECT EXISTS (SELECT 1 FROM {}.{})",
+            quote_ident(schema),
+            quote_ident(name)
+        ))
+        .await;
+    conn.query_drop("SET SESSION lock_wait_timeout = @sluice_lock_wait")
+        .await?;
+    match found {
+        Ok(n) => Ok(n.map(|n| n != 0)),
+        Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
+            Err(mysql_async::Error::Server(mysql_async::ServerError {
+                message: format!(
+                    "another session has held a lock on {}.{} for {LOOK_WAIT} s (LOCK TABLES, \
+                     or an open transaction's DDL), so whether it still holds the rows an \
+                     earlier job loaded cannot be told: SHOW PROCESSLIST names the session; \
+                     run the same command again once it is done",
+                    quote_ident(schema),
+                    quote_ident(name)
+                ),
+                ..e
+            }))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 /// A relation's state now (`None`: gone): its id and generation (see
 /// `catalog::table_identity`), and whether it has a row.
 pub async fn relation_state(
@@ -281,16 +326,7 @@ pub async fn relation_state(
         Err(crate::catalog::CatalogError::Db(e)) => return Err(e),
         Err(_) => return Ok(None),
     };
-    let has_rows = conn
-        .query_first::<i64, _>(format!(
-            "SELECT EXISTS (SELECT 1 FROM {}.{})",
-            quote_ident(&schema),
-            quote_ident(&name)
-        ))
-        .await
-        .ok()
-        .flatten()
-        .map(|n| n != 0);
+    let has_rows = has_rows(conn, &schema, &name).await?;
     Ok(Some(RelationState {
         name: relation.to_string(),
         generation,

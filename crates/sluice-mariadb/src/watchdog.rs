@@ -6,13 +6,22 @@
 //! stream of the load, it records the index and the key the waiter asked for (InnoDB's
 //! `lock_data`) and ends the waiting statement (`KILL QUERY`), whose error the destination
 //! then reports as the engine's `Conflict`, naming both rows.
+//!
+//! The same connection samples what each stream's session is doing, for the verdict
+//! ([`activity`]): `information_schema.PROCESSLIST`'s command and state, with InnoDB's
+//! transaction state where the login may read it (the `PROCESS` privilege). A `LOAD DATA
+//! LOCAL` waiting for sluice's bytes says `Reading from net`; one storing rows says `Reading
+//! file` (InnoDB: `inserting`). MariaDB shows no wait events by default (its Performance
+//! Schema is off), so a busy statement is one class: on CPU or in its data files, which it
+//! does not tell apart.
 
 use crate::connect::connect;
 use crate::conninfo::ConnInfo;
 use mysql_async::prelude::*;
-use std::collections::HashMap;
+use sluice_core::destination::{Activity, ServerWaits};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// How often the lock waits are read.
@@ -34,6 +43,10 @@ pub struct Conflict {
 pub struct Watched {
     pub streams: Mutex<HashMap<u32, usize>>,
     pub conflicts: Mutex<HashMap<usize, Conflict>>,
+    /// Connections whose stream has no more work: no longer sampled.
+    pub done: Mutex<HashSet<u32>>,
+    /// What the streams' sessions were doing, sample by sample.
+    pub waits: Mutex<ServerWaits>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -48,6 +61,33 @@ impl Watched {
 
     pub fn unregister(&self, id: u32) {
         lock(&self.streams).remove(&id);
+    }
+
+    /// Stream `n` has no more work: its session is no longer sampled.
+    pub fn stream_done(&self, n: usize) {
+        let ids: Vec<u32> = lock(&self.streams)
+            .iter()
+            .filter(|(_, s)| **s == n)
+            .map(|(id, _)| *id)
+            .collect();
+        lock(&self.done).extend(ids);
+    }
+
+    /// The samples so far, most frequent first, taken.
+    pub fn take_waits(&self) -> ServerWaits {
+        let mut waits = std::mem::take(&mut *lock(&self.waits));
+        waits.finish();
+        waits
+    }
+
+    /// The connections to sample now.
+    fn sampled(&self) -> Vec<u32> {
+        let done = lock(&self.done);
+        lock(&self.streams)
+            .keys()
+            .filter(|id| !done.contains(id))
+            .copied()
+            .collect()
     }
 
     /// The conflict declared for stream `n`, taken.
@@ -82,11 +122,13 @@ impl Watch {
         let task = tokio::spawn(async move {
             // A wait seen twice in a row is a conflict: one seen once may be passing.
             let mut seen: HashMap<u64, u64> = HashMap::new();
+            let (started, mut innodb) = (Instant::now(), true);
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(INTERVAL) => {}
                 }
+                sample(&mut conn, &watched, started, &mut innodb).await;
                 let Ok(rows) = conn.query::<WaitRow, _>(LOCK_WAITS).await else {
                     continue;
                 };
@@ -131,6 +173,85 @@ impl Watch {
     }
 }
 
+type SessionRow = (u64, String, String, String, String);
+
+/// One sample of the streams' sessions into the tally. Without the `PROCESS` privilege InnoDB's
+/// transactions are not readable (`innodb` turns false) and the process list alone is read.
+async fn sample(
+    conn: &mut mysql_async::Conn,
+    watched: &Watched,
+    started: Instant,
+    innodb: &mut bool,
+) {
+    let ids = watched.sampled();
+    if ids.is_empty() {
+        return;
+    }
+    let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let query = |with_innodb: bool| match with_innodb {
+        true => format!(
+            "SELECT p.ID, p.COMMAND, COALESCE(p.STATE, ''), COALESCE(t.trx_state, ''), \
+                    COALESCE(t.trx_operation_state, '') \
+             FROM information_schema.PROCESSLIST p \
+             LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID \
+             WHERE p.ID IN ({})",
+            list.join(",")
+        ),
+        false => format!(
+            "SELECT ID, COMMAND, COALESCE(STATE, ''), '', '' \
+             FROM information_schema.PROCESSLIST WHERE ID IN ({})",
+            list.join(",")
+        ),
+    };
+    let rows = match conn.query::<SessionRow, _>(query(*innodb)).await {
+        Ok(rows) => rows,
+        Err(_) if *innodb => {
+            *innodb = false;
+            return;
+        }
+        Err(_) => return,
+    };
+    let mut counts = [0u32; 6];
+    let mut waits = lock(&watched.waits);
+    for (_, command, state, trx, operation) in rows {
+        let (class, name) = activity(&command, &state, &trx, &operation);
+        waits.add(class, &name);
+        if let Some(i) = Activity::ALL.iter().position(|a| *a == class) {
+            counts[i] += 1;
+        }
+    }
+    waits.series.push((started.elapsed().as_secs_f64(), counts));
+}
+
+/// The class of what a session was doing, and its name for it, from the process list's
+/// command and state and InnoDB's transaction state and operation.
+pub fn activity(command: &str, state: &str, trx: &str, operation: &str) -> (Activity, String) {
+    let lock_state = state.starts_with("Waiting for") && state.contains("lock");
+    let commit_state =
+        state.contains("ommit") || operation == "flushing log" || trx == "COMMITTING";
+    match () {
+        _ if command == "Sleep" => (Activity::WaitingForClient, "Sleep".into()),
+        _ if state == "Reading from net" => (Activity::WaitingForClient, state.into()),
+        _ if trx == "LOCK WAIT" => (Activity::Lock, "row lock wait".into()),
+        _ if lock_state => (Activity::Lock, state.into()),
+        _ if commit_state => (Activity::Log, named(state, operation)),
+        _ if command == "Query" && (state == "Reading file" || !operation.is_empty()) => {
+            (Activity::Cpu, named(state, operation))
+        }
+        _ => (Activity::Other, named(state, operation)),
+    }
+}
+
+/// `Reading file (inserting)`, or whichever of the two there is.
+fn named(state: &str, operation: &str) -> String {
+    match (state.is_empty(), operation.is_empty()) {
+        (false, false) => format!("{state} ({operation})"),
+        (true, false) => operation.into(),
+        (false, true) => state.into(),
+        (true, true) => "no state".into(),
+    }
+}
+
 /// InnoDB's `lock_data` (`17`, `17, 3`, `'abc'`) as values; none for the supremum.
 pub fn key_values(data: &str) -> Vec<String> {
     if data.contains("pseudo-record") {
@@ -150,6 +271,33 @@ pub fn key_values(data: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_are_classed_by_what_the_server_shows() {
+        let class = |c, s, t, o| activity(c, s, t, o).0;
+        assert_eq!(
+            class("Query", "Reading from net", "RUNNING", ""),
+            Activity::WaitingForClient
+        );
+        assert_eq!(
+            class("Sleep", "", "RUNNING", ""),
+            Activity::WaitingForClient
+        );
+        assert_eq!(
+            activity("Query", "Reading file", "RUNNING", "inserting"),
+            (Activity::Cpu, "Reading file (inserting)".into())
+        );
+        assert_eq!(
+            class("Query", "Reading file", "LOCK WAIT", "inserting"),
+            Activity::Lock
+        );
+        assert_eq!(
+            class("Query", "Waiting for table metadata lock", "", ""),
+            Activity::Lock
+        );
+        assert_eq!(class("Query", "Commit", "COMMITTING", ""), Activity::Log);
+        assert_eq!(class("Query", "User sleep", "", ""), Activity::Other);
+    }
 
     #[test]
     fn lock_data_becomes_key_values() {

@@ -329,16 +329,8 @@ pub async fn table_costs(
         .await?;
     let mut costs = sluice_core::destination::TableCosts::default();
     for r in rows {
-        let (table, kind, name): (String, String, String) = (r.get(0), r.get(1), r.get(2));
-        let into = match kind.as_str() {
-            "index" => &mut costs.indexes,
-            "trigger" => &mut costs.triggers,
-            _ => &mut costs.checks,
-        };
-        match into.last_mut() {
-            Some((t, names)) if *t == table => names.push(name),
-            _ => into.push((table, vec![name])),
-        }
+        let kind: String = r.get(1);
+        costs.add(&kind, r.get(0), r.get(2));
     }
     Ok(costs)
 }

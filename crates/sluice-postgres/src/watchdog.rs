@@ -156,9 +156,7 @@ impl Watchdog {
         self.stop.notify_one();
         let _ = self.task.await;
         let mut waits = std::mem::take(&mut lock(&self.state).waits);
-        waits
-            .activities
-            .sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        waits.finish();
         waits
     }
 }
@@ -190,15 +188,7 @@ fn tally(
         (_, Some(e)) => e.to_string(),
         (_, None) => state.to_string(),
     };
-    waits.samples += 1;
-    match waits
-        .activities
-        .iter_mut()
-        .find(|(a, n, _)| *a == class && *n == name)
-    {
-        Some(entry) => entry.2 += 1,
-        None => waits.activities.push((class, name, 1)),
-    }
+    waits.add(class, &name);
     class
 }
 

@@ -724,7 +724,10 @@ fn the_json_check_agrees_with_the_servers_json_valid() {
         valid += usize::from(ours == "1");
         assert_eq!(ours, server, "json_valid({v:?})");
     }
-    eprintln!("{valid} valid, {left} left to the server, of {}", values.len());
+    eprintln!(
+        "{valid} valid, {left} left to the server, of {}",
+        values.len()
+    );
     assert!(
         left * 10 < values.len(),
         "{left} of {} left to the server",
@@ -787,6 +790,143 @@ fn near_json(n: usize) -> Vec<String> {
 
 fn hex(v: &[u8]) -> String {
     v.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The verdict of a load `args` into `d`, from its JSON report: (kind, because, next step).
+fn verdict(d: &MDb, args: &[&str]) -> (String, String, String) {
+    let json = d.dir.join("report.json");
+    let mut all = vec!["--report-json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    assert_ok(&d.load(&all, &[], 120));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = &r["verdict"];
+    eprintln!(
+        "{} s, strategy {} steps {} job {}",
+        r["elapsed_seconds"], r["strategy"], r["steps"], r["job"]
+    );
+    assert!(
+        v["figures"]["server_samples"].as_f64().unwrap_or(0.0) >= 5.0,
+        "the server's sessions were sampled: {v}"
+    );
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+    (text("kind"), text("because"), text("next_step"))
+}
+
+/// The verdict on MariaDB names what the server's sessions were doing, from its process list
+/// and InnoDB's transactions: a table with four secondary indexes keeps the server busy in its
+/// statements (which MariaDB does not split into CPU and data files, and the verdict says so),
+/// and the advice names those indexes and nothing the table lacks; a table another session
+/// holds with `LOCK TABLES` makes the load lock-bound, waiting on its metadata lock.
+#[test]
+fn the_verdict_names_what_mariadbs_sessions_were_doing() {
+    let d = mdb("verdict");
+    d.sql(
+        "CREATE TABLE v (a int PRIMARY KEY, b varchar(40), c double, e varchar(40), \
+         KEY kb (b), KEY kc (c), KEY ke (e), KEY kbe (b, e))",
+    );
+    let rows: String = (1..=200_000u64)
+        .map(|i| {
+            format!(
+                "{i}\tn{}\t{}.5\tx{}\n",
+                i * 7919 % 1_000_003,
+                i,
+                i * 104_729 % 999_983
+            )
+        })
+        .collect();
+    let f = d.file("v.txt", rows.as_bytes());
+    let f = f.to_str().unwrap();
+    let load = ["--table", "v", "--format", "text", "--jobs", "2", f];
+    let (kind, because, next) = verdict(&d, &load);
+    assert_eq!(kind, "server-bound", "{because}");
+    assert!(
+        because.contains(
+            "in its statements (on CPU or in its data files: MariaDB does not say which)"
+        ),
+        "{because}"
+    );
+    assert!(
+        next.contains("indexes on v (kb, kbe, kc, ke, PRIMARY)"),
+        "{next}"
+    );
+    assert!(
+        !next.contains("trigger") && !next.contains("check"),
+        "{next}"
+    );
+
+    // Another file (a new job): a rerun of the first would look into the table first.
+    d.sql("TRUNCATE TABLE v");
+    let g = d.file("w.txt", rows.as_bytes());
+    let holder = hold_table_locked(&d, "v", 4);
+    let (kind, because, next) = verdict(
+        &d,
+        &["--table", "v", "--format", "text", g.to_str().unwrap()],
+    );
+    holder.join().unwrap();
+    assert_eq!(kind, "lock-bound", "{because}");
+    assert!(
+        because.contains("Waiting for table metadata lock"),
+        "{because}"
+    );
+    assert!(next.contains("SHOW PROCESSLIST names it"), "{next}");
+    assert_eq!(d.count("v"), 200_000);
+}
+
+/// Another session holds `table` with `LOCK TABLES ... WRITE` for `seconds`, from when this
+/// returns; the thread ends when it lets go.
+fn hold_table_locked(d: &MDb, table: &str, seconds: u32) -> std::thread::JoinHandle<()> {
+    let sql = format!(
+        "USE {}; LOCK TABLES {table} WRITE; SELECT SLEEP({seconds}); UNLOCK TABLES",
+        d.name
+    );
+    let holder = std::thread::spawn(move || {
+        common::mariadb::maria().cluster.root_sql(&sql).unwrap();
+    });
+    let held = "information_schema.PROCESSLIST WHERE STATE = 'User sleep'";
+    let since = std::time::Instant::now();
+    while d.count(held) == 0 {
+        assert!(
+            since.elapsed().as_secs() < 30,
+            "the lock's holder did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    holder
+}
+
+/// A rerun looks into a table an earlier job loaded, to see whether its rows are still there
+/// (here: truncated since). Another session holding the table locked makes that look wait at
+/// most 10 s, then the load fails (exit 5) saying so and what to do; once the lock is gone the
+/// same command loads the file again.
+#[test]
+fn a_rerun_does_not_wait_without_end_on_a_table_another_session_holds() {
+    let d = mdb("rerun_locked");
+    d.sql("CREATE TABLE v (a int PRIMARY KEY)");
+    let rows: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+    let f = d.file("v.txt", rows.as_bytes());
+    let f = f.to_str().unwrap();
+    let load = ["--table", "v", "--format", "text", f];
+    assert_ok(&d.load(&load, &[], 60));
+    d.sql("TRUNCATE TABLE v");
+    let holder = hold_table_locked(&d, "v", 14);
+    let since = std::time::Instant::now();
+    let o = d.load(&load, &[], 60);
+    let waited = since.elapsed().as_secs_f64();
+    assert_eq!(o.status.code(), Some(5), "{}", printed(&o));
+    assert_has(
+        &stderr(&o),
+        &[
+            "another session has held a lock on `",
+            "for 10 s",
+            "SHOW PROCESSLIST",
+            "run the same command again",
+        ],
+    );
+    assert!(waited < 13.0, "the look waited {waited} s");
+    holder.join().unwrap();
+    assert_ok(&d.load(&load, &[], 60));
+    assert_eq!(d.count("v"), 1000);
 }
 
 /// `sluice ddl tpch --create` against a MariaDB target makes MariaDB's tables: plain with keys,
