@@ -511,7 +511,11 @@ impl Destination for MariaDbDestination {
     fn watch(&self, _streams: usize) -> Result<(), DestinationError> {
         let w = self
             .rt
-            .block_on(Watch::start(&self.info, self.watched.clone()))
+            .block_on(Watch::start(
+                &self.info,
+                self.watched.clone(),
+                self.warn.clone(),
+            ))
             .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
         *lock(&self.watch) = Some(w);
         Ok(())

@@ -116,6 +116,7 @@ impl Watch {
     pub async fn start(
         info: &ConnInfo,
         watched: Arc<Watched>,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
     ) -> Result<Watch, crate::connect::ConnectError> {
         let mut conn = connect(info).await?;
         let (stop, mut stopped) = watch::channel(false);
@@ -123,12 +124,16 @@ impl Watch {
             // A wait seen twice in a row is a conflict: one seen once may be passing.
             let mut seen: HashMap<u64, u64> = HashMap::new();
             let (started, mut innodb) = (Instant::now(), true);
+            let mut locked = LockedSince::default();
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(INTERVAL) => {}
                 }
-                sample(&mut conn, &watched, started, &mut innodb).await;
+                let sessions = sample(&mut conn, &watched, started, &mut innodb).await;
+                if let Some(report) = locked.seen(&sessions, &watched) {
+                    warn(report);
+                }
                 let Ok(rows) = conn.query::<WaitRow, _>(LOCK_WAITS).await else {
                     continue;
                 };
@@ -173,19 +178,56 @@ impl Watch {
     }
 }
 
+/// How long a stream waits on a lock another session holds before the watch says so.
+const EXTERNAL_REPORT: Duration = Duration::from_secs(10);
+
+/// Since when each stream's session has waited on a lock, and whether that was reported. A
+/// sibling's lock is ended within two samples (a conflict); one that lasts is another
+/// session's.
+#[derive(Default)]
+struct LockedSince(HashMap<u32, (Instant, bool)>);
+
+impl LockedSince {
+    /// Notes this sample's sessions; the report of a wait that just passed the bound.
+    fn seen(&mut self, sessions: &[(u32, Activity, String)], watched: &Watched) -> Option<String> {
+        self.0.retain(|id, _| {
+            sessions
+                .iter()
+                .any(|(s, a, _)| s == id && *a == Activity::Lock)
+        });
+        let mut report = None;
+        for (id, _, name) in sessions.iter().filter(|(_, a, _)| *a == Activity::Lock) {
+            let (since, reported) = self.0.entry(*id).or_insert((Instant::now(), false));
+            if *reported || since.elapsed() < EXTERNAL_REPORT {
+                continue;
+            }
+            *reported = true;
+            let stream = lock(&watched.streams).get(id).map_or(0, |n| n + 1);
+            report = Some(format!(
+                "stream {stream} has waited {} s on a lock another session holds ({name}); \
+                 sluice keeps waiting: SHOW PROCESSLIST names the session (LOCK TABLES, or an \
+                 open transaction on the table); end it, or stop sluice: nothing is committed",
+                since.elapsed().as_secs()
+            ));
+        }
+        report
+    }
+}
+
 type SessionRow = (u64, String, String, String, String);
 
-/// One sample of the streams' sessions into the tally. Without the `PROCESS` privilege InnoDB's
-/// transactions are not readable (`innodb` turns false) and the process list alone is read.
+/// One sample of the streams' sessions into the tally; each session's class and name.
+/// Without the `PROCESS` privilege InnoDB's transactions are not readable (`innodb` turns
+/// false) and the process list alone is read.
 async fn sample(
     conn: &mut mysql_async::Conn,
     watched: &Watched,
     started: Instant,
     innodb: &mut bool,
-) {
+) -> Vec<(u32, Activity, String)> {
     let ids = watched.sampled();
     if ids.is_empty() {
-        return;
+        return Vec::new();
     }
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
     let query = |with_innodb: bool| match with_innodb {
@@ -205,22 +247,24 @@ async fn sample(
     };
     let rows = match conn.query::<SessionRow, _>(query(*innodb)).await {
         Ok(rows) => rows,
-        Err(_) if *innodb => {
+        Err(_) => {
             *innodb = false;
-            return;
+            return Vec::new();
         }
-        Err(_) => return,
     };
     let mut counts = [0u32; 6];
     let mut waits = lock(&watched.waits);
-    for (_, command, state, trx, operation) in rows {
+    let mut sessions = Vec::new();
+    for (id, command, state, trx, operation) in rows {
         let (class, name) = activity(&command, &state, &trx, &operation);
         waits.add(class, &name);
         if let Some(i) = Activity::ALL.iter().position(|a| *a == class) {
             counts[i] += 1;
         }
+        sessions.push((id as u32, class, name));
     }
     waits.series.push((started.elapsed().as_secs_f64(), counts));
+    sessions
 }
 
 /// The class of what a session was doing, and its name for it, from the process list's

@@ -895,6 +895,30 @@ fn hold_table_locked(d: &MDb, table: &str, seconds: u32) -> std::thread::JoinHan
     holder
 }
 
+/// A stream waiting on a lock another session holds is watched, not left silent: after 10 s
+/// sluice says which wait it is and what to do, keeps waiting (`-q` does not hide it), and
+/// loads once the lock is gone.
+#[test]
+fn a_stream_waiting_on_another_sessions_lock_is_reported_and_loads_after() {
+    let d = mdb("stream_locked");
+    d.sql("CREATE TABLE v (a int PRIMARY KEY)");
+    let rows: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+    let f = d.file("v.txt", rows.as_bytes());
+    let holder = hold_table_locked(&d, "v", 12);
+    let o = load_text(&d, "v", &f);
+    holder.join().unwrap();
+    assert_ok(&o);
+    assert_has(
+        &stderr(&o),
+        &[
+            "stream 1 has waited 1",
+            "on a lock another session holds (Waiting for table metadata lock)",
+            "SHOW PROCESSLIST names the session",
+        ],
+    );
+    assert_eq!(d.count("v"), 1000);
+}
+
 /// A rerun looks into a table an earlier job loaded, to see whether its rows are still there
 /// (here: truncated since). Another session holding the table locked makes that look wait at
 /// most 10 s, then the load fails (exit 5) saying so and what to do; once the lock is gone the
