@@ -167,8 +167,15 @@ async fn columns(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<Colum
             (schema, table),
         )
         .await?;
-    let timestamps = timestamp_rule(conn).await?;
-    let json = json_checked(conn, schema, table).await;
+    let has = |t: &str| rows.iter().any(|r| r.1.eq_ignore_ascii_case(t));
+    let timestamps = match has("timestamp") {
+        true => timestamp_rule(conn).await?,
+        false => TimestampRule::unknown(),
+    };
+    let json = match has("longtext") {
+        true => json_checked(conn, schema, table).await,
+        false => Vec::new(),
+    };
     Ok(rows
         .into_iter()
         .filter(|r| {

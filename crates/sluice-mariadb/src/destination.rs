@@ -6,12 +6,12 @@
 //! free of async code and of `mysql_async`. It keeps one connection of its own for the catalog
 //! and the ledger (it holds the running job's named lock), and each stream opens its own.
 //!
-//! What it answers about itself ([`Capabilities`]) is what it does today: staging with one
-//! exchange per partition (`staging.rs`, `stage.rs`), prepared transactions through XA (`xa.rs`: each stream begins as a
-//! branch named for the load, is prepared, and is committed on its own connection once the
-//! ledger holds the decision). The watch (`watchdog.rs`) ends a stream's wait on a sibling's
-//! key and names the key, and samples what the streams' sessions do, which the verdict words
-//! in MariaDB's terms (`activity_label`, `activity_words`, `advice`, `table_costs`).
+//! What it answers about itself ([`Capabilities`]) is what it does today: staging with one exchange
+//! per partition (`staging.rs`, `stage.rs`), prepared transactions through XA (`xa.rs`: each stream
+//! begins as a branch named for the load, is prepared, and is committed on its own connection once
+//! the ledger holds the decision). The watch (`watchdog.rs`) ends a stream's wait on a sibling's
+//! key and names the key, and samples what the streams' sessions do, which the verdict words in
+//! MariaDB's terms (`activity_label`, `activity_words`, `advice`, `table_costs`).
 
 use crate::catalog::{describe_table, quote_ident, CatalogError, Table};
 use crate::condition;
@@ -213,6 +213,14 @@ impl MariaDbDestination {
         if !held.contains(&job) {
             held.push(job);
         }
+    }
+
+    /// The load's tables as (database, name).
+    fn table_names(&self) -> Vec<(String, String)> {
+        self.tables
+            .iter()
+            .map(|t| (t.table.schema.clone(), t.table.name.clone()))
+            .collect()
     }
 
     /// Runs `f` on the load's own connection.
@@ -533,11 +541,7 @@ impl Destination for MariaDbDestination {
     }
 
     fn key_columns(&self, index: &str) -> Option<Vec<String>> {
-        let tables: Vec<(String, String)> = self
-            .tables
-            .iter()
-            .map(|t| (t.table.schema.clone(), t.table.name.clone()))
-            .collect();
+        let tables = self.table_names();
         self.on_own(|rt, c| {
             for (schema, table) in &tables {
                 let cols: Vec<String> = rt
@@ -580,8 +584,9 @@ impl Destination for MariaDbDestination {
         match class {
             Activity::Log => Some(
                 "InnoDB's redo log is the limit: innodb_flush_log_at_trx_commit = 2 and a larger \
-                 innodb_log_file_size (dynamic from 10.9), and no binary log for the load \
-                 (sql_log_bin = 0); the stage strategy's staging tables take InnoDB's bulk path"
+                 innodb_log_file_size (dynamic from 10.9), and where the binary log is on \
+                 (log_bin), a server without it for the load; the stage strategy's staging \
+                 tables take InnoDB's bulk path"
                     .into(),
             ),
             Activity::Lock => Some(
@@ -595,11 +600,7 @@ impl Destination for MariaDbDestination {
     }
 
     fn table_costs(&self) -> TableCosts {
-        let tables: Vec<(String, String)> = self
-            .tables
-            .iter()
-            .map(|t| (t.table.schema.clone(), t.table.name.clone()))
-            .collect();
+        let tables = self.table_names();
         self.on_own(|rt, c| {
             let mut costs = TableCosts::default();
             for (schema, table) in &tables {

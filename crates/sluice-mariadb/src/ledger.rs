@@ -263,37 +263,29 @@ pub const LOOK_WAIT: u32 = 10;
 
 /// Whether `schema.name` has a row; `None` when the role may not read it. A lock another
 /// session holds on it past [`LOOK_WAIT`] seconds is an error (the load fails; run it again
-/// once the lock is gone), not a wait without end.
+/// once the lock is gone), not a wait without end. MySQL, which has no `SET STATEMENT`, looks
+/// without the bound.
 async fn has_rows(
     conn: &mut Conn,
     schema: &str,
     name: &str,
 ) -> Result<Option<bool>, mysql_async::Error> {
-    conn.query_drop(format!(
-        "SET @sluice_lock_wait = @@SESSION.lock_wait_timeout, \
-             SESSION lock_wait_timeout = {LOOK_WAIT}"
-    ))
-    .await?;
-    let found = conn
-        .query_first::<i64, _>(format!(
-            "SELECT EXISTS (SELECT 1 FROM {}.{})",
-            quote_ident(schema),
-            quote_ident(name)
-        ))
-        .await;
-    conn.query_drop("SET SESSION lock_wait_timeout = @sluice_lock_wait")
-        .await?;
+    let table = format!("{}.{}", quote_ident(schema), quote_ident(name));
+    let look = format!("SELECT EXISTS (SELECT 1 FROM {table})");
+    let bounded = format!("SET STATEMENT lock_wait_timeout = {LOOK_WAIT} FOR {look}");
+    let found = match conn.query_first::<i64, _>(bounded).await {
+        Err(mysql_async::Error::Server(e)) if e.code == 1064 => conn.query_first(look).await,
+        other => other,
+    };
     match found {
         Ok(n) => Ok(n.map(|n| n != 0)),
         Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
             Err(mysql_async::Error::Server(mysql_async::ServerError {
                 message: format!(
-                    "another session has held a lock on {}.{} for {LOOK_WAIT} s (LOCK TABLES, \
-                     or an open transaction's DDL), so whether it still holds the rows an \
-                     earlier job loaded cannot be told: SHOW PROCESSLIST names the session; \
-                     run the same command again once it is done",
-                    quote_ident(schema),
-                    quote_ident(name)
+                    "another session has held a lock on {table} for {LOOK_WAIT} s (LOCK TABLES \
+                     ... WRITE, or DDL running or waiting on the table), so whether it still \
+                     holds the rows an earlier job loaded cannot be told: SHOW PROCESSLIST names \
+                     the session; run the same command again once it is done"
                 ),
                 ..e
             }))

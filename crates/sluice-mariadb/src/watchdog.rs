@@ -130,9 +130,11 @@ impl Watch {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(INTERVAL) => {}
                 }
-                let sessions = sample(&mut conn, &watched, started, &mut innodb).await;
-                if let Some(report) = locked.seen(&sessions, &watched) {
-                    warn(report);
+                if let Some(sessions) = sample(&mut conn, &watched, started, &mut innodb).await {
+                    locked
+                        .seen(&sessions, &watched)
+                        .into_iter()
+                        .for_each(|r| warn(r));
                 }
                 let Ok(rows) = conn.query::<WaitRow, _>(LOCK_WAITS).await else {
                     continue;
@@ -188,14 +190,14 @@ const EXTERNAL_REPORT: Duration = Duration::from_secs(10);
 struct LockedSince(HashMap<u32, (Instant, bool)>);
 
 impl LockedSince {
-    /// Notes this sample's sessions; the report of a wait that just passed the bound.
-    fn seen(&mut self, sessions: &[(u32, Activity, String)], watched: &Watched) -> Option<String> {
+    /// Notes this sample's sessions; the reports of the waits that just passed the bound.
+    fn seen(&mut self, sessions: &[(u32, Activity, String)], watched: &Watched) -> Vec<String> {
         self.0.retain(|id, _| {
             sessions
                 .iter()
                 .any(|(s, a, _)| s == id && *a == Activity::Lock)
         });
-        let mut report = None;
+        let mut reports = Vec::new();
         for (id, _, name) in sessions.iter().filter(|(_, a, _)| *a == Activity::Lock) {
             let (since, reported) = self.0.entry(*id).or_insert((Instant::now(), false));
             if *reported || since.elapsed() < EXTERNAL_REPORT {
@@ -203,31 +205,45 @@ impl LockedSince {
             }
             *reported = true;
             let stream = lock(&watched.streams).get(id).map_or(0, |n| n + 1);
-            report = Some(format!(
-                "stream {stream} has waited {} s on a lock another session holds ({name}); \
-                 sluice keeps waiting: SHOW PROCESSLIST names the session (LOCK TABLES, or an \
-                 open transaction on the table); end it, or stop sluice: nothing is committed",
-                since.elapsed().as_secs()
-            ));
+            reports.push(long_wait(stream, since.elapsed().as_secs(), name));
         }
-        report
+        reports
     }
 }
 
+/// What a stream's long wait on another session's lock is, and what comes of it.
+fn long_wait(stream: usize, seconds: u64, name: &str) -> String {
+    let next = match name == ROW_LOCK {
+        true => {
+            "InnoDB gives up after innodb_lock_wait_timeout (50 s by default) and the load \
+                 then fails, nothing committed"
+        }
+        false => "sluice keeps waiting",
+    };
+    format!(
+        "stream {stream} has waited {seconds} s on a lock another session holds ({name}); \
+         {next}: SHOW PROCESSLIST names the session (LOCK TABLES, or a transaction or DDL on \
+         the table); end it, or stop sluice: nothing is committed until every stream is in"
+    )
+}
+
+/// The name a row lock wait (InnoDB's `LOCK WAIT`) is sampled under.
+const ROW_LOCK: &str = "row lock wait";
+
 type SessionRow = (u64, String, String, String, String);
 
-/// One sample of the streams' sessions into the tally; each session's class and name.
-/// Without the `PROCESS` privilege InnoDB's transactions are not readable (`innodb` turns
-/// false) and the process list alone is read.
+/// One sample of the streams' sessions into the tally; each session's class and name, `None`
+/// when the sample failed. Without the `PROCESS` privilege InnoDB's transactions are not
+/// readable (`innodb` turns false) and the process list alone is read.
 async fn sample(
     conn: &mut mysql_async::Conn,
     watched: &Watched,
     started: Instant,
     innodb: &mut bool,
-) -> Vec<(u32, Activity, String)> {
+) -> Option<Vec<(u32, Activity, String)>> {
     let ids = watched.sampled();
     if ids.is_empty() {
-        return Vec::new();
+        return Some(Vec::new());
     }
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
     let query = |with_innodb: bool| match with_innodb {
@@ -247,12 +263,13 @@ async fn sample(
     };
     let rows = match conn.query::<SessionRow, _>(query(*innodb)).await {
         Ok(rows) => rows,
-        Err(_) => {
+        Err(mysql_async::Error::Server(e)) if e.code == 1227 => {
             *innodb = false;
-            return Vec::new();
+            return None;
         }
+        Err(_) => return None,
     };
-    let mut counts = [0u32; 6];
+    let mut counts = [0u32; Activity::ALL.len()];
     let mut waits = lock(&watched.waits);
     let mut sessions = Vec::new();
     for (id, command, state, trx, operation) in rows {
@@ -264,20 +281,24 @@ async fn sample(
         sessions.push((id as u32, class, name));
     }
     waits.series.push((started.elapsed().as_secs_f64(), counts));
-    sessions
+    Some(sessions)
 }
 
 /// The class of what a session was doing, and its name for it, from the process list's
 /// command and state and InnoDB's transaction state and operation.
 pub fn activity(command: &str, state: &str, trx: &str, operation: &str) -> (Activity, String) {
     let lock_state = state.starts_with("Waiting for") && state.contains("lock");
-    let commit_state =
-        state.contains("ommit") || operation == "flushing log" || trx == "COMMITTING";
+    let commit_state = state == "Commit"
+        || state == "Commit implicit"
+        || state.starts_with("Waiting for prior transaction")
+        || operation == "flushing log"
+        || trx == "COMMITTING";
     match () {
         _ if command == "Sleep" => (Activity::WaitingForClient, "Sleep".into()),
         _ if state == "Reading from net" => (Activity::WaitingForClient, state.into()),
-        _ if trx == "LOCK WAIT" => (Activity::Lock, "row lock wait".into()),
+        _ if trx == "LOCK WAIT" => (Activity::Lock, ROW_LOCK.into()),
         _ if lock_state => (Activity::Lock, state.into()),
+        _ if trx == "ROLLING BACK" => (Activity::Other, "rolling back".into()),
         _ if commit_state => (Activity::Log, named(state, operation)),
         _ if command == "Query" && (state == "Reading file" || !operation.is_empty()) => {
             (Activity::Cpu, named(state, operation))
@@ -341,6 +362,12 @@ mod tests {
         );
         assert_eq!(class("Query", "Commit", "COMMITTING", ""), Activity::Log);
         assert_eq!(class("Query", "User sleep", "", ""), Activity::Other);
+        assert_eq!(
+            class("Query", "Reading file", "ROLLING BACK", "rollback"),
+            Activity::Other
+        );
+        assert!(long_wait(2, 11, ROW_LOCK).contains("innodb_lock_wait_timeout"));
+        assert!(long_wait(1, 10, "Waiting for table metadata lock").contains("keeps waiting"));
     }
 
     #[test]

@@ -82,15 +82,16 @@ impl TimestampRule {
     }
 
     /// The rule for a server `version` whose session has `time_zone` (`SYSTEM`, `+05:30`, a
-    /// name) and `system_time_zone` (the zone `SYSTEM` stands for, as an abbreviation).
+    /// name) and `system_time_zone` (the zone `SYSTEM` stands for, as an abbreviation). An
+    /// abbreviation says nothing certain (`GMT` is also Africa/Monrovia's name, which was not
+    /// UTC in 1970; `TZ=UTC+5` is called `UTC`), so `SYSTEM` is a zone with rules.
     pub fn of(version: &str, time_zone: &str, system_zone: &str) -> TimestampRule {
-        let fixed = |name: &str| match name {
-            "UTC" | "GMT" | "Etc/UTC" | "Universal" => Some(0),
-            _ => offset_seconds(name),
-        };
         let (zone, offset) = match time_zone.eq_ignore_ascii_case("SYSTEM") {
-            true => (format!("SYSTEM ({system_zone})"), fixed(system_zone)),
-            false => (time_zone.to_string(), fixed(time_zone)),
+            true => (format!("SYSTEM ({system_zone})"), None),
+            false => match time_zone {
+                "UTC" | "Etc/UTC" | "Universal" => (time_zone.to_string(), Some(0)),
+                _ => (time_zone.to_string(), offset_seconds(time_zone)),
+            },
         };
         TimestampRule {
             zone,
@@ -266,8 +267,16 @@ mod tests {
     #[test]
     fn timestamp_rules_follow_the_session_zone_and_the_version() {
         let r = TimestampRule::of("10.11.19-MariaDB-0+deb12u1", "SYSTEM", "UTC");
-        assert_eq!((r.offset, r.max), (Some(0), i64::from(i32::MAX)));
+        assert_eq!((r.offset, r.max), (None, i64::from(i32::MAX)));
         assert_eq!(r.zone, "SYSTEM (UTC)");
+        assert_eq!(
+            TimestampRule::of("10.11.2-MariaDB", "UTC", "CET").offset,
+            Some(0)
+        );
+        assert_eq!(
+            TimestampRule::of("10.11.2-MariaDB", "+00:00", "CET").offset,
+            Some(0)
+        );
         assert_eq!(
             TimestampRule::of("10.11.2-MariaDB", "+05:30", "CET").offset,
             Some(19800)

@@ -9,11 +9,11 @@
 //!
 //! A value of a type sluice checks (integers, `DECIMAL(p,s)`, `DATE`, `DATETIME`, `TIMESTAMP`,
 //! `CHAR`/`VARCHAR` in utf8mb4, `ENUM`/`SET`, `YEAR`, `FLOAT`/`DOUBLE`, `TIME`, `BIT`, `JSON`) is
-//! refused here with the message the PostgreSQL destination gives for the same fault, or
-//! written in its canonical form (an integer's digits, a decimal rounded half away from zero to its scale as
-//! MariaDB rounds, so the server has nothing to round and no note to raise). A spelling sluice
-//! does not parse (`20240101`, ` 12`, `1e3`) is declined, never decided: it goes to the server
-//! as written, whose conversion the warning trap watches.
+//! refused here with the message the PostgreSQL destination gives for the same fault, or written in
+//! its canonical form (an integer's digits, a decimal rounded half away from zero to its scale as
+//! MariaDB rounds, so the server has nothing to round and no note to raise). A spelling sluice does
+//! not parse (`20240101`, ` 12`, `1e3`) is declined, never decided: it goes to the server as
+//! written, whose conversion the warning trap watches.
 
 use super::column::{Column, ColumnType};
 use super::json;

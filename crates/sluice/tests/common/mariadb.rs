@@ -40,6 +40,8 @@ pub fn maria() -> &'static Maria {
                 _ => {}
             }
         }
+        // A fixed zone, so that a TIMESTAMP's range is exact whatever the machine's zone.
+        settings.push(("default_time_zone".into(), "+00:00".into()));
         let port = cluster.start(&settings).expect("start the test server");
         // SAFETY: registering a plain extern "C" function with no captured state.
         unsafe {
