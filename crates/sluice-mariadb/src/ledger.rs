@@ -258,7 +258,7 @@ pub async fn loaded_by(
 }
 
 /// How long the rerun's look into a table waits for another session's lock on it (`LOCK
-/// TABLES`, an open transaction's DDL): `lock_wait_timeout` is a year by default.
+/// TABLES ... WRITE`, DDL running or waiting on it): `lock_wait_timeout` is a year by default.
 pub const LOOK_WAIT: u32 = 10;
 
 /// Whether `schema.name` has a row; `None` when the role may not read it. A lock another
