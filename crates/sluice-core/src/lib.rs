@@ -26,6 +26,7 @@ pub mod dialect;
 pub mod error;
 pub mod ledger;
 pub mod primitives;
+pub mod probe;
 pub mod records;
 pub mod swar;
 pub mod tokens;

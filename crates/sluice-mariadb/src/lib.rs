@@ -13,12 +13,13 @@
 //! - [`types`]: MariaDB's type rules on the client, and the canonical stream's encoding;
 //! - [`condition`]: error codes to the engine's error kinds;
 //! - [`ledger`]: the resume ledger's tables in the server (`sluice jobs`);
+//! - [`probe`]: `sluice probe`'s round trip, upload and store rates;
 //! - [`watchdog`]: spotting two streams of one load waiting on each other, and sampling what
 //!   the streams' sessions do for the verdict;
 //! - [`xa`]: the streams' two-phase commit, as XA branches named for the load and database;
 //! - [`cluster`]: a private MariaDB server in a directory, for tests.
 //!
-//! Not here yet (the README's "not on MariaDB yet"): `probe`, and jobs of several workers.
+//! Not here yet (the README's "not on MariaDB yet"): jobs of several workers.
 
 pub mod admin;
 pub mod catalog;
@@ -28,6 +29,7 @@ pub mod connect;
 pub mod conninfo;
 pub mod destination;
 pub mod ledger;
+pub mod probe;
 pub mod readers;
 pub mod stage;
 mod staging;

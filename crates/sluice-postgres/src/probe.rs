@@ -37,25 +37,8 @@ use tokio::sync::Barrier;
 /// An error the server or the connection returned.
 pub type DbError = tokio_postgres::Error;
 
-/// How much went through, and in how long.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Rate {
-    pub bytes: u64,
-    pub rows: u64,
-    pub seconds: f64,
-    /// Whether the measurement ended on its byte budget, before its time.
-    pub spent: bool,
-}
-
-impl Rate {
-    pub fn mb_per_s(&self) -> f64 {
-        if self.seconds > 0.0 {
-            self.bytes as f64 / 1e6 / self.seconds
-        } else {
-            0.0
-        }
-    }
-}
+pub use sluice_core::probe::Rate;
+use sluice_core::probe::{text_row, Meter, COLUMNS};
 
 /// What a measurement sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,28 +64,6 @@ const GENERATED: &str = "SELECT g, g * 7 % 200000, (g % 50 + 1)::numeric, \
 
 /// Rows one generated insert makes.
 const GENERATED_BATCH: i64 = 20_000;
-
-/// The probe table's columns: a TPC-H lineitem's mix of keys, money, dates and text.
-const COLUMNS: &str = "k bigint, p bigint, q numeric(15,2), price numeric(15,2), d date, \
-                       flag char(1), comment varchar(44)";
-
-/// One row of the probe's data in text form, `i` making it differ from its neighbours.
-fn text_row(i: u64, out: &mut Vec<u8>) {
-    use std::io::Write;
-    let _ = writeln!(
-        out,
-        "{}\t{}\t{}.00\t{}.{:02}\t199{}-0{}-1{}\t{}\tcarefully final deposits detect slyly agai",
-        i,
-        i * 7 % 200_000,
-        i % 50 + 1,
-        900 + i % 100_000,
-        i % 100,
-        2 + i % 7,
-        1 + i % 9,
-        i % 10,
-        ["N", "A", "R"][(i % 3) as usize],
-    );
-}
 
 /// The same row as a binary COPY tuple.
 fn binary_row(i: u64, text: &mut Vec<u8>, scratch: &mut Vec<u8>, out: &mut Vec<u8>) {
@@ -234,51 +195,6 @@ impl Probe {
 /// How long past its own time a measurement may take (connecting, creating its table,
 /// finishing) before it is given up.
 pub const MEASURE_SLACK: Duration = Duration::from_secs(30);
-
-/// A measurement's clock, from the barrier: it runs for its time, and its rate counts from the
-/// end of the first third, the warm-up (TCP's slow start, the socket buffer filling, the
-/// server's caches).
-struct Meter {
-    start: Instant,
-    warm: Instant,
-    deadline: Instant,
-    /// When the warm-up ended, and the bytes and rows by then.
-    mark: Option<(Instant, u64, u64)>,
-}
-
-impl Meter {
-    fn start(seconds: f64) -> Meter {
-        let start = Instant::now();
-        Meter {
-            start,
-            warm: start + Duration::from_secs_f64(seconds / 3.0),
-            deadline: start + Duration::from_secs_f64(seconds),
-            mark: None,
-        }
-    }
-
-    fn running(&self) -> bool {
-        Instant::now() < self.deadline
-    }
-
-    /// Notes the totals so far, the first time the warm-up is over.
-    fn tick(&mut self, bytes: u64, rows: u64) {
-        if self.mark.is_none() && Instant::now() >= self.warm {
-            self.mark = Some((Instant::now(), bytes, rows));
-        }
-    }
-
-    /// What went through since the warm-up, given the totals at the end.
-    fn rate(&self, bytes: u64, rows: u64) -> Rate {
-        let (from, bytes_before, rows_before) = self.mark.unwrap_or((self.start, 0, 0));
-        Rate {
-            bytes: bytes - bytes_before,
-            rows: rows - rows_before,
-            seconds: from.elapsed().as_secs_f64(),
-            spent: false,
-        }
-    }
-}
 
 /// Inserts the server's own rows in batches for `seconds` from the barrier, each row counted
 /// as `tuple` bytes.

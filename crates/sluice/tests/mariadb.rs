@@ -363,15 +363,25 @@ fn my_cnf_client_section_gives_user_password_and_port() {
 #[test]
 fn commands_not_on_mariadb_yet_say_so() {
     let d = mdb("notyet");
-    let o = sluice_cmd()
-        .args(["probe", "--target", &d.url])
-        .output()
-        .unwrap();
+    d.sql("CREATE TABLE t (i int NOT NULL)");
+    let f = d.file("t.txt", b"1\n");
+    let file = f.to_str().unwrap();
+    let o = d.load(
+        &[
+            "--table",
+            "t",
+            "--format",
+            "text",
+            "--socket-buffer",
+            "4M",
+            file,
+        ],
+        &[],
+        60,
+    );
     assert_eq!(o.status.code(), Some(2), "{}", printed(&o));
     assert!(stderr(&o).contains("not on MariaDB yet"), "{}", printed(&o));
     assert!(!printed(&o).contains(d.password()), "{}", printed(&o));
-    d.sql("CREATE TABLE t (i int NOT NULL)");
-    let f = d.file("t.txt", b"1\n");
     let o = d.load(
         &[
             "--table",
@@ -394,6 +404,66 @@ fn commands_not_on_mariadb_yet_say_so() {
         ],
     );
     assert_eq!(d.count("t"), 0);
+}
+
+/// `sluice probe` against MariaDB measures the round trip, the upload and the store rate on
+/// each stream count, and this machine's parsing of a file (a dry run into the target's
+/// table), recommends `--jobs`, and leaves nothing behind (its tables are temporary, its rows
+/// rolled back); the password is never printed.
+#[test]
+fn probe_measures_a_mariadb_server_and_leaves_nothing() {
+    let d = mdb("probe");
+    d.sql("CREATE TABLE p (a int, b varchar(10))");
+    let rows: String = (0..20_000).map(|i| format!("{i},x{i}\n")).collect();
+    let f = d.file("p.csv", rows.as_bytes());
+    let tables = || d.count("information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()");
+    let before = tables();
+    let o = sluice_cmd()
+        .args([
+            "probe",
+            "--target",
+            &d.url,
+            "--jobs",
+            "1,2",
+            "--seconds",
+            "0.6",
+        ])
+        .args(["--json", "--table", "p", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert!(!printed(&o).contains(d.password()), "{}", printed(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["round_trip_ms"].as_f64().unwrap() > 0.0, "{r}");
+    for s in r["streams"].as_array().unwrap() {
+        assert!(s["upload_mb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(s["store_text_mb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(r["parse_mb_per_cpu_second"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["recommended_jobs"].as_u64().unwrap() >= 1, "{r}");
+    assert_eq!((tables(), d.count("p")), (before, 0));
+    let o = sluice_cmd()
+        .args([
+            "probe",
+            "--target",
+            &d.url,
+            "--jobs",
+            "1",
+            "--seconds",
+            "0.3",
+        ])
+        .arg("--upload-only")
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert_has(
+        &String::from_utf8_lossy(&o.stdout),
+        &[
+            "round trip:",
+            "expected bottleneck: the upload path",
+            "recommended: --jobs 1",
+        ],
+    );
 }
 
 /// `XA RECOVER` lists the whole server's prepared transactions, and two databases number their

@@ -21,6 +21,7 @@ use std::time::Duration;
   sluice probe                          # the private cluster
   sluice probe -t \"$URL\" --jobs 1,2,4,8
   sluice probe -t \"$URL\" lineitem.1.tbl   # and this machine's parse rate
+  sluice probe -t mariadb://user@host/db  # MariaDB: round trip, upload, store
 
 It measures the round trip and, for each stream count: upload (COPY into a
 sink that stores nothing: the network and the server's COPY input), and
@@ -31,6 +32,11 @@ buffer limits, the --socket-buffer and the streams that cover it. Across a
 long round trip each measurement lasts at least 30 round trips. With files,
 it also dry-runs the first 32 MB of each plain one to measure this machine's
 parsing per CPU-second.
+
+Against MariaDB (--target mariadb://...): upload is LOAD DATA LOCAL into a
+temporary table that keeps a byte per row, store is into a temporary InnoDB
+table (no redo log: an upper bound), rolled back; the recommendation is
+--jobs (sluice leaves socket buffers to the kernel there).
 
 Exit codes: 0 measured, 2 usage, 4 cannot connect, 5 server failure.")]
 pub struct ProbeArgs {
@@ -117,6 +123,9 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     for f in &args.files {
         sluice_engine::plan::check_input(f)?;
     }
+    if let Some(url) = target::mariadb_target(args.target.as_deref()) {
+        return run_mariadb(&args, &url);
+    }
     let resolved = target::resolve(args.target.as_deref(), args.pg_dir.clone(), args.json)
         .map_err(|e| match e.downcast_ref::<target::BadTarget>() {
             Some(_) => Failure::Usage(format!("{e:#}")),
@@ -162,7 +171,10 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     }
     let parse = match args.files.is_empty() {
         true => None,
-        false => Some(parse_rate(&args, &resolved)?),
+        false => Some(parse_rate(&args, |spec| {
+            let mut dest = crate::destination::open_postgres(&resolved.info)?;
+            dry_run(spec, &mut dest)
+        })?),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let store = match args.upload_only {
@@ -306,6 +318,137 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `sluice probe` against MariaDB (`sluice_mariadb::probe`): the round trip, and for each
+/// stream count the upload (`LOAD DATA LOCAL` into a table that keeps a byte per row) and the
+/// store rate (into a temporary InnoDB table, rolled back); from them the expected bottleneck
+/// and `--jobs`. MariaDB's streams are text, so there is no binary column; sluice leaves the
+/// kernel's socket buffers to autotuning there, so the path's need shows in `--jobs`.
+fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
+    use sluice_mariadb::probe::{Probe, Sink};
+    let info = target::resolve_mariadb(url).map_err(|e| Failure::Usage(format!("{e:#}")))?;
+    let probe = Probe::connect(&info).map_err(Failure::Connect)?;
+    let rtt = probe.round_trip(21).map_err(Failure::server)?;
+    let seconds = measurement_seconds(args.seconds, rtt);
+    let mut rows = Vec::new();
+    for &n in &args.jobs {
+        if !args.json {
+            eprintln!("sluice: measuring {n} stream(s), {seconds:.1} s per measurement");
+        }
+        let m = |sink| probe.measure(sink, n, seconds).map_err(Failure::server);
+        let up = m(Sink::Upload)?;
+        let store = match args.upload_only {
+            true => None,
+            false => Some(m(Sink::Store)?),
+        };
+        rows.push(Row {
+            streams: n,
+            upload_mb_per_s: up.mb_per_s(),
+            store_text_mb_per_s: store.map(|r| r.mb_per_s()),
+            store_binary_mb_per_s: None,
+            store_binary_rows_per_s: store.map(|r| r.rows as f64 / r.seconds.max(1e-9)),
+        });
+    }
+    let parse = match args.files.is_empty() {
+        true => None,
+        false => Some(parse_rate(args, |spec| {
+            let mut dest = crate::destination::open_mariadb(&info)?;
+            dry_run(spec, &mut dest)
+        })?),
+    };
+    let store_rate = |r: &Row| r.store_text_mb_per_s.unwrap_or(0.0);
+    let store = knee(&rows, store_rate)
+        .filter(|_| !args.upload_only)
+        .cloned();
+    let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
+    let limits = KernelLimits::read();
+    let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
+    let sizing = size_for(path_bdp, &limits);
+    let store_jobs = store.as_ref().map_or(1, |s| s.streams);
+    let jobs = store_jobs.max(sizing.streams);
+    let mut bounds = vec![("the upload path", upload_best)];
+    if let Some(s) = &store {
+        bounds.push(("the server's storing", store_rate(s)));
+    }
+    if let Some((rate, _)) = &parse {
+        bounds.push(("this machine's parsing", rate * store_jobs as f64));
+    }
+    let bound = bounds
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .copied()
+        .unwrap_or(("nothing measured", 0.0));
+    let why_jobs = match &store {
+        Some(s) if rows.len() > 1 => format!(
+            "the fewest streams storing within 10% of the best measured ({:.0} MB/s)",
+            store_rate(s)
+        ),
+        _ if args.upload_only => "--upload-only: the server's storing was not measured".into(),
+        _ => "one stream count measured; give --jobs 1,2,4,8 to find the knee".into(),
+    };
+    if args.json {
+        let json = serde_json::json!({
+            "target": info.to_string(),
+            "seconds_per_measurement": seconds,
+            "round_trip_ms": rtt.as_secs_f64() * 1e3,
+            "streams": rows,
+            "parse_mb_per_cpu_second": parse.as_ref().map(|p| p.0),
+            "expected_bottleneck": bound.0,
+            "expected_mb_per_s": bound.1,
+            "recommended_jobs": jobs,
+            "bottleneck_mb_per_s": upload_best,
+            "path_bdp_bytes": path_bdp,
+            "streams_for_bdp": sizing.streams,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("probe JSON")
+        );
+        return Ok(());
+    }
+    println!("probe of {info}");
+    println!(
+        "round trip: {:.3} ms (median of 21)",
+        rtt.as_secs_f64() * 1e3
+    );
+    println!("streams  upload MB/s  store MB/s      rows/s");
+    for r in &rows {
+        println!(
+            "{:>7}  {:>11.1}  {:>10}  {:>10}",
+            r.streams,
+            r.upload_mb_per_s,
+            cell(r.store_text_mb_per_s),
+            r.store_binary_rows_per_s
+                .map_or("-".into(), |v| crate::progress::thousands(v as u64))
+        );
+    }
+    println!(
+        "(upload: LOAD DATA LOCAL into a table keeping a byte per row; store: into a temporary \
+         InnoDB table, which writes no redo log, so an upper bound)"
+    );
+    if let Some((rate, bytes)) = &parse {
+        println!(
+            "client: parses {rate:.0} MB per CPU-second (dry run of {})",
+            crate::progress::human_bytes(*bytes)
+        );
+    }
+    println!(
+        "expected bottleneck: {} at about {:.0} MB/s",
+        bound.0, bound.1
+    );
+    println!(
+        "path: bottleneck {upload_best:.1} MB/s x round trip {:.1} ms = bandwidth-delay \
+         product {}",
+        rtt.as_secs_f64() * 1e3,
+        crate::progress::human_bytes(path_bdp)
+    );
+    println!(
+        "recommended: --jobs {jobs} ({}; on MariaDB sluice leaves socket buffers to the \
+         kernel's autotuning)",
+        why_jobs_for(&why_jobs, store_jobs, &sizing)
+    );
+    Ok(())
+}
+
 /// A measurement's cell in the table: `-` where it was not measured.
 fn cell(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
@@ -342,9 +485,24 @@ fn why_jobs_for(store_why: &str, store_jobs: usize, sizing: &Sizing) -> String {
     }
 }
 
-/// This machine's parse rate, MB per CPU-second, from a dry run of the first 32 MB of each
-/// plain input (cut at a line end), and the bytes it parsed.
-fn parse_rate(args: &ProbeArgs, resolved: &target::Target) -> Result<(f64, u64), Failure> {
+/// A dry run of `spec` into `dest`: converted, sent nowhere.
+fn dry_run<D>(spec: &sluice_engine::spec::LoadSpec, dest: &mut D) -> Result<(), Failure>
+where
+    D: sluice_core::destination::Destination
+        + sluice_core::destination::Ledger
+        + sluice_core::destination::Staging,
+{
+    sluice_engine::load::load_staging(spec, dest, &sluice_engine::events::Silent)?;
+    Ok(())
+}
+
+/// This machine's parse rate, MB per CPU-second, from a dry run (`run`, into the target's
+/// destination) of the first 32 MB of each plain input (cut at a line end), and the bytes it
+/// parsed.
+fn parse_rate(
+    args: &ProbeArgs,
+    run: impl FnOnce(&sluice_engine::spec::LoadSpec) -> Result<(), Failure>,
+) -> Result<(f64, u64), Failure> {
     const SAMPLE: usize = 32 << 20;
     let dir = std::env::temp_dir().join(format!("sluice-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
@@ -386,10 +544,8 @@ fn parse_rate(args: &ProbeArgs, resolved: &target::Target) -> Result<(f64, u64),
         quiet: true,
         ..LoadArgs::defaults()
     };
-    let mut dest = crate::destination::open_postgres(&resolved.info)?;
     let before = cpu_seconds();
-    let result =
-        sluice_engine::load::load_staging(&load.spec(), &mut dest, &sluice_engine::events::Silent);
+    let result = run(&load.spec());
     let cpu = cpu_seconds() - before;
     let _ = std::fs::remove_dir_all(&dir);
     result?;
