@@ -16,6 +16,15 @@ pub struct Rate {
 }
 
 impl Rate {
+    /// Adds one stream's rate to a measurement of streams started together: their bytes and
+    /// rows, over the slowest one's time.
+    pub fn add(&mut self, stream: Rate) {
+        self.bytes += stream.bytes;
+        self.rows += stream.rows;
+        self.seconds = self.seconds.max(stream.seconds);
+        self.spent |= stream.spent;
+    }
+
     pub fn mb_per_s(&self) -> f64 {
         if self.seconds > 0.0 {
             self.bytes as f64 / 1e6 / self.seconds

@@ -96,9 +96,7 @@ impl Probe {
             let mut total = Rate::default();
             while let Some(joined) = tasks.join_next().await {
                 let r = joined.map_err(|e| format!("a probe stream failed: {e}"))??;
-                total.bytes += r.bytes;
-                total.rows += r.rows;
-                total.seconds = total.seconds.max(r.seconds);
+                total.add(r);
             }
             Ok(total)
         };

@@ -173,10 +173,7 @@ impl Probe {
             while let Some(joined) = tasks.join_next().await {
                 let r = joined
                     .map_err(|e| AdminError::Server(format!("a probe stream failed: {e}")))??;
-                total.bytes += r.bytes;
-                total.rows += r.rows;
-                total.seconds = total.seconds.max(r.seconds);
-                total.spent |= r.spent;
+                total.add(r);
             }
             Ok(total)
         };

@@ -949,6 +949,13 @@ fn the_verdict_names_what_mariadbs_sessions_were_doing() {
     assert_eq!(d.count("v"), 50_000);
 }
 
+/// Table `v (a int PRIMARY KEY)` in `d`, and a file of its keys 1 to 1000.
+fn thousand_keys(d: &MDb) -> std::path::PathBuf {
+    d.sql("CREATE TABLE v (a int PRIMARY KEY)");
+    let rows: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+    d.file("v.txt", rows.as_bytes())
+}
+
 /// Another session holds `table` with `LOCK TABLES ... WRITE` for `seconds`, from when this
 /// returns; the thread ends when it lets go.
 fn hold_table_locked(d: &MDb, table: &str, seconds: u32) -> std::thread::JoinHandle<()> {
@@ -980,9 +987,7 @@ fn hold_table_locked(d: &MDb, table: &str, seconds: u32) -> std::thread::JoinHan
 #[test]
 fn a_stream_waiting_on_another_sessions_lock_is_reported_and_loads_after() {
     let d = mdb("stream_locked");
-    d.sql("CREATE TABLE v (a int PRIMARY KEY)");
-    let rows: String = (1..=1000).map(|i| format!("{i}\n")).collect();
-    let f = d.file("v.txt", rows.as_bytes());
+    let f = thousand_keys(&d);
     let holder = hold_table_locked(&d, "v", 20);
     let o = load_text(&d, "v", &f);
     holder.join().unwrap();
@@ -1005,9 +1010,7 @@ fn a_stream_waiting_on_another_sessions_lock_is_reported_and_loads_after() {
 #[test]
 fn a_rerun_does_not_wait_without_end_on_a_table_another_session_holds() {
     let d = mdb("rerun_locked");
-    d.sql("CREATE TABLE v (a int PRIMARY KEY)");
-    let rows: String = (1..=1000).map(|i| format!("{i}\n")).collect();
-    let f = d.file("v.txt", rows.as_bytes());
+    let f = thousand_keys(&d);
     let f = f.to_str().unwrap();
     let load = ["--table", "v", "--format", "text", f];
     assert_ok(&d.load(&load, &[], 60));
