@@ -21,7 +21,7 @@ use std::time::Duration;
   sluice probe                          # the private cluster
   sluice probe -t \"$URL\" --jobs 1,2,4,8
   sluice probe -t \"$URL\" lineitem.1.tbl   # and this machine's parse rate
-  sluice probe -t mariadb://user@host/db  # MariaDB: round trip, upload, store
+  sluice probe -t mariadb://user@host/db  # MariaDB too
 
 It measures the round trip and, for each stream count: upload (COPY into a
 sink that stores nothing: the network and the server's COPY input), and
