@@ -16,8 +16,8 @@
 
 use crate::connect::connect;
 use crate::conninfo::ConnInfo;
+use crate::stream::{infile_channel, CANONICAL_FORMAT};
 use bytes::Bytes;
-use futures_util::StreamExt;
 use mysql_async::prelude::*;
 use sluice_core::probe::{text_row, Meter, Rate, COLUMNS};
 use std::sync::Arc;
@@ -114,19 +114,17 @@ impl Probe {
 /// The table a stream's sink is, created in its session, and the `LOAD DATA` into it.
 fn sink_statements(sink: Sink, n: usize) -> (String, String) {
     let table = format!("sluice_probe_{}_{n}", std::process::id());
-    let format = "CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' \
-                  LINES TERMINATED BY '\\n'";
     match sink {
         Sink::Upload => (
             format!("CREATE TEMPORARY TABLE {table} (x tinyint) ENGINE=MyISAM"),
             format!(
-                "LOAD DATA LOCAL INFILE 'sluice-probe' INTO TABLE {table} {format} \
+                "LOAD DATA LOCAL INFILE 'sluice-probe' INTO TABLE {table} {CANONICAL_FORMAT} \
                  (@k, @p, @q, @price, @d, @flag, @comment) SET x = 0"
             ),
         ),
         Sink::Store => (
             format!("CREATE TEMPORARY TABLE {table} ({COLUMNS}) ENGINE=InnoDB"),
-            format!("LOAD DATA LOCAL INFILE 'sluice-probe' INTO TABLE {table} {format}"),
+            format!("LOAD DATA LOCAL INFILE 'sluice-probe' INTO TABLE {table} {CANONICAL_FORMAT}"),
         ),
     }
 }
@@ -144,13 +142,7 @@ async fn one_stream(
     let (create, load) = sink_statements(sink, n);
     conn.query_drop(create).await.map_err(err)?;
     conn.query_drop("START TRANSACTION").await.map_err(err)?;
-    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    conn.set_infile_handler(async move {
-        Ok(futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        })
-        .boxed())
-    });
+    let tx = infile_channel(&mut conn);
     barrier.wait().await;
     let statement = tokio::spawn(async move {
         let r = conn.query_drop(load).await;

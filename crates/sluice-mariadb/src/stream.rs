@@ -200,15 +200,7 @@ impl Stream {
         let mut conn = self.conn.take().ok_or_else(|| {
             ServerError::client("this stream's connection was given up after a failed LOAD")
         })?;
-        let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(CHANNEL_DEPTH);
-        // The handler future holds the receiver alone (the driver wants it `Sync`) and makes
-        // the stream when the server asks for the file.
-        conn.set_infile_handler(async move {
-            Ok(futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|item| (item, rx))
-            })
-            .boxed())
-        });
+        let tx = infile_channel(&mut conn);
         let sql = load_statement(relation, columns);
         let task = tokio::spawn(async move {
             let result = run_load(&mut conn, &sql).await;
@@ -288,13 +280,30 @@ impl Stream {
     }
 }
 
+/// The data a connection's next `LOAD DATA LOCAL` reads: what is sent into the channel
+/// returned, to its end (the sender dropped) or an error. The handler future holds the
+/// receiver alone (the driver wants it `Sync`) and makes the stream when the server asks for
+/// the file.
+pub(crate) fn infile_channel(conn: &mut Conn) -> mpsc::Sender<std::io::Result<Bytes>> {
+    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(CHANNEL_DEPTH);
+    conn.set_infile_handler(async move {
+        Ok(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
+        .boxed())
+    });
+    tx
+}
+
+/// Every choice of the canonical stream's format, spelled out for `LOAD DATA`.
+pub(crate) const CANONICAL_FORMAT: &str = "CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' \
+     ENCLOSED BY '' ESCAPED BY '\\\\' LINES STARTING BY '' TERMINATED BY '\\n'";
+
 /// The statement, with every choice of the stream's format spelled out.
 fn load_statement(relation: &str, columns: &[String]) -> String {
     let cols: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
     format!(
-        "LOAD DATA LOCAL INFILE 'sluice-stream' INTO TABLE {relation} CHARACTER SET utf8mb4 \
-         FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' \
-         LINES STARTING BY '' TERMINATED BY '\\n' ({})",
+        "LOAD DATA LOCAL INFILE 'sluice-stream' INTO TABLE {relation} {CANONICAL_FORMAT} ({})",
         cols.join(", ")
     )
 }

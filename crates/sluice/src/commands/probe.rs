@@ -206,11 +206,13 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .cloned()
         .unwrap_or(("nothing measured", 0.0, String::new()));
-    let limits = KernelLimits::read();
-    let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
-    let sizing = size_for(path_bdp, &limits);
-    let store_jobs = store.as_ref().map_or(1, |s| s.streams);
-    let jobs = store_jobs.max(sizing.streams);
+    let PathPlan {
+        limits,
+        path_bdp,
+        sizing,
+        store_jobs,
+        jobs,
+    } = path_plan(upload_best, rtt, store.as_ref());
     let (low, median, high) = MEASURED_LOAD_SHARE;
     if args.json {
         let json = serde_json::json!({
@@ -281,14 +283,13 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
          reached {low:.2} to {high:.2} of it\n  (median {median:.2}, bench/probe-vs-load): a \
          load also pays for commits, checkpoints and writeback that seconds of probing do not"
     );
-    let why_jobs = match (&store, rows.len()) {
-        (Some(s), n) if n > 1 => format!(
-            "the fewest streams storing within 10% of the best measured ({:.0} MB/s)",
-            s.store_binary_mb_per_s.unwrap_or(0.0)
-        ),
-        _ if args.upload_only => "--upload-only: the server's storing was not measured".into(),
-        _ => "one stream count measured; give --jobs 1,2,4,8 to find the knee".into(),
-    };
+    let why_jobs = why_store_jobs(
+        store
+            .as_ref()
+            .map(|s| s.store_binary_mb_per_s.unwrap_or(0.0)),
+        rows.len(),
+        args.upload_only,
+    );
     println!(
         "kernel: net.core.wmem_max {}, net.ipv4.tcp_wmem {:?}, net.core.rmem_max {}, \
          net.ipv4.tcp_rmem {:?} (the server's own receive buffers cannot be seen from here)",
@@ -360,11 +361,13 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
         .filter(|_| !args.upload_only)
         .cloned();
     let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
-    let limits = KernelLimits::read();
-    let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
-    let sizing = size_for(path_bdp, &limits);
-    let store_jobs = store.as_ref().map_or(1, |s| s.streams);
-    let jobs = store_jobs.max(sizing.streams);
+    let PathPlan {
+        path_bdp,
+        sizing,
+        store_jobs,
+        jobs,
+        ..
+    } = path_plan(upload_best, rtt, store.as_ref());
     let mut bounds = vec![("the upload path", upload_best)];
     if let Some(s) = &store {
         bounds.push(("the server's storing", store_rate(s)));
@@ -377,14 +380,7 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .copied()
         .unwrap_or(("nothing measured", 0.0));
-    let why_jobs = match &store {
-        Some(s) if rows.len() > 1 => format!(
-            "the fewest streams storing within 10% of the best measured ({:.0} MB/s)",
-            store_rate(s)
-        ),
-        _ if args.upload_only => "--upload-only: the server's storing was not measured".into(),
-        _ => "one stream count measured; give --jobs 1,2,4,8 to find the knee".into(),
-    };
+    let why_jobs = why_store_jobs(store.as_ref().map(store_rate), rows.len(), args.upload_only);
     if args.json {
         let json = serde_json::json!({
             "target": info.to_string(),
@@ -447,6 +443,47 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
         why_jobs_for(&why_jobs, store_jobs, &sizing)
     );
     Ok(())
+}
+
+/// What the path asks of a load, beside the server's knee.
+struct PathPlan {
+    limits: KernelLimits,
+    /// The best upload times the round trip.
+    path_bdp: u64,
+    sizing: Sizing,
+    /// The server's knee (1 when its storing was not measured).
+    store_jobs: usize,
+    /// The recommended `--jobs`: the knee, or more where the path's window needs them.
+    jobs: usize,
+}
+
+/// The path's bandwidth-delay product from the best upload and the round trip, the socket
+/// sizing this kernel allows for it, and the `--jobs` that both the server's knee (`store`)
+/// and the path ask for.
+fn path_plan(upload_best: f64, rtt: Duration, store: Option<&Row>) -> PathPlan {
+    let limits = KernelLimits::read();
+    let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
+    let sizing = size_for(path_bdp, &limits);
+    let store_jobs = store.map_or(1, |s| s.streams);
+    PathPlan {
+        jobs: store_jobs.max(sizing.streams),
+        limits,
+        path_bdp,
+        sizing,
+        store_jobs,
+    }
+}
+
+/// Why the server's knee is the stream count it is: `knee_rate` is its store rate, where
+/// storing was measured; `measured` the stream counts measured.
+fn why_store_jobs(knee_rate: Option<f64>, measured: usize, upload_only: bool) -> String {
+    match knee_rate {
+        Some(rate) if measured > 1 => {
+            format!("the fewest streams storing within 10% of the best measured ({rate:.0} MB/s)")
+        }
+        _ if upload_only => "--upload-only: the server's storing was not measured".into(),
+        _ => "one stream count measured; give --jobs 1,2,4,8 to find the knee".into(),
+    }
 }
 
 /// A measurement's cell in the table: `-` where it was not measured.
