@@ -955,7 +955,10 @@ pub trait Ledger: Destination {
     /// state now (one transaction).
     fn finish_job(&self, job: i64, placements: &[Placement]) -> Result<(), DestinationError>;
 
-    /// Records a new job and takes its lock (held until the destination is dropped).
+    /// Records a new job and takes its lock (held until the destination is dropped). Fails
+    /// with [`ErrorKind::Transient`], recording nothing, when the ledger holds a job of the
+    /// same key newer than [`JobSpec::newest`]: another run of the same command recorded it
+    /// since this one looked (checked under a lock on the key, held until the record commits).
     fn begin_job(&self, spec: &JobSpec) -> Result<i64, DestinationError>;
 
     /// Takes an interrupted or failed job's lock and marks it running. A destination that can

@@ -111,6 +111,11 @@ impl JobState {
 pub struct JobSpec {
     /// Names the job across runs: a digest of its tables and input paths (hex).
     pub key: String,
+    /// The newest job of this key the load saw when it looked (`None`: none). The destination
+    /// records the job only if the ledger holds no newer one by then, under a lock on the key:
+    /// else a run of the same command started at the same moment, and recording would load
+    /// the files twice ([`crate::destination::Ledger::begin_job`]).
+    pub newest: Option<i64>,
     pub files: Vec<FileRecord>,
     /// The chunk size the files were cut with, so that a resume cuts them the same way.
     pub chunk_size: u64,

@@ -73,6 +73,8 @@ pub fn join<D: Ledger>(
 ) -> Result<Start, Failure> {
     let spec = JobSpec {
         key: crew.join.key(),
+        // A crew's workers join one job by its name; the join's own lock orders them.
+        newest: None,
         files: file_records(&plan)?,
         chunk_size: plan.chunk_size,
         settings: settings(&plan),

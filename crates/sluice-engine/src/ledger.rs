@@ -13,6 +13,7 @@
 //! `--restart` skips both checks and loads everything as a new job. The chunks' ledger rows
 //! are written by the streams, in the transactions that commit the rows (`super::execute`).
 
+use crate::events::{Event, Host};
 use crate::failure::Failure;
 use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{ErrorKind, Ledger};
@@ -401,85 +402,151 @@ pub fn ledger_failure(what: &str, e: sluice_core::destination::DestinationError)
 /// with another chunk size (the one an interrupted job used).
 pub fn start<D: Ledger>(
     dest: &D,
+    host: &dyn Host,
     plan: Plan,
     restart: bool,
     replan: &dyn Fn(u64) -> Result<Plan, Failure>,
 ) -> Result<Start, Failure> {
     let key = job_key(&plan);
-    let jobs = dest
-        .jobs(Some(&key))
-        .map_err(|e| ledger_failure("reading the ledger", e))?;
-    let unfinished = jobs
-        .iter()
-        .find(|j| j.state.resumable() || j.state == JobState::Running);
-    let mut settled = None;
-    if let Some(job) = unfinished {
-        // The job's lock first (another process may run it now), then what its last run
-        // left prepared: a commit it decided is finished, whatever this run does next.
-        let ended = dest
-            .resume_job(job.id)
-            .map_err(|e| ledger_failure("resuming the job", e))?;
-        let prepared = settle_prepared(dest, job.id)?;
-        settled = match (ended, prepared) {
-            (Some(ended), Some(prepared)) => Some(format!("{ended}\n{prepared}")),
-            (ended, prepared) => ended.or(prepared),
-        };
-        if !restart {
-            return resume(dest, plan, job, settled, replan);
+    // A run of the same command that started at the same moment may record its job between
+    // this run's look and its own record: the destination refuses the record then
+    // (`ErrorKind::Transient`), and the look is taken again, which finds that run's job.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let jobs = dest
+            .jobs(Some(&key))
+            .map_err(|e| ledger_failure("reading the ledger", e))?;
+        let unfinished = jobs
+            .iter()
+            .find(|j| j.state.resumable() || j.state == JobState::Running);
+        let mut settled = None;
+        if let Some(job) = unfinished {
+            // The job's lock first (another process may run it now), then what its last run
+            // left prepared: a commit it decided is finished, whatever this run does next.
+            let ended = dest
+                .resume_job(job.id)
+                .map_err(|e| ledger_failure("resuming the job", e))?;
+            let prepared = settle_prepared(dest, job.id)?;
+            settled = match (ended, prepared) {
+                (Some(ended), Some(prepared)) => Some(format!("{ended}\n{prepared}")),
+                (ended, prepared) => ended.or(prepared),
+            };
+            if !restart {
+                return resume(dest, plan, job, settled, replan);
+            }
+            dest.end_job(job.id, JobState::Abandoned, Some("replaced by --restart"))
+                .map_err(|e| ledger_failure("updating the ledger", e))?;
         }
-        dest.end_job(job.id, JobState::Abandoned, Some("replaced by --restart"))
-            .map_err(|e| ledger_failure("updating the ledger", e))?;
+        let newest = jobs.iter().map(|j| j.id).max();
+        let NewJob {
+            spec,
+            loaded,
+            rerun,
+        } = new_job(dest, &plan, &key, restart, newest)?;
+        let notes: Vec<String> = settled.into_iter().chain(rerun.notes).collect();
+        // One decision a line: a load of many tables has as many.
+        let note = (!notes.is_empty()).then(|| notes.join("\n"));
+        let Some(spec) = spec else {
+            return Ok(Start::Nothing(
+                format!("nothing to load:\n{}", note.unwrap_or_default()),
+                rerun.skipped,
+            ));
+        };
+        host.event(Event::Point("looked"));
+        let job = match dest.begin_job(&spec) {
+            Ok(job) => job,
+            Err(e) if e.kind == ErrorKind::Transient && tries < 3 => continue,
+            Err(e) => return Err(ledger_failure("recording the job in the ledger", e)),
+        };
+        let mut plan = plan;
+        plan.retain_chunks(|c| loaded[c.input].is_none());
+        return Ok(Start::Run(
+            plan,
+            JobRun {
+                job,
+                files: file_index(&loaded),
+                note,
+                resumed: false,
+                skipped: rerun.skipped,
+                crew: None,
+            },
+        ));
     }
-    let files = file_records(&plan)?;
+}
+
+/// What a new job records ([`new_job`]).
+struct NewJob {
+    /// `None` when a finished job loaded every file.
+    spec: Option<JobSpec>,
+    /// Each input's finished job, if one loaded it as it is now.
+    loaded: Vec<Option<LoadedBy>>,
+    rerun: Rerun,
+}
+
+/// What a new job of `plan` records: the files no finished job loaded as they are now
+/// (every file with `restart`), and the chunks and bytes of those files.
+fn new_job<D: Ledger>(
+    dest: &D,
+    plan: &Plan,
+    key: &str,
+    restart: bool,
+    newest: Option<i64>,
+) -> Result<NewJob, Failure> {
+    let files = file_records(plan)?;
     let mut loaded = if restart {
         vec![None; files.len()]
     } else {
         dest.loaded_by(&files)
             .map_err(|e| ledger_failure("reading the ledger", e))?
     };
-    let rerun = recheck(dest, &plan, &mut loaded)?;
-    let skipped = rerun.skipped.len();
-    let notes: Vec<String> = settled.into_iter().chain(rerun.notes).collect();
-    // One decision a line: a load of many tables has as many.
-    let note = (!notes.is_empty()).then(|| notes.join("\n"));
-    if skipped > 0 && skipped == files.len() {
-        return Ok(Start::Nothing(
-            format!("nothing to load:\n{}", note.unwrap_or_default()),
-            rerun.skipped,
-        ));
+    let rerun = recheck(dest, plan, &mut loaded)?;
+    if !rerun.skipped.is_empty() && rerun.skipped.len() == files.len() {
+        return Ok(NewJob {
+            spec: None,
+            loaded,
+            rerun,
+        });
     }
-    let mut plan = plan;
-    plan.retain_chunks(|c| loaded[c.input].is_none());
-    let mut job_files = Vec::new();
-    let mut index = vec![None; files.len()];
-    for (i, f) in files.into_iter().enumerate() {
-        if loaded[i].is_none() {
-            index[i] = Some(job_files.len() as u32);
-            job_files.push(f);
-        }
-    }
+    let left = |c: &Chunk| loaded[c.input].is_none();
     let spec = JobSpec {
-        key,
-        files: job_files,
+        key: key.to_string(),
+        newest,
+        files: files
+            .into_iter()
+            .zip(&loaded)
+            .filter(|(_, l)| l.is_none())
+            .map(|(f, _)| f)
+            .collect(),
         chunk_size: plan.chunk_size,
-        settings: settings(&plan),
-        chunks_total: plan.chunks.len() as u64,
-        bytes_total: plan.chunks.iter().map(|c| c.weight(&plan.inputs)).sum(),
+        settings: settings(plan),
+        chunks_total: plan.chunks.iter().filter(|c| left(c)).count() as u64,
+        bytes_total: plan
+            .chunks
+            .iter()
+            .filter(|c| left(c))
+            .map(|c| c.weight(&plan.inputs))
+            .sum(),
     };
-    let job = dest
-        .begin_job(&spec)
-        .map_err(|e| ledger_failure("recording the job in the ledger", e))?;
-    Ok(Start::Run(
-        plan,
-        JobRun {
-            job,
-            files: index,
-            note,
-            resumed: false,
-            skipped: rerun.skipped,
-            crew: None,
-        },
-    ))
+    Ok(NewJob {
+        spec: Some(spec),
+        loaded,
+        rerun,
+    })
+}
+
+/// Each input's place among the job's files (`None`: a file a finished job loaded, left out).
+fn file_index(loaded: &[Option<LoadedBy>]) -> Vec<Option<u32>> {
+    let mut next = 0;
+    loaded
+        .iter()
+        .map(|l| {
+            l.is_none().then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
 }
 
 /// The prefix of every prepared transaction of job `job`'s runs.

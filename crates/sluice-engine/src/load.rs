@@ -189,7 +189,7 @@ impl Load<'_> {
                 }
             },
             (false, None) => (plan, None),
-            (true, None) => match ledger::start(&*dest, plan, spec.restart, &replan)? {
+            (true, None) => match ledger::start(&*dest, self.host, plan, spec.restart, &replan)? {
                 ledger::Start::Run(plan, job) => (plan, Some(job)),
                 ledger::Start::Nothing(why, skipped) => {
                     return Ok(self.nothing_to_load(&*dest, why, skipped))

@@ -331,6 +331,7 @@ impl MariaDbDestination {
         match e {
             crate::ledger::LedgerError::Db(e) => self.db_error(e),
             crate::ledger::LedgerError::Refused(m) => DestinationError::new(ErrorKind::Usage, m),
+            crate::ledger::LedgerError::Raced(m) => DestinationError::new(ErrorKind::Transient, m),
         }
     }
 

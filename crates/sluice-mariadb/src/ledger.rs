@@ -77,10 +77,18 @@ pub enum LedgerError {
     Db(#[from] mysql_async::Error),
     #[error("{0}")]
     Refused(String),
+    /// Another run recorded a job of the same key first: look again.
+    #[error("{0}")]
+    Raced(String),
 }
 
 /// The named lock of job `job` of the ledger in the connection's database.
 pub(crate) const LOCK_NAME: &str = "CONCAT('sluice:', DATABASE(), ':', ?)";
+/// The lock a new job's record holds on its key (its first 32 bits), so that two runs of one
+/// command that start at once record one job ([`begin`]).
+const KEY_LOCK: &str = "CONCAT('sluice:', DATABASE(), ':key:', ?)";
+/// How long a job's start waits for another run's start of the same job, in seconds.
+const KEY_WAIT: u32 = 10;
 
 /// Creates the ledger's tables in the target's database unless they are there.
 pub async fn open(conn: &mut Conn) -> Result<(), LedgerError> {
@@ -400,10 +408,47 @@ async fn unlock(conn: &mut Conn, job: i64) -> Result<(), mysql_async::Error> {
         .await
 }
 
-/// Records a new job and its files, and takes its lock.
+/// Records a new job and its files, and takes its lock; under the job key's lock, and only
+/// if no job of the key newer than the one the load saw was recorded since
+/// ([`JobSpec::newest`]).
 pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result<i64, LedgerError> {
+    let key = spec.key.get(..8).unwrap_or(&spec.key);
+    let got: Option<Option<i64>> = conn
+        .exec_first(format!("SELECT GET_LOCK({KEY_LOCK}, {KEY_WAIT})"), (key,))
+        .await?;
+    if got.flatten() != Some(1) {
+        return Err(LedgerError::Refused(format!(
+            "another run of the same command has been recording its job for {KEY_WAIT} s (it \
+             holds the user lock `sluice:<database>:key:{key}`); wait for it, or end it"
+        )));
+    }
+    let recorded = record_job(conn, spec, tables).await;
+    let released = conn
+        .exec_drop(format!("DO RELEASE_LOCK({KEY_LOCK})"), (key,))
+        .await;
+    let id = recorded?;
+    released?;
+    take_lock(conn, id).await?;
+    Ok(id)
+}
+
+/// The job's row and its files, in one transaction, unless a newer job of its key is there.
+async fn record_job(
+    conn: &mut Conn,
+    spec: &JobSpec,
+    tables: &[String],
+) -> Result<i64, LedgerError> {
     conn.query_drop("START TRANSACTION").await?;
     let done = async {
+        let newer: Option<i64> = conn
+            .exec_first(
+                "SELECT EXISTS (SELECT 1 FROM sluice_ledger_jobs WHERE job_key = ? AND id > ?)",
+                (&spec.key, spec.newest.unwrap_or(0)),
+            )
+            .await?;
+        if newer == Some(1) {
+            return Ok(None);
+        }
         conn.exec_drop(
             "INSERT INTO sluice_ledger_jobs (job_key, state, tables, chunk_size, settings, \
                 chunks_total, bytes_total) VALUES (?, 'running', ?, ?, ?, ?, ?)",
@@ -446,19 +491,25 @@ pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result
             )
             .await?;
         }
-        Ok::<_, mysql_async::Error>(id)
+        Ok::<_, mysql_async::Error>(Some(id))
     }
     .await;
-    let id = match done {
-        Ok(id) => id,
+    match done {
+        Ok(Some(id)) => {
+            conn.query_drop("COMMIT").await?;
+            Ok(id)
+        }
+        Ok(None) => {
+            conn.query_drop("ROLLBACK").await?;
+            Err(LedgerError::Raced(
+                "another run of the same command recorded its job since this one looked".into(),
+            ))
+        }
         Err(e) => {
             let _ = conn.query_drop("ROLLBACK").await;
-            return Err(e.into());
+            Err(e.into())
         }
-    };
-    conn.query_drop("COMMIT").await?;
-    take_lock(conn, id).await?;
-    Ok(id)
+    }
 }
 
 /// Takes an unfinished job's lock and marks it running again.

@@ -1571,6 +1571,7 @@ fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
     match e {
         crate::ledger::LedgerError::Db(e) => db_error(e),
         crate::ledger::LedgerError::Refused(m) => DestinationError::new(ErrorKind::Usage, m),
+        crate::ledger::LedgerError::Raced(m) => DestinationError::new(ErrorKind::Transient, m),
     }
 }
 

@@ -36,6 +36,12 @@ pub const SCHEMA: &str = "sluice_ledger";
 pub const VERSION: i32 = 3;
 /// The advisory lock class of running jobs ('sljb').
 pub const LOCK_CLASS: i32 = 0x736c_6a62;
+/// The advisory lock class of a job's key, held by the transaction that records a new job of
+/// it ('slky'): two runs of one command that start at once record one job, and the other
+/// looks again ([`begin_row`]).
+pub const KEY_CLASS: i32 = 0x736c_6b79;
+/// How long a job's start waits for another run's start of the same job to commit.
+const KEY_WAIT: &str = "10s";
 /// The advisory lock class a job's streams hold, shared, for their sessions' life ('slst').
 pub const STREAM_CLASS: i32 = 0x736c_7374;
 /// How long a rerun waits for an earlier run's stream sessions to end on their own before it
@@ -153,6 +159,9 @@ pub enum LedgerError {
     Db(#[from] tokio_postgres::Error),
     #[error("{0}")]
     Refused(String),
+    /// Another run recorded a job of the same key first: look again.
+    #[error("{0}")]
+    Raced(String),
 }
 
 /// Creates the ledger unless it is there (one session at a time: the creation is serialized
@@ -875,40 +884,67 @@ pub async fn begin_row(
     tables: &[String],
 ) -> Result<(i64, String), LedgerError> {
     let done = async {
-        // BEGIN and the job's row go out together: one round trip across a long path.
-        let (chunk_size, chunks, bytes) = (
+        // BEGIN, the key's lock and the job's row go out together: one round trip across a
+        // long path. Read committed whatever the session's default, so that the row's check
+        // sees what a run that held the lock before committed.
+        let (chunk_size, chunks, bytes, newest) = (
             spec.chunk_size as i64,
             spec.chunks_total as i64,
             spec.bytes_total as i64,
+            spec.newest.unwrap_or(0),
         );
-        let job: [&dyn Param; 6] = [
+        let job: [&dyn Param; 7] = [
             &spec.key,
             &tables,
             &chunk_size,
             &spec.settings,
             &chunks,
             &bytes,
+            &newest,
         ];
-        let (_, job, lsn) = tokio::try_join!(
-            client.batch_execute("BEGIN"),
-            client.fetch_one(
+        let lock: [&dyn Param; 2] = [&KEY_CLASS, &key_lock(&spec.key)];
+        let begin =
+            format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{KEY_WAIT}'");
+        let (_, _, job, lsn) = tokio::try_join!(
+            client.batch_execute(&begin),
+            client.run("SELECT pg_advisory_xact_lock($1, $2)", &lock),
+            client.fetch_opt(
                 "INSERT INTO sluice_ledger.jobs (key, state, tables, chunk_size, settings, \
                     chunks_total, bytes_total) \
-                 VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
+                 SELECT $1, 'running', $2, $3, $4, $5, $6 WHERE NOT EXISTS \
+                    (SELECT 1 FROM sluice_ledger.jobs WHERE key = $1 AND id > $7) \
+                 RETURNING id",
                 &job,
             ),
             client.fetch_one("SELECT pg_current_wal_lsn()::text", &[])
         )?;
-        Ok::<(i64, String), tokio_postgres::Error>((job.get(0), lsn.get(0)))
+        Ok::<_, tokio_postgres::Error>((job.map(|r| r.get(0)), lsn.get(0)))
     }
     .await;
-    match done {
-        Ok(row) => Ok(row),
-        Err(e) => {
-            let _ = client.batch_execute("ROLLBACK").await;
-            Err(e.into())
+    let refused = match done {
+        Ok((Some(job), lsn)) => return Ok((job, lsn)),
+        Ok((None, _)) => LedgerError::Raced(
+            "another run of the same command recorded its job since this one looked".into(),
+        ),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            LedgerError::Refused(format!(
+                "another run of the same command has been recording its job for {KEY_WAIT} \
+                 (it holds the job's key, lock {KEY_CLASS}, {}, in `pg_locks`); wait for it, or \
+                 end it",
+                key_lock(&spec.key)
+            ))
         }
-    }
+        Err(e) => e.into(),
+    };
+    let _ = client.batch_execute("ROLLBACK").await;
+    Err(refused)
+}
+
+/// The key's advisory lock number: its first 32 bits (the key is a hex digest).
+fn key_lock(key: &str) -> i32 {
+    key.get(..8)
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .unwrap_or(0) as i32
 }
 
 /// The second half of the job's start ([`begin_row`]): its files, its COMMIT and its lock.

@@ -560,6 +560,59 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     );
 }
 
+/// Two runs of one command started at the same moment record one job. The run that looked
+/// first but records second (held between its look and its record, `SLUICE_PAUSE_AT=looked`)
+/// looks again and finds the other run's job: finished, it loads nothing (the files are in);
+/// still running (held after its start, `planned`), it is refused as a second run of a running
+/// job is. Either way every row is in once. (Before the key's lock, both recorded a job and
+/// both loaded every row.)
+#[test]
+fn two_runs_of_one_command_started_at_once_load_it_once() {
+    let d = db("ledger_twins");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files = numbered_files(&d, "twin", 4, 50);
+    let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let both = |first: &[(&str, &str)], second: &[(&str, &str)]| {
+        std::thread::scope(|s| {
+            let held = s.spawn(|| load(&d, &files, &[], first));
+            // The held run has looked by now (a look takes milliseconds; it sleeps 5 s).
+            std::thread::sleep(Duration::from_secs(2));
+            let other = load(&d, &files, &[], second);
+            (held.join().unwrap(), other)
+        })
+    };
+    // The other run finishes while the first is held.
+    let (held, other) = both(&[("SLUICE_PAUSE_AT", "looked:5000")], &[]);
+    assert!(other.status.success(), "{}", stderr(&other));
+    assert!(held.status.success(), "{}", stderr(&held));
+    assert_has(&stderr(&held), &["nothing to load", "job 1 loaded"]);
+    assert_eq!(d.count("t"), 200);
+    assert_eq!(
+        d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
+            .trim(),
+        "1 finished"
+    );
+    // The other run is still running (held after its job's start) when the first looks again.
+    d.psql("TRUNCATE t; DROP SCHEMA sluice_ledger CASCADE");
+    let (held, other) = both(
+        &[("SLUICE_PAUSE_AT", "looked:5000")],
+        &[("SLUICE_PAUSE_AT", "planned:6000")],
+    );
+    assert!(other.status.success(), "{}", stderr(&other));
+    assert_eq!(held.status.code(), Some(2), "{}", stderr(&held));
+    assert_has(
+        &stderr(&held),
+        &["job 1 is being run by another sluice now"],
+    );
+    assert_eq!(d.count("t"), 200);
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 200);
+    assert_eq!(
+        d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
+            .trim(),
+        "1 finished"
+    );
+}
+
 /// A bad row abandons its job (nothing of it is committed), so the fixed file is not refused
 /// as "changed": the fixed command is simply a new job.
 #[test]

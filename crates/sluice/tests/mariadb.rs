@@ -250,6 +250,57 @@ fn a_rerun_skips_what_the_ledger_says_is_loaded() {
     assert!(listed.contains("finished"), "{listed}");
 }
 
+/// Two runs of one command started at the same moment record one job: the run held between
+/// its look and its record (`SLUICE_PAUSE_AT=looked`) looks again and finds the other's job,
+/// finished (it loads nothing) or still running (held after its start: it is refused).
+#[test]
+fn two_runs_of_one_command_started_at_once_load_it_once() {
+    let d = mdb("twins");
+    d.sql("CREATE TABLE t (i int NOT NULL, s varchar(20))");
+    let rows = |from: u32| -> Vec<u8> {
+        (from..from + 100)
+            .flat_map(|i| format!("{i}\trow {i}\n").into_bytes())
+            .collect()
+    };
+    let both = |name: &str, from: u32, first: &[(&str, &str)], second: &[(&str, &str)]| {
+        let (a, b) = (format!("{name}_a.txt"), format!("{name}_b.txt"));
+        let files = [d.file(&a, &rows(from)), d.file(&b, &rows(from + 100))];
+        let args: Vec<&str> = ["--table", "t", "--format", "text", "--jobs", "2"]
+            .into_iter()
+            .chain(files.iter().map(|f| f.to_str().unwrap()))
+            .collect();
+        std::thread::scope(|s| {
+            let held = s.spawn(|| d.load(&args, first, 120));
+            // The held run has looked by now (a look takes milliseconds; it sleeps 5 s).
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            let other = d.load(&args, second, 120);
+            (held.join().unwrap(), other)
+        })
+    };
+    let jobs = || d.sql("SELECT GROUP_CONCAT(id, ' ', state ORDER BY id) FROM sluice_ledger_jobs");
+    let (held, other) = both("done", 0, &[("SLUICE_PAUSE_AT", "looked:5000")], &[]);
+    assert_ok(&other);
+    assert_ok(&held);
+    assert_has(&stderr(&held), &["nothing to load", "job 1 loaded"]);
+    assert_eq!(d.count("t"), 200);
+    assert_eq!(jobs().trim(), "1 finished");
+    let (held, other) = both(
+        "running",
+        200,
+        &[("SLUICE_PAUSE_AT", "looked:5000")],
+        &[("SLUICE_PAUSE_AT", "planned:6000")],
+    );
+    assert_ok(&other);
+    assert_eq!(held.status.code(), Some(2), "{}", printed(&held));
+    assert_has(
+        &stderr(&held),
+        &["job 2 is being run by another sluice now"],
+    );
+    assert_eq!(d.count("t"), 400);
+    assert_eq!(d.count("(SELECT DISTINCT i FROM t) x"), 400);
+    assert_eq!(jobs().trim(), "1 finished,2 finished");
+}
+
 #[test]
 fn the_password_is_never_printed() {
     let d = mdb("secret");
