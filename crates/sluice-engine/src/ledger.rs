@@ -17,6 +17,7 @@ use crate::events::{Event, Host};
 use crate::failure::Failure;
 use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{ErrorKind, Ledger};
+use sluice_core::dialect::Dialect;
 use sluice_core::ledger::{ChunkRecord, FileRecord, JobSpec, JobState, LoadedBy, PlacementCheck};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -101,20 +102,39 @@ fn input_settings(plan: &Plan, i: usize) -> String {
 /// for people to read. Resuming compares each file's own settings (`job_files`), so 100,000
 /// files with one dialect make one line here, not 100,000.
 pub(crate) fn settings(plan: &Plan) -> String {
+    distinct_settings(each_input_settings(plan).iter().map(String::as_str))
+}
+
+/// `settings`, each once, in the order of first use, joined.
+fn distinct_settings<'a>(settings: impl Iterator<Item = &'a str>) -> String {
     let mut seen = std::collections::HashSet::new();
-    (0..plan.inputs.len())
-        .map(|i| input_settings(plan, i))
-        .filter(|s| seen.insert(s.clone()))
+    settings
+        .filter(|s| seen.insert(*s))
         .collect::<Vec<_>>()
         .join(" / ")
+}
+
+/// Each input's settings ([`input_settings`]), formatted once per table and dialect:
+/// 100,000 files of one dialect are formatted once, not 100,000 times.
+fn each_input_settings(plan: &Plan) -> Vec<String> {
+    let mut known: std::collections::HashMap<(usize, &Dialect), String> = Default::default();
+    (0..plan.inputs.len())
+        .map(|i| {
+            let input = &plan.inputs[i];
+            known
+                .entry((input.table, &input.dialect))
+                .or_insert_with(|| input_settings(plan, i))
+                .clone()
+        })
+        .collect()
 }
 
 /// The ledger's record of each input file, as it is now.
 pub(crate) fn file_records(plan: &Plan) -> Result<Vec<FileRecord>, Failure> {
     plan.inputs
         .iter()
-        .enumerate()
-        .map(|(i, input)| {
+        .zip(each_input_settings(plan))
+        .map(|(input, settings)| {
             let (InputSource::File(p), Some(id)) = (&input.source, &input.identity) else {
                 return Err(Failure::Local("standard input has no ledger record".into()));
             };
@@ -129,7 +149,7 @@ pub(crate) fn file_records(plan: &Plan) -> Result<Vec<FileRecord>, Failure> {
                 table_id: plan.tables[input.table].table.id.clone(),
                 size: id.size,
                 modified_ns: i64::try_from(id.modified_ns).unwrap_or(i64::MAX),
-                settings: input_settings(plan, i),
+                settings,
                 fingerprint,
             })
         })
@@ -509,6 +529,7 @@ fn new_job<D: Ledger>(
         });
     }
     let left = |c: &Chunk| loaded[c.input].is_none();
+    let settings = distinct_settings(files.iter().map(|f| f.settings.as_str()));
     let spec = JobSpec {
         key: key.to_string(),
         newest,
@@ -519,7 +540,7 @@ fn new_job<D: Ledger>(
             .map(|(f, _)| f)
             .collect(),
         chunk_size: plan.chunk_size,
-        settings: settings(plan),
+        settings,
         chunks_total: plan.chunks.iter().filter(|c| left(c)).count() as u64,
         bytes_total: plan
             .chunks

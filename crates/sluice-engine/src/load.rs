@@ -41,7 +41,11 @@ pub fn load_staging<D: Destination + Ledger + Staging>(
 pub fn check_inputs(spec: &LoadSpec) -> Result<Vec<String>, Failure> {
     let file_tables = input_tables(spec)?;
     let inputs = plan::plan_inputs(spec)?;
-    let _ = spec.checked.0.set(inputs);
+    *spec
+        .checked
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(inputs);
     Ok(file_tables)
 }
 

@@ -436,8 +436,14 @@ pub fn build(
     described: &[(String, TableInfo)],
     columns: Option<Vec<String>>,
 ) -> Result<Plan, Failure> {
-    let mut inputs = match spec.checked.0.get() {
-        Some(checked) if checked.len() == spec.files.len() => checked.clone(),
+    let checked = spec
+        .checked
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let mut inputs = match checked {
+        Some(checked) if checked.len() == spec.files.len() => checked,
         _ => plan_inputs(spec)?,
     };
     for (input, name) in inputs.iter_mut().zip(file_tables) {

@@ -420,6 +420,9 @@ struct Gather {
     size: usize,
 }
 
+/// Room past a gathered message's size for the file that fills it.
+const GATHER_SLACK: usize = 64 << 10;
+
 impl Gather {
     fn new(size: usize) -> Gather {
         Gather {
@@ -432,6 +435,10 @@ impl Gather {
     fn add(&mut self, bytes: Vec<u8>) -> Option<Vec<u8>> {
         if self.pending.is_empty() && bytes.len() >= self.size {
             return Some(bytes);
+        }
+        if self.pending.capacity() == 0 {
+            // Sized once: grown file by file, the message would be copied at every doubling.
+            self.pending = Vec::with_capacity(self.size + GATHER_SLACK.max(bytes.len()));
         }
         self.pending.extend_from_slice(&bytes);
         (self.pending.len() >= self.size).then(|| std::mem::take(&mut self.pending))
