@@ -176,7 +176,7 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
             dry_run(spec, &mut dest)
         })?),
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     let store = match args.upload_only {
         true => None,
         false => knee(&rows, |r| r.store_binary_mb_per_s.unwrap_or(0.0)).cloned(),
@@ -194,10 +194,10 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     }
     limits.push(("the upload path", upload_best, "COPY into a sink".into()));
     if let Some((rate, _)) = &parse {
-        let jobs = store.as_ref().map_or(1, |s| s.streams).min(cores);
+        let (mb_per_s, jobs) = parsing_bound(*rate, store.as_ref().map_or(1, |s| s.streams));
         limits.push((
             "this machine's parsing",
-            rate * jobs as f64,
+            mb_per_s,
             format!("{rate:.0} MB per CPU-second on {jobs} core(s)"),
         ));
     }
@@ -373,7 +373,7 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
         bounds.push(("the server's storing", store_rate(s)));
     }
     if let Some((rate, _)) = &parse {
-        bounds.push(("this machine's parsing", rate * store_jobs as f64));
+        bounds.push(("this machine's parsing", parsing_bound(*rate, store_jobs).0));
     }
     let bound = bounds
         .iter()
@@ -423,8 +423,9 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
     );
     if let Some((rate, bytes)) = &parse {
         println!(
-            "client: parses {rate:.0} MB per CPU-second (dry run of {})",
-            crate::progress::human_bytes(*bytes)
+            "client: parses {rate:.0} MB per CPU-second (dry run of {}), {} core(s) here",
+            crate::progress::human_bytes(*bytes),
+            cores()
         );
     }
     println!(
@@ -533,6 +534,18 @@ where
     Ok(())
 }
 
+/// The cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// What this machine parses at `rate` MB per CPU-second on `streams` streams, each converting
+/// on a core of its own as far as there are cores: MB/s, and the cores that takes.
+fn parsing_bound(rate: f64, streams: usize) -> (f64, usize) {
+    let jobs = streams.clamp(1, cores());
+    (rate * jobs as f64, jobs)
+}
+
 /// This machine's parse rate, MB per CPU-second, from a dry run (`run`, into the target's
 /// destination) of the first 32 MB of each plain input (cut at a line end), and the bytes it
 /// parsed.
@@ -612,6 +625,14 @@ mod tests {
         assert_eq!(size, 8 << 20);
         // Never past 16 MiB.
         assert_eq!(copy_buffer(1000.0, Duration::from_secs(1)).1, 16 << 20);
+    }
+
+    #[test]
+    fn parsing_is_bounded_by_the_cores_as_well_as_the_streams() {
+        let n = cores();
+        assert_eq!(parsing_bound(100.0, n + 7), (100.0 * n as f64, n));
+        assert_eq!(parsing_bound(100.0, 1), (100.0, 1));
+        assert_eq!(parsing_bound(100.0, 0), (100.0, 1));
     }
 
     #[test]
