@@ -427,12 +427,15 @@ pub async fn begin(conn: &mut Conn, spec: &JobSpec, tables: &[String]) -> Result
         .exec_drop(format!("DO RELEASE_LOCK({KEY_LOCK})"), (key,))
         .await;
     let id = recorded?;
-    released?;
-    take_lock(conn, id).await?;
+    if let Err(e) = released {
+        let _ = unlock(conn, id).await;
+        return Err(e.into());
+    }
     Ok(id)
 }
 
-/// The job's row and its files, in one transaction, unless a newer job of its key is there.
+/// The job's row and its files, in one transaction, unless a newer job of its key is there;
+/// the job's lock taken before its COMMIT.
 async fn record_job(
     conn: &mut Conn,
     spec: &JobSpec,
@@ -495,10 +498,22 @@ async fn record_job(
     }
     .await;
     match done {
-        Ok(Some(id)) => {
-            conn.query_drop("COMMIT").await?;
-            Ok(id)
-        }
+        // The job's lock before the COMMIT: the moment its row is seen (by a run of the same
+        // command that waited on the key's lock), its lock is held, so that run finds it
+        // running, not interrupted.
+        Ok(Some(id)) => match take_lock(conn, id).await {
+            Ok(()) => match conn.query_drop("COMMIT").await {
+                Ok(()) => Ok(id),
+                Err(e) => {
+                    let _ = unlock(conn, id).await;
+                    Err(e.into())
+                }
+            },
+            Err(e) => {
+                let _ = conn.query_drop("ROLLBACK").await;
+                Err(e)
+            }
+        },
         Ok(None) => {
             conn.query_drop("ROLLBACK").await?;
             Err(LedgerError::Raced(

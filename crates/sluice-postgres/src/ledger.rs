@@ -947,7 +947,7 @@ fn key_lock(key: &str) -> i32 {
         .unwrap_or(0) as i32
 }
 
-/// The second half of the job's start ([`begin_row`]): its files, its COMMIT and its lock.
+/// The second half of the job's start ([`begin_row`]): its files, its lock and its COMMIT.
 /// Its statements are all sent at its first poll, so that whatever the connection is asked
 /// next runs after the job's transaction ended.
 pub async fn record_files(
@@ -955,15 +955,18 @@ pub async fn record_files(
     id: i64,
     files: &[FileRecord],
 ) -> Result<(), LedgerError> {
-    // Every file in one statement, the COMMIT and the job's lock behind it: one round trip.
-    // A failed insert turns the COMMIT into a rollback (the server's rule for a failed
-    // transaction block), and gives back the lock if it was taken.
+    // Every file in one statement, the job's lock and the COMMIT behind it: one round trip.
+    // A failed insert fails the lock's statement and turns the COMMIT into a rollback (the
+    // server's rule for a failed transaction block); a failed COMMIT gives the lock back.
     let n: Vec<i32> = (0..files.len() as i32).collect();
     let lock: [&dyn Param; 2] = [&LOCK_CLASS, &(id as i32)];
-    let (files, committed, locked) = futures_util::join!(
+    // The lock before the COMMIT: the moment the job's row is seen (by a run of the same
+    // command that waited on the key's lock), its lock is held, so that run finds it running,
+    // not interrupted.
+    let (files, locked, committed) = futures_util::join!(
         insert_files(client, id, &n, files),
-        client.batch_execute("COMMIT"),
-        client.fetch_one("SELECT pg_try_advisory_lock($1, $2)", &lock)
+        client.fetch_one("SELECT pg_try_advisory_lock($1, $2)", &lock),
+        client.batch_execute("COMMIT")
     );
     let got = locked.as_ref().is_ok_and(|r| r.get::<_, bool>(0));
     if let Err(e) = files.and(committed) {
