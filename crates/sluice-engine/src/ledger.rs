@@ -418,8 +418,17 @@ pub fn ledger_failure(what: &str, e: sluice_core::destination::DestinationError)
     }
 }
 
+/// How many times a load looks the job up before it gives up on recording one: each look but
+/// the first follows a run of the same command that recorded its job first.
+const LOOKS: u32 = 3;
+
 /// Looks the load up in the ledger and decides what it loads. `replan` cuts the files again
 /// with another chunk size (the one an interrupted job used).
+///
+/// A run of the same command that started at the same moment may record its job between this
+/// run's look and its own record: the destination refuses the record then
+/// (`ErrorKind::Transient`), and the look is taken again, which finds that run's job (running:
+/// refused; finished: nothing of what it loaded is loaded again).
 pub fn start<D: Ledger>(
     dest: &D,
     host: &dyn Host,
@@ -428,71 +437,114 @@ pub fn start<D: Ledger>(
     replan: &dyn Fn(u64) -> Result<Plan, Failure>,
 ) -> Result<Start, Failure> {
     let key = job_key(&plan);
-    // A run of the same command that started at the same moment may record its job between
-    // this run's look and its own record: the destination refuses the record then
-    // (`ErrorKind::Transient`), and the look is taken again, which finds that run's job.
-    let mut tries = 0;
+    let mut settled: Vec<String> = Vec::new();
+    let mut look = 0;
     loop {
-        tries += 1;
+        look += 1;
+        // `--restart` replaces what the first look found; what a later look finds is another
+        // run's of the same command (its own `--restart`, say), not this one's to replace.
+        let restart = restart && look == 1;
         let jobs = dest
             .jobs(Some(&key))
             .map_err(|e| ledger_failure("reading the ledger", e))?;
         let unfinished = jobs
             .iter()
             .find(|j| j.state.resumable() || j.state == JobState::Running);
-        let mut settled = None;
         if let Some(job) = unfinished {
-            // The job's lock first (another process may run it now), then what its last run
-            // left prepared: a commit it decided is finished, whatever this run does next.
-            let ended = dest
-                .resume_job(job.id)
-                .map_err(|e| ledger_failure("resuming the job", e))?;
-            let prepared = settle_prepared(dest, job.id)?;
-            settled = match (ended, prepared) {
-                (Some(ended), Some(prepared)) => Some(format!("{ended}\n{prepared}")),
-                (ended, prepared) => ended.or(prepared),
-            };
+            settled.extend(settle_unfinished(dest, job.id)?);
             if !restart {
+                let settled = (!settled.is_empty()).then(|| settled.join("\n"));
                 return resume(dest, plan, job, settled, replan);
             }
             dest.end_job(job.id, JobState::Abandoned, Some("replaced by --restart"))
                 .map_err(|e| ledger_failure("updating the ledger", e))?;
         }
         let newest = jobs.iter().map(|j| j.id).max();
-        let NewJob {
-            spec,
-            loaded,
-            rerun,
-        } = new_job(dest, &plan, &key, restart, newest)?;
-        let notes: Vec<String> = settled.into_iter().chain(rerun.notes).collect();
-        // One decision a line: a load of many tables has as many.
-        let note = (!notes.is_empty()).then(|| notes.join("\n"));
-        let Some(spec) = spec else {
-            return Ok(Start::Nothing(
-                format!("nothing to load:\n{}", note.unwrap_or_default()),
-                rerun.skipped,
-            ));
-        };
-        host.event(Event::Point("looked"));
-        let job = match dest.begin_job(&spec) {
-            Ok(job) => job,
-            Err(e) if e.kind == ErrorKind::Transient && tries < 3 => continue,
-            Err(e) => return Err(ledger_failure("recording the job in the ledger", e)),
-        };
-        let mut plan = plan;
-        plan.retain_chunks(|c| loaded[c.input].is_none());
-        return Ok(Start::Run(
-            plan,
-            JobRun {
-                job,
-                files: file_index(&loaded),
-                note,
-                resumed: false,
-                skipped: rerun.skipped,
-                crew: None,
-            },
-        ));
+        let new = new_job(dest, &plan, &key, restart, newest)?;
+        match record_new(dest, host, new, &settled, look < LOOKS)? {
+            Recorded::Again => continue,
+            Recorded::Nothing(why, skipped) => return Ok(Start::Nothing(why, skipped)),
+            Recorded::Job(run, loaded) => {
+                let mut plan = plan;
+                plan.retain_chunks(|c| unloaded(&loaded, c));
+                return Ok(Start::Run(plan, run));
+            }
+        }
     }
+}
+
+/// Takes an unfinished job's lock (another process may run it now), then finishes what its
+/// last run left prepared: a commit it decided is finished, whatever this run does next.
+/// Returns what it did, in words.
+fn settle_unfinished<D: Ledger>(dest: &D, job: i64) -> Result<Option<String>, Failure> {
+    let ended = dest
+        .resume_job(job)
+        .map_err(|e| ledger_failure("resuming the job", e))?;
+    let prepared = settle_prepared(dest, job)?;
+    Ok(match (ended, prepared) {
+        (Some(ended), Some(prepared)) => Some(format!("{ended}\n{prepared}")),
+        (ended, prepared) => ended.or(prepared),
+    })
+}
+
+/// What recording a new job came to.
+enum Recorded {
+    /// A run of the same command recorded its job since this one looked: look again.
+    Again,
+    /// Every file is in already: why, and the files left out.
+    Nothing(String, Vec<Skipped>),
+    /// The job, and each input's finished job (the inputs it leaves out).
+    Job(JobRun, Vec<Option<LoadedBy>>),
+}
+
+/// Records the new job `new` describes (with `settled`, what this run finished of earlier
+/// ones, in its note), unless there is nothing to load. `again`: whether a run of the same
+/// command that recorded its job first sends this one to look again, or fails it.
+fn record_new<D: Ledger>(
+    dest: &D,
+    host: &dyn Host,
+    new: NewJob,
+    settled: &[String],
+    again: bool,
+) -> Result<Recorded, Failure> {
+    let NewJob {
+        spec,
+        loaded,
+        rerun,
+    } = new;
+    let notes: Vec<&str> = settled
+        .iter()
+        .chain(&rerun.notes)
+        .map(String::as_str)
+        .collect();
+    // One decision a line: a load of many tables has as many.
+    let note = (!notes.is_empty()).then(|| notes.join("\n"));
+    let Some(spec) = spec else {
+        return Ok(Recorded::Nothing(
+            format!("nothing to load:\n{}", note.unwrap_or_default()),
+            rerun.skipped,
+        ));
+    };
+    host.event(Event::Point("looked"));
+    let job = match dest.begin_job(&spec) {
+        Ok(job) => job,
+        Err(e) if e.kind == ErrorKind::Transient && again => return Ok(Recorded::Again),
+        Err(e) => return Err(ledger_failure("recording the job in the ledger", e)),
+    };
+    let run = JobRun {
+        job,
+        files: file_index(&loaded),
+        note,
+        resumed: false,
+        skipped: rerun.skipped,
+        crew: None,
+    };
+    Ok(Recorded::Job(run, loaded))
+}
+
+/// Whether chunk `c`'s input is one no finished job loaded (`loaded`, by input).
+fn unloaded(loaded: &[Option<LoadedBy>], c: &Chunk) -> bool {
+    loaded[c.input].is_none()
 }
 
 /// What a new job records ([`new_job`]).
@@ -528,7 +580,7 @@ fn new_job<D: Ledger>(
             rerun,
         });
     }
-    let left = |c: &Chunk| loaded[c.input].is_none();
+    let left = |c: &Chunk| unloaded(&loaded, c);
     let settings = distinct_settings(files.iter().map(|f| f.settings.as_str()));
     let spec = JobSpec {
         key: key.to_string(),

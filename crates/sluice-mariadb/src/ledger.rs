@@ -8,7 +8,10 @@
 //!
 //! A running job is marked by a named lock (`GET_LOCK('sluice:DB:N')`) that the load's own
 //! connection holds until it ends: a job whose row says `running` but whose lock is free was
-//! interrupted. Unlike PostgreSQL, MariaDB's DDL commits on its own, so the ledger's tables are
+//! interrupted; a new job takes it before its row commits. The row goes in under a named lock
+//! on the job's key (`sluice:DB:key:...`) and only if no run of the same command recorded one
+//! since this run looked: two runs started at once would otherwise both record a job and both
+//! load every row. Unlike PostgreSQL, MariaDB's DDL commits on its own, so the ledger's tables are
 //! created one statement at a time, each `IF NOT EXISTS`.
 
 use crate::catalog::{quote_ident, split_name, table_identity};

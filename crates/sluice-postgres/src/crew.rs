@@ -64,12 +64,15 @@ pub async fn join(
 }
 
 /// Runs `work` (statements on `client`) in one transaction: committed when it succeeds,
-/// rolled back when it fails.
+/// rolled back when it fails. Read committed whatever the session's default (`PGOPTIONS` may
+/// say repeatable read): each statement after a lock must see what its holder committed.
 async fn in_transaction<T, E: From<tokio_postgres::Error>>(
     client: &Client,
     work: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
-    client.batch_execute("BEGIN").await?;
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        .await?;
     match work.await {
         Ok(t) => {
             client.batch_execute("COMMIT").await?;

@@ -15,6 +15,10 @@
 //! take its rows with it. A running job holds a session advisory lock on its id (class
 //! [`LOCK_CLASS`]); a job marked running whose lock nobody holds was interrupted.
 //!
+//! A new job is recorded under a transaction lock of class [`KEY_CLASS`] on its key, and only
+//! if no run of the same command recorded one since this run looked: two runs started at once
+//! would otherwise both find no job, both record one and both load every row.
+//!
 //! Its streams' sessions each hold a shared lock of class [`STREAM_CLASS`] on the job: the
 //! server ends a killed sluice's session only once the statement it runs ends, so a COMMIT or
 //! `PREPARE TRANSACTION` sent just before a kill can land after a rerun read which chunks
@@ -877,7 +881,9 @@ async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> 
 
 /// Opens a new job's transaction with its row, and returns its id and the server's log
 /// position then: the first half of the job's start, whose second, [`record_files`], must
-/// follow on the same connection.
+/// follow on the same connection. The row goes in under the job key's lock ([`KEY_CLASS`],
+/// held until that transaction ends) and only if no job of the key newer than
+/// [`JobSpec::newest`] is there: else [`LedgerError::Raced`], and the load looks again.
 pub async fn begin_row(
     client: &Client,
     spec: &JobSpec,
@@ -905,7 +911,9 @@ pub async fn begin_row(
         let lock: [&dyn Param; 2] = [&KEY_CLASS, &key_lock(&spec.key)];
         let begin =
             format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{KEY_WAIT}'");
+        // In the statements' order: the lock's error, not the aborted transaction's after it.
         let (_, _, job, lsn) = tokio::try_join!(
+            biased;
             client.batch_execute(&begin),
             client.run("SELECT pg_advisory_xact_lock($1, $2)", &lock),
             client.fetch_opt(
@@ -921,23 +929,24 @@ pub async fn begin_row(
         Ok::<_, tokio_postgres::Error>((job.map(|r| r.get(0)), lsn.get(0)))
     }
     .await;
-    let refused = match done {
+    let failed = match done {
         Ok((Some(job), lsn)) => return Ok((job, lsn)),
         Ok((None, _)) => LedgerError::Raced(
             "another run of the same command recorded its job since this one looked".into(),
         ),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
             LedgerError::Refused(format!(
-                "another run of the same command has been recording its job for {KEY_WAIT} \
-                 (it holds the job's key, lock {KEY_CLASS}, {}, in `pg_locks`); wait for it, or \
-                 end it",
-                key_lock(&spec.key)
+                "recording the job waited {KEY_WAIT} for a lock: another run of the same command \
+                 recording its job holds the job's key (advisory lock classid {KEY_CLASS}, objid \
+                 {} in `pg_locks`), or a session holds a lock on the ledger's tables; wait for \
+                 it, or end it",
+                key_lock(&spec.key) as u32
             ))
         }
         Err(e) => e.into(),
     };
     let _ = client.batch_execute("ROLLBACK").await;
-    Err(refused)
+    Err(failed)
 }
 
 /// The key's advisory lock number: its first 32 bits (the key is a hex digest).

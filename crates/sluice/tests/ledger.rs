@@ -613,6 +613,82 @@ fn two_runs_of_one_command_started_at_once_load_it_once() {
     );
 }
 
+/// Both runs look before either records (each held 1.5 s at `looked`), then wait on the job
+/// key's lock, held by a session of the test as a third run recording its job would hold it.
+/// Let go, one run records its job; the other, woken by that record's COMMIT, finds a job of
+/// the key newer than its look, looks again and is refused (the job runs) or loads nothing (it
+/// finished). One job, every row once; with `--restart` too (a later look's job is the other
+/// run's, not this one's to replace). Without the lock both record a job and both load; under a
+/// repeatable-read default the second's check would not see the first's record.
+#[test]
+fn two_runs_waiting_on_the_key_lock_record_one_job() {
+    let d = db("ledger_keylock");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files = numbered_files(&d, "key", 2, 50);
+    let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    // The job's key, from a first load whose rows and ledger are then dropped.
+    let first = load(&d, &files, &[], &[]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let key = d
+        .psql("SELECT key FROM sluice_ledger.jobs")
+        .trim()
+        .to_string();
+    let objid = u32::from_str_radix(&key[..8], 16).unwrap();
+    let waiting = |granted: bool| {
+        d.psql(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = {} \
+             AND objid = {objid} AND granted = {granted}",
+            0x736c_6b79
+        ))
+        .trim()
+        .parse::<u32>()
+        .unwrap()
+    };
+    let held = [
+        ("SLUICE_PAUSE_AT", "looked:1500"),
+        (
+            "PGOPTIONS",
+            "-c default_transaction_isolation=repeatable\\ read",
+        ),
+    ];
+    for extra in [&[][..], &["--restart"][..]] {
+        d.psql("TRUNCATE t; DROP SCHEMA sluice_ledger CASCADE");
+        let holder = d.open_session(
+            "the_key_holder",
+            &format!(
+                "SELECT pg_advisory_lock({}, {});",
+                0x736c_6b79, objid as i32
+            ),
+        );
+        common::wait_until("the key's lock was never taken", 30, || waiting(true) == 1);
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| load(&d, &files, extra, &held));
+            let b = s.spawn(|| load(&d, &files, extra, &held));
+            common::wait_until("the runs never waited on the key", 60, || {
+                waiting(false) == 2
+            });
+            holder.end();
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let said = format!("{}\n---\n{}", stderr(&a), stderr(&b));
+        let codes = [a.status.code(), b.status.code()];
+        assert!(codes.contains(&Some(0)), "{codes:?} {said}");
+        assert!(
+            codes == [Some(0), Some(0)] && said.contains("nothing to load")
+                || codes.contains(&Some(2)) && said.contains("is being run by another sluice now"),
+            "{codes:?} {said}"
+        );
+        assert_eq!(d.count("t"), 100, "{said}");
+        assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 100);
+        assert_eq!(
+            d.psql("SELECT string_agg(state, ', ') FROM sluice_ledger.jobs")
+                .trim(),
+            "finished",
+            "{said}"
+        );
+    }
+}
+
 /// A bad row abandons its job (nothing of it is committed), so the fixed file is not refused
 /// as "changed": the fixed command is simply a new job.
 #[test]

@@ -301,6 +301,78 @@ fn two_runs_of_one_command_started_at_once_load_it_once() {
     assert_eq!(jobs().trim(), "1 finished,2 finished");
 }
 
+/// Both runs look before either records (held 1.5 s at `looked`), then wait on the job key's
+/// named lock, which a session of the test holds for 5 s as a third run recording its job
+/// would: let go, one records its job, the other finds it and is refused or loads nothing.
+/// One job, every row once.
+#[test]
+fn two_runs_waiting_on_the_key_lock_record_one_job() {
+    let d = mdb("keylock");
+    d.sql("CREATE TABLE t (i int NOT NULL, s varchar(20))");
+    let rows: Vec<u8> = (0..100)
+        .flat_map(|i| format!("{i}\trow {i}\n").into_bytes())
+        .collect();
+    let f = d.file("t.txt", &rows);
+    let args = [
+        "--table",
+        "t",
+        "--format",
+        "text",
+        "--jobs",
+        "2",
+        f.to_str().unwrap(),
+    ];
+    // The job's key, from a first load whose rows and ledger rows are then dropped.
+    assert_ok(&d.load(&args, &[], 60));
+    let key = d
+        .sql("SELECT job_key FROM sluice_ledger_jobs")
+        .trim()
+        .to_string();
+    d.sql("TRUNCATE t; DELETE FROM sluice_ledger_job_files; DELETE FROM sluice_ledger_jobs");
+    let sql = format!(
+        "SELECT GET_LOCK(CONCAT('sluice:', '{}', ':key:', '{}'), 0), SLEEP(5)",
+        d.name,
+        &key[..8]
+    );
+    let holder = std::thread::spawn(move || {
+        common::mariadb::maria().cluster.root_sql(&sql).unwrap();
+    });
+    let held = [("SLUICE_PAUSE_AT", "looked:1500")];
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| d.load(&args, &held, 60));
+        let b = s.spawn(|| d.load(&args, &held, 60));
+        let waiting = format!(
+            "information_schema.PROCESSLIST WHERE STATE = 'User lock' AND DB = '{}'",
+            d.name
+        );
+        let since = std::time::Instant::now();
+        while d.count(&waiting) < 2 {
+            assert!(
+                since.elapsed().as_secs() < 5,
+                "the runs never waited on the key"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    holder.join().unwrap();
+    let said = format!("{}\n---\n{}", printed(&a), printed(&b));
+    let codes = [a.status.code(), b.status.code()];
+    assert!(
+        codes == [Some(0), Some(0)] && said.contains("nothing to load")
+            || codes.contains(&Some(0))
+                && codes.contains(&Some(2))
+                && said.contains("is being run by another sluice now"),
+        "{codes:?} {said}"
+    );
+    assert_eq!(d.count("t"), 100, "{said}");
+    assert_eq!(
+        d.sql("SELECT GROUP_CONCAT(state) FROM sluice_ledger_jobs")
+            .trim(),
+        "finished"
+    );
+}
+
 #[test]
 fn the_password_is_never_printed() {
     let d = mdb("secret");
