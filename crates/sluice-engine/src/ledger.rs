@@ -12,6 +12,10 @@
 //!
 //! `--restart` skips both checks and loads everything as a new job. The chunks' ledger rows
 //! are written by the streams, in the transactions that commit the rows (`super::execute`).
+//!
+//! A new job is recorded only if no run of the same command recorded one since this run looked
+//! (the destination checks that under a lock on the job's key): two runs started at once would
+//! otherwise both find nothing and both load every row. The later one looks again.
 
 use crate::events::{Event, Host};
 use crate::failure::Failure;
