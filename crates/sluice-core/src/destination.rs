@@ -964,8 +964,10 @@ pub trait Ledger: Destination {
     /// Takes an interrupted or failed job's lock and marks it running. A destination that can
     /// tell a killed run's sessions on the server (whose last COMMIT may still land) first
     /// waits for them to end, or ends them, so that what the job committed is read whole.
-    /// Fails with [`ErrorKind::Usage`] when another process runs it now. Returns what it had
-    /// to end of an earlier run, in words.
+    /// Fails with [`ErrorKind::Usage`] when another process runs it now, and with
+    /// [`ErrorKind::Transient`], holding nothing, when the job finished since the load looked
+    /// (its run ended while this one waited): the load looks again. Returns what it had to end
+    /// of an earlier run, in words.
     fn resume_job(&self, job: i64) -> Result<Option<String>, DestinationError>;
 
     /// Marks a job finished, failed (with why) or abandoned.

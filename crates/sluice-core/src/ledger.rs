@@ -126,6 +126,20 @@ pub struct JobSpec {
     pub bytes_total: u64,
 }
 
+/// What a destination says when it refuses to record a new job because a run of the same
+/// command recorded one since this run looked (`Ledger::begin_job`'s `ErrorKind::Transient`).
+pub const RECORDED_SINCE_LOOKED: &str =
+    "another run of the same command recorded its job since this one looked";
+
+/// What a destination says when the job a load resumes finished since the load looked: its run
+/// ended while this one waited for its lock (`Ledger::resume_job`'s `ErrorKind::Transient`).
+pub fn finished_since_looked(job: i64) -> String {
+    format!(
+        "job {job} finished while this run waited for it; run the same command again: it loads \
+         nothing that is already in"
+    )
+}
+
 /// A job as the ledger holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Job {

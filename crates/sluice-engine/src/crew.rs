@@ -71,13 +71,14 @@ pub fn join<D: Ledger>(
     crew: &Crew,
     replan: &dyn Fn(u64) -> Result<Plan, Failure>,
 ) -> Result<Start, Failure> {
+    let files = file_records(&plan)?;
     let spec = JobSpec {
         key: crew.join.key(),
         // A crew's workers join one job by its name; the join's own lock orders them.
         newest: None,
-        files: file_records(&plan)?,
+        settings: settings(&files),
+        files,
         chunk_size: plan.chunk_size,
-        settings: settings(&plan),
         chunks_total: 0,
         bytes_total: 0,
     };

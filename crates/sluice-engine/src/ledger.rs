@@ -102,17 +102,14 @@ fn input_settings(plan: &Plan, i: usize) -> String {
     )
 }
 
-/// The settings the plan's inputs use, each once, in the order of first use: the job's record
-/// for people to read. Resuming compares each file's own settings (`job_files`), so 100,000
-/// files with one dialect make one line here, not 100,000.
-pub(crate) fn settings(plan: &Plan) -> String {
-    distinct_settings(each_input_settings(plan).iter().map(String::as_str))
-}
-
-/// `settings`, each once, in the order of first use, joined.
-fn distinct_settings<'a>(settings: impl Iterator<Item = &'a str>) -> String {
+/// The settings the files' records use ([`file_records`]), each once, in the order of first
+/// use: the job's record for people to read. Resuming compares each file's own settings
+/// (`job_files`), so 100,000 files with one dialect make one line here, not 100,000.
+pub(crate) fn settings(files: &[FileRecord]) -> String {
     let mut seen = std::collections::HashSet::new();
-    settings
+    files
+        .iter()
+        .map(|f| f.settings.as_str())
         .filter(|s| seen.insert(*s))
         .collect::<Vec<_>>()
         .join(" / ")
@@ -432,7 +429,8 @@ const LOOKS: u32 = 3;
 /// A run of the same command that started at the same moment may record its job between this
 /// run's look and its own record: the destination refuses the record then
 /// (`ErrorKind::Transient`), and the look is taken again, which finds that run's job (running:
-/// refused; finished: nothing of what it loaded is loaded again).
+/// refused; finished: nothing of what it loaded is loaded again). Likewise when the job a look
+/// found unfinished finishes before this run holds it.
 pub fn start<D: Ledger>(
     dest: &D,
     host: &dyn Host,
@@ -455,7 +453,10 @@ pub fn start<D: Ledger>(
             .iter()
             .find(|j| j.state.resumable() || j.state == JobState::Running);
         if let Some(job) = unfinished {
-            settled.extend(settle_unfinished(dest, job.id)?);
+            match settle_unfinished(dest, job.id, look < LOOKS)? {
+                Held::Again => continue,
+                Held::Settled(what) => settled.extend(what),
+            }
             if !restart {
                 let settled = (!settled.is_empty()).then(|| settled.join("\n"));
                 return resume(dest, plan, job, settled, replan);
@@ -477,18 +478,28 @@ pub fn start<D: Ledger>(
     }
 }
 
+/// An unfinished job, held for this run.
+enum Held {
+    /// It finished since this run looked (its run ended while this one waited): look again.
+    Again,
+    /// Held, with what finishing its last run's leftovers did, in words.
+    Settled(Option<String>),
+}
+
 /// Takes an unfinished job's lock (another process may run it now), then finishes what its
 /// last run left prepared: a commit it decided is finished, whatever this run does next.
-/// Returns what it did, in words.
-fn settle_unfinished<D: Ledger>(dest: &D, job: i64) -> Result<Option<String>, Failure> {
-    let ended = dest
-        .resume_job(job)
-        .map_err(|e| ledger_failure("resuming the job", e))?;
+/// `again`: whether a job that finished meanwhile sends this run to look again, or fails it.
+fn settle_unfinished<D: Ledger>(dest: &D, job: i64, again: bool) -> Result<Held, Failure> {
+    let ended = match dest.resume_job(job) {
+        Ok(ended) => ended,
+        Err(e) if e.kind == ErrorKind::Transient && again => return Ok(Held::Again),
+        Err(e) => return Err(ledger_failure("resuming the job", e)),
+    };
     let prepared = settle_prepared(dest, job)?;
-    Ok(match (ended, prepared) {
+    Ok(Held::Settled(match (ended, prepared) {
         (Some(ended), Some(prepared)) => Some(format!("{ended}\n{prepared}")),
         (ended, prepared) => ended.or(prepared),
-    })
+    }))
 }
 
 /// What recording a new job came to.
@@ -585,7 +596,7 @@ fn new_job<D: Ledger>(
         });
     }
     let left = |c: &Chunk| unloaded(&loaded, c);
-    let settings = distinct_settings(files.iter().map(|f| f.settings.as_str()));
+    let settings = settings(&files);
     let spec = JobSpec {
         key: key.to_string(),
         newest,

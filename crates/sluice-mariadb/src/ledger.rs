@@ -520,7 +520,7 @@ async fn record_job(
         Ok(None) => {
             conn.query_drop("ROLLBACK").await?;
             Err(LedgerError::Raced(
-                "another run of the same command recorded its job since this one looked".into(),
+                sluice_core::ledger::RECORDED_SINCE_LOOKED.into(),
             ))
         }
         Err(e) => {
@@ -535,10 +535,17 @@ pub async fn resume(conn: &mut Conn, job: i64) -> Result<(), LedgerError> {
     take_lock(conn, job).await?;
     conn.exec_drop(
         "UPDATE sluice_ledger_jobs SET state = 'running', message = NULL, \
-            updated = CURRENT_TIMESTAMP(6) WHERE id = ?",
+            updated = CURRENT_TIMESTAMP(6) WHERE id = ? AND state <> 'finished'",
         (job,),
     )
     .await?;
+    if conn.affected_rows() == 0 {
+        // Its run ended while this one waited for its lock: the load looks again.
+        unlock(conn, job).await?;
+        return Err(LedgerError::Raced(
+            sluice_core::ledger::finished_since_looked(job),
+        ));
+    }
     Ok(())
 }
 

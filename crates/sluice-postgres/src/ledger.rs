@@ -931,9 +931,7 @@ pub async fn begin_row(
     .await;
     let failed = match done {
         Ok((Some(job), lsn)) => return Ok((job, lsn)),
-        Ok((None, _)) => LedgerError::Raced(
-            "another run of the same command recorded its job since this one looked".into(),
-        ),
+        Ok((None, _)) => LedgerError::Raced(sluice_core::ledger::RECORDED_SINCE_LOOKED.into()),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
             LedgerError::Refused(format!(
                 "recording the job waited {KEY_WAIT} for a lock: another run of the same command \
@@ -1011,11 +1009,11 @@ pub async fn resume(client: &Client, job: i64) -> Result<Option<String>, LedgerE
         )
         .await?;
     if marked == 0 {
-        // Its last run's end landed while this one waited for its sessions.
-        return Err(LedgerError::Refused(format!(
-            "job {job} finished while this run waited for its last run's sessions to end; run \
-             the same command again: it loads nothing that is already in"
-        )));
+        // Its run's end landed while this one waited for its lock or its sessions.
+        let _ = unlock(client, job).await;
+        return Err(LedgerError::Raced(
+            sluice_core::ledger::finished_since_looked(job),
+        ));
     }
     Ok(ended)
 }

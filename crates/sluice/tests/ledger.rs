@@ -553,11 +553,14 @@ fn a_job_held_by_a_session_the_server_still_keeps_is_refused_with_the_way_out() 
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 2000);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
-    assert_eq!(
-        d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
-            .trim(),
-        "1 finished"
-    );
+    assert_eq!(job_states(&d), "1 finished");
+}
+
+/// Each job of the ledger, `id state`, in a list.
+fn job_states(d: &Db) -> String {
+    d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
+        .trim()
+        .to_string()
 }
 
 /// Two runs of one command started at the same moment record one job. The run that looked
@@ -587,11 +590,7 @@ fn two_runs_of_one_command_started_at_once_load_it_once() {
     assert!(held.status.success(), "{}", stderr(&held));
     assert_has(&stderr(&held), &["nothing to load", "job 1 loaded"]);
     assert_eq!(d.count("t"), 200);
-    assert_eq!(
-        d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
-            .trim(),
-        "1 finished"
-    );
+    assert_eq!(job_states(&d), "1 finished");
     // The other run is still running (held after its job's start) when the first looks again.
     d.psql("TRUNCATE t; DROP SCHEMA sluice_ledger CASCADE");
     let (held, other) = both(
@@ -606,11 +605,7 @@ fn two_runs_of_one_command_started_at_once_load_it_once() {
     );
     assert_eq!(d.count("t"), 200);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 200);
-    assert_eq!(
-        d.psql("SELECT string_agg(id || ' ' || state, ', ') FROM sluice_ledger.jobs")
-            .trim(),
-        "1 finished"
-    );
+    assert_eq!(job_states(&d), "1 finished");
 }
 
 /// Both runs look before either records (each held 1.5 s at `looked`), then wait on the job

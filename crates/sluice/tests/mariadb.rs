@@ -345,14 +345,9 @@ fn two_runs_waiting_on_the_key_lock_record_one_job() {
             "information_schema.PROCESSLIST WHERE STATE = 'User lock' AND DB = '{}'",
             d.name
         );
-        let since = std::time::Instant::now();
-        while d.count(&waiting) < 2 {
-            assert!(
-                since.elapsed().as_secs() < 5,
-                "the runs never waited on the key"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        common::wait_until("the runs never waited on the key", 5, || {
+            d.count(&waiting) >= 2
+        });
         (a.join().unwrap(), b.join().unwrap())
     });
     holder.join().unwrap();
@@ -1093,14 +1088,7 @@ fn hold_table_locked(d: &MDb, table: &str, seconds: u32) -> std::thread::JoinHan
         "information_schema.PROCESSLIST WHERE STATE = 'User sleep' AND DB = '{}'",
         d.name
     );
-    let since = std::time::Instant::now();
-    while d.count(&held) == 0 {
-        assert!(
-            since.elapsed().as_secs() < 30,
-            "the lock's holder did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_until("the lock's holder did not start", 30, || d.count(&held) > 0);
     holder
 }
 
