@@ -1,6 +1,9 @@
-"""The Python peers of bench/peers: DuckDB and ADBC loading the prepared TPC-H files.
+"""The Python peers of bench/peers and bench/mariadb-local: DuckDB and ADBC loading the
+prepared TPC-H files.
 
-    peers_python.py duckdb|adbc URL PREPARED_DIR JOBS
+    peers_python.py duckdb|adbc|duckdb-mysql URL PREPARED_DIR JOBS
+
+(`duckdb-mysql` takes a MySQL connection string, `host=... port=... user=... database=...`.)
 
 Both read the stripped `.txt` copies (no trailing `|`) with the target tables' own column
 types, so that each does its own typed conversion, as sluice does.
@@ -19,25 +22,33 @@ def files_of(prepared, table):
     return sorted(glob.glob(os.path.join(prepared, f"{table}.*.txt")))
 
 
-def duckdb_load(url, prepared, jobs):
-    import duckdb
-    import duckdb_extension_postgres_scanner as ext
+def duckdb_load(url, prepared, jobs, kind="postgres"):
+    """DuckDB's read_csv into the target through its `postgres` or `mysql` extension."""
+    import importlib
 
+    import duckdb
+
+    ext = importlib.import_module(f"duckdb_extension_{kind}_scanner")
     path = glob.glob(os.path.join(os.path.dirname(ext.__file__), "extensions", "*",
-                                  "postgres_scanner.duckdb_extension"))[0]
+                                  f"{kind}_scanner.duckdb_extension"))[0]
     con = duckdb.connect(config={"autoinstall_known_extensions": False,
                                  "autoload_known_extensions": False})
     con.execute(f"LOAD '{path}'")
     con.execute(f"SET threads = {jobs}")
-    con.execute(f"ATTACH '{url}' AS pg (TYPE postgres)")
+    con.execute(f"ATTACH '{url}' AS db (TYPE {kind})")
+    schema = "db.public" if kind == "postgres" else "db"
     for t in TABLES:
-        cols = con.execute(f"DESCRIBE pg.public.{t}").fetchall()
+        cols = con.execute(f"DESCRIBE {schema}.{t}").fetchall()
         types = ", ".join(f"'{name}': '{typ}'" for name, typ, *_ in cols)
         files = ", ".join(f"'{f}'" for f in files_of(prepared, t))
         con.execute(
-            f"INSERT INTO pg.public.{t} SELECT * FROM read_csv([{files}], delim = '|', "
+            f"INSERT INTO {schema}.{t} SELECT * FROM read_csv([{files}], delim = '|', "
             f"header = false, quote = '', escape = '', columns = {{{types}}})")
     con.close()
+
+
+def duckdb_mysql_load(url, prepared, jobs):
+    duckdb_load(url, prepared, jobs, kind="mysql")
 
 
 def adbc_load(url, prepared, jobs):
@@ -83,4 +94,4 @@ def adbc_load(url, prepared, jobs):
 
 if __name__ == "__main__":
     which, url, prepared, jobs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    {"duckdb": duckdb_load, "adbc": adbc_load}[which](url, prepared, jobs)
+    {"duckdb": duckdb_load, "adbc": adbc_load, "duckdb-mysql": duckdb_mysql_load}[which](url, prepared, jobs)

@@ -18,6 +18,8 @@ pub struct Table {
     /// See the module doc.
     pub id: String,
     pub engine: String,
+    /// Whether it is partitioned (`information_schema.TABLES.CREATE_OPTIONS` says so).
+    pub partitioned: bool,
     pub columns: Vec<Column>,
     /// The ids of the tables its foreign keys reference.
     pub references: Vec<String>,
@@ -94,14 +96,14 @@ pub async fn describe_table(conn: &mut Conn, name: &str) -> Result<Table, Catalo
                 ))
             })?,
     };
-    let found: Option<(String, Option<String>)> = conn
+    let found: Option<(String, Option<String>, Option<String>)> = conn
         .exec_first(
-            "SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES \
+            "SELECT TABLE_TYPE, ENGINE, CREATE_OPTIONS FROM information_schema.TABLES \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (&schema, &table),
         )
         .await?;
-    let Some((kind, engine)) = found else {
+    let Some((kind, engine, options)) = found else {
         return Err(CatalogError::Usage(format!(
             "there is no table {}.{} in this server",
             quote_ident(&schema),
@@ -137,6 +139,7 @@ pub async fn describe_table(conn: &mut Conn, name: &str) -> Result<Table, Catalo
         name: table,
         id,
         engine,
+        partitioned: options.is_some_and(|o| o.split(' ').any(|w| w == "partitioned")),
         columns,
         references,
     })

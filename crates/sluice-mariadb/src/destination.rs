@@ -399,6 +399,13 @@ impl Destination for MariaDbDestination {
         self.free_slots
     }
 
+    /// Two sessions appending to one InnoDB table contend for its last pages; a partitioned
+    /// table's streams write into different partitions' trees, and apart was slower there
+    /// (BENCHMARKS.md, "MariaDB: each stream its own table").
+    fn writers_contend(&self, table: usize) -> bool {
+        self.tables.get(table).is_some_and(|t| !t.table.partitioned)
+    }
+
     fn set_tables(&mut self, tables: &[LoadTable]) -> Result<(), DestinationError> {
         let mut targets = Vec::with_capacity(tables.len());
         for lt in tables {

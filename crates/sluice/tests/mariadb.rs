@@ -715,6 +715,47 @@ fn four_streams_into_two_tables_commit_all_or_nothing() {
     );
 }
 
+/// Two sessions writing into one InnoDB table slow each other down, so a stream takes a table
+/// no other stream is loading first: a small table's one file, last in the biggest-first
+/// order, is taken while the other stream loads the big table, not after all of it. The JSON
+/// report's chunk starts show the order.
+#[test]
+fn a_stream_takes_a_table_no_other_stream_is_loading() {
+    let d = mdb("apart");
+    d.sql("CREATE TABLE big (id int, v varchar(60)); CREATE TABLE small (id int, v varchar(60))");
+    let mut files = Vec::new();
+    for part in 0..6u32 {
+        let text: String = (part * 40_000..(part + 1) * 40_000)
+            .map(|i| format!("{i}\tsome text to make the rows of the big table longer {i}\n"))
+            .collect();
+        files.push(d.file(&format!("big.{part}.txt"), text.as_bytes()));
+    }
+    files.push(d.file("small.txt", b"1\tone\n2\ttwo\n"));
+    let report = d.file("report.json", b"");
+    let mut args = vec!["--format", "text", "--jobs", "2", "--report-json"];
+    args.push(report.to_str().unwrap());
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    assert_ok(&d.load(&args, &[], 120));
+    assert_eq!((d.count("big"), d.count("small")), (240_000, 2));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let mut starts: Vec<(f64, String)> = Vec::new();
+    for s in r["streams"].as_array().unwrap() {
+        for c in s["chunks"].as_array().unwrap() {
+            let table = c["table"].as_str().unwrap().to_string();
+            starts.push((c["start"].as_f64().unwrap(), table));
+        }
+    }
+    starts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let small = starts
+        .iter()
+        .position(|(_, t)| t.contains("small"))
+        .unwrap();
+    assert!(
+        small + 1 < starts.len(),
+        "the small table's file loaded after every chunk of the big one: {starts:?}"
+    );
+}
+
 /// `ENUM`, `SET`, `YEAR`, `FLOAT`, `DOUBLE` and `TIME`, checked on the client: their edge values
 /// load as the server's own strict `LOAD DATA INFILE` loads them, and each value the server
 /// refuses, sluice refuses first, with its own reason, the file and line, nothing committed.

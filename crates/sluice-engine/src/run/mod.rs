@@ -2,12 +2,13 @@
 //! visible or nothing.
 //!
 //! Each stream is a connection in one open transaction, fed units of work from a shared queue
-//! (biggest first). Inside a stream three things overlap: a reader thread reads and
-//! decompresses, the stream's thread parses, converts and encodes, and the destination writes
-//! the previous message to its socket. When a chunk fails, every stream stops and rolls back;
-//! only when every stream has finished cleanly does the strategy publish (commit every stream,
-//! or switch staging tables in). The guarantee and its one window (a crash between the first
-//! and last COMMIT) are documented in the README.
+//! (biggest first; where the destination says that writers of one table contend, a table no
+//! other stream is loading first: [`RunContext::take_unit`]). Inside a stream three things
+//! overlap: a reader thread reads and decompresses, the stream's thread parses, converts and
+//! encodes, and the destination writes the previous message to its socket. When a chunk
+//! fails, every stream stops and rolls back; only when every stream has finished cleanly does
+//! the strategy publish (commit every stream, or switch staging tables in). The guarantee and
+//! its one window (a crash between the first and last COMMIT) are documented in the README.
 //!
 //! [`execute`] is a sequence of named steps: prepare, queue the work, watch, run the streams
 //! ([`worker`]), check the barrier, publish ([`publish`]). The engine speaks to the database
@@ -215,6 +216,12 @@ pub(crate) struct RunContext<'a, D: Destination> {
     first_error: Mutex<Option<Failure>>,
     /// The work not taken yet.
     queue: Mutex<VecDeque<Unit>>,
+    /// For each table, how many streams are loading a direct unit of it now (taken after
+    /// `queue` when both are held).
+    loading: Mutex<Vec<u32>>,
+    /// For each table, whether streams writing into it at once slow each other down
+    /// ([`Destination::writers_contend`]).
+    contended: Vec<bool>,
     /// The chunks each connection has taken, to find the rows behind a key on the error path.
     taken: Mutex<Vec<Vec<usize>>>,
     /// Every table's counters, for progress and for how much of the input the load has read.
@@ -244,6 +251,50 @@ impl<D: Destination> RunContext<'_, D> {
         if slot.is_none() && !matches!(e, Failure::Aborted) {
             *slot = Some(e);
         }
+    }
+
+    /// The next unit for a stream, with the tables it marks as loading until
+    /// [`RunContext::done_with`]: the first in the queue whose contended tables no other
+    /// stream is loading now ([`strategy::apart`]), or else the first.
+    pub(super) fn take_unit(&self) -> Option<(Unit, Vec<usize>)> {
+        let mut queue = lock(&self.queue);
+        let mut loading = lock(&self.loading);
+        let next = match self.contended.contains(&true) {
+            true => strategy::apart(&queue, |u| self.tables_of(u), &loading).unwrap_or(0),
+            false => 0,
+        };
+        let unit = queue.remove(next)?;
+        let tables = self.tables_of(&unit);
+        for &t in &tables {
+            loading[t] += 1;
+        }
+        Some((unit, tables))
+    }
+
+    /// A stream no longer loads `tables` (what [`RunContext::take_unit`] returned with its
+    /// unit).
+    pub(super) fn done_with(&self, tables: &[usize]) {
+        let mut loading = lock(&self.loading);
+        for &t in tables {
+            loading[t] -= 1;
+        }
+    }
+
+    /// The contended tables a direct unit writes into, each once; none for staged and route
+    /// units.
+    fn tables_of(&self, unit: &Unit) -> Vec<usize> {
+        if unit.staged.is_some() || unit.route {
+            return Vec::new();
+        }
+        let mut tables: Vec<usize> = unit
+            .chunks
+            .iter()
+            .map(|&c| self.plan.inputs[self.plan.chunks[c].input].table)
+            .filter(|&t| self.contended[t])
+            .collect();
+        tables.sort_unstable();
+        tables.dedup();
+        tables
     }
 
     /// Puts units back at the head of the queue, in their order.
@@ -309,6 +360,10 @@ pub fn execute<D: Destination>(
         first_error: Mutex::new(None),
         queue: Mutex::new(strategy::keep_references_together(plan, strategy.route(plan)).into()),
         taken: Mutex::new(vec![Vec::new(); 2 * jobs]),
+        loading: Mutex::new(vec![0; plan.tables.len()]),
+        contended: (0..plan.tables.len())
+            .map(|t| dest.writers_contend(t))
+            .collect(),
         counters,
         conversions: AtomicU64::new(0),
         gate: Gate::new(jobs, opts.calibrate && jobs > 1),

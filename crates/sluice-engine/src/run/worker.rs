@@ -199,9 +199,12 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             if self.ctx.abort.load(Ordering::Relaxed) || !self.ctx.gate.may_continue(self.n) {
                 break;
             }
-            let next = lock(&self.ctx.queue).pop_front();
-            let Some(unit) = next else { break };
-            if let UnitEnd::Stop = self.run_unit(&unit) {
+            let Some((unit, tables)) = self.ctx.take_unit() else {
+                break;
+            };
+            let end = self.run_unit(&unit);
+            self.ctx.done_with(&tables);
+            if let UnitEnd::Stop = end {
                 return false;
             }
         }
