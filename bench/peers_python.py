@@ -5,7 +5,7 @@ prepared TPC-H files.
 
 (`duckdb-mysql` takes a MySQL connection string, `host=... port=... user=... database=...`.)
 
-Both read the stripped `.txt` copies (no trailing `|`) with the target tables' own column
+Each reads the stripped `.txt` copies (no trailing `|`) with the target tables' own column
 types, so that each does its own typed conversion, as sluice does.
 """
 

@@ -14,6 +14,8 @@
 #             build, for a before and after in one sitting)
 #   idle0     as probe, with the client's net.ipv4.tcp_slow_start_after_idle = 0 for that run (a
 #             connection idle longer than its retransmission timeout keeps its window)
+#   chunks    as probe, with --chunk-size $CHUNK (default 32M: three times the chunks, so that
+#             the streams end closer together, each chunk paying its own round trips)
 # CONTENDERS picks and orders them (default: "probe nodelay psql-2 jobs1 off", plus base when
 # BASE_BIN is set). TLS=1 starts the server with ssl = on and every client (sluice, psql) with
 # sslmode=require. JOBS=N overrides the probe's --jobs (the probe is still run and shown).
@@ -110,6 +112,9 @@ for r in $(seq 1 "$rounds"); do
       base) ip netns exec "$far_ns" "$BASE_BIN" load -q --target "$far_url" --wire text \
           --jobs "$jobs" --socket-buffer "$buffer" --strategy direct "$data"/lineitem/*.tbl \
           > "$work/$who.out" ;;
+      chunks) ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
+          --jobs "$jobs" --socket-buffer "$buffer" --strategy direct --chunk-size "${CHUNK:-32M}" \
+          "$data"/lineitem/*.tbl > "$work/$who.out" ;;
       jobs1) ip netns exec "$far_ns" "$bin" load -q --target "$far_url" --wire text \
           --jobs 1 --socket-buffer off --strategy direct "$data"/lineitem/*.tbl > "$work/$who.out" ;;
       idle0) ip netns exec "$far_ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle=0

@@ -169,25 +169,6 @@ const SHARED_CHUNKS: usize = 1000;
 /// each, so that every stream has work (and its own transaction).
 const SHARED_FROM: usize = 64;
 
-/// Where in `queue` the first unit is whose tables (`tables_of`) no stream is loading now
-/// (`loading[t]` streams load table `t`), if one is.
-///
-/// Two streams writing into one table can contend inside the server (one table's last pages:
-/// on MariaDB two sessions loading TPC-H `lineitem` took 0.82 of the time one took alone,
-/// while two tables side by side took about half), so a stream takes another table's work
-/// while there is some, before the biggest work first. `tables_of` names only the tables
-/// whose writers contend ([`Destination::writers_contend`]); staged and route units, which
-/// write into a table of their own or none, have none.
-pub fn apart(
-    queue: &std::collections::VecDeque<Unit>,
-    tables_of: impl Fn(&Unit) -> Vec<usize>,
-    loading: &[u32],
-) -> Option<usize> {
-    queue
-        .iter()
-        .position(|u| tables_of(u).iter().all(|&t| loading[t] == 0))
-}
-
 /// The direct units of `chunks`, in the given order: one per chunk, except that consecutive
 /// small chunks of one table (many small files) form one unit, which a stream loads in one
 /// go and which goes back on the queue whole.
@@ -573,61 +554,4 @@ pub fn keep_references_together(plan: &Plan, units: Vec<Unit>) -> Vec<Unit> {
     }
     tied.extend(rest);
     tied
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::VecDeque;
-
-    fn direct(chunks: &[usize]) -> Unit {
-        Unit {
-            chunks: chunks.to_vec(),
-            staged: None,
-            route: false,
-        }
-    }
-
-    /// Chunk `c` is of table `c / 10` in these tests.
-    fn tables(u: &Unit) -> Vec<usize> {
-        let mut t: Vec<usize> = u.chunks.iter().map(|c| c / 10).collect();
-        t.dedup();
-        t
-    }
-
-    #[test]
-    fn apart_takes_the_first_unit_of_a_table_no_stream_loads() {
-        let queue: VecDeque<Unit> = [direct(&[0]), direct(&[1]), direct(&[10]), direct(&[20])]
-            .into_iter()
-            .collect();
-        // Nothing loading: the biggest work, first in the queue.
-        assert_eq!(apart(&queue, tables, &[0, 0, 0]), Some(0));
-        // Table 0 loading: table 1's unit, not table 0's second.
-        assert_eq!(apart(&queue, tables, &[1, 0, 0]), Some(2));
-        assert_eq!(apart(&queue, tables, &[1, 2, 0]), Some(3));
-        // Every table loading: none apart (the caller takes the first).
-        assert_eq!(apart(&queue, tables, &[1, 1, 1]), None);
-    }
-
-    #[test]
-    fn a_unit_of_several_tables_is_apart_only_when_none_of_them_is_loading() {
-        let queue: VecDeque<Unit> = [direct(&[0, 10]), direct(&[20])].into_iter().collect();
-        assert_eq!(apart(&queue, tables, &[0, 1, 0]), Some(1));
-        assert_eq!(apart(&queue, tables, &[0, 0, 0]), Some(0));
-    }
-
-    #[test]
-    fn staged_and_route_units_are_always_apart() {
-        let staged = Unit {
-            chunks: vec![0],
-            staged: Some(3),
-            route: false,
-        };
-        let queue: VecDeque<Unit> = [staged].into_iter().collect();
-        let none = |u: &Unit| match u.staged {
-            Some(_) => Vec::new(),
-            None => tables(u),
-        };
-        assert_eq!(apart(&queue, none, &[5]), Some(0));
-    }
 }

@@ -217,6 +217,39 @@ fn a_lost_connection_requeues_the_streams_work_and_loads_it_once() {
     exactly_once(&store, 0, 4000);
 }
 
+/// Where writers of a table contend, a stream takes a table no other stream loads first: the
+/// queue counts who loads which table, and a lost connection puts its units back and its
+/// table free. Every row of both tables still loads once.
+#[test]
+fn with_contended_tables_a_lost_connection_still_loads_every_row_once() {
+    let inputs = Inputs::new("contend");
+    let store = Store::new();
+    store.create("a", &["id", "v"]);
+    store.create("b", &["id", "v"]);
+    store.arm(Faults {
+        lose_at: Some(("v2500".into(), 2)),
+        ..Faults::default()
+    });
+    let mut s = spec(two_files(&inputs, &[]));
+    s.table = None;
+    let host = Listener::default();
+    let mut dest = Memory::connect(&store);
+    dest.contend = true;
+    sluice_engine::load::load(&s, &mut dest, &host).unwrap();
+    assert!(host.heard("retry 1 of 5"));
+    let ids = |t: &str| -> Vec<u32> {
+        let mut ids: Vec<u32> = store
+            .rows(t)
+            .iter()
+            .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(ids("a"), (0..2000).collect::<Vec<_>>());
+    assert_eq!(ids("b"), (2000..4000).collect::<Vec<_>>());
+}
+
 #[test]
 fn a_transient_abort_is_retried_and_past_the_retries_is_the_servers() {
     let inputs = Inputs::new("transient");

@@ -3,7 +3,7 @@
 //!
 //! Each stream is a connection in one open transaction, fed units of work from a shared queue
 //! (biggest first; where the destination says that writers of one table contend, a table no
-//! other stream is loading first: [`RunContext::take_unit`]). Inside a stream three things
+//! other stream is loading first: [`queue`]). Inside a stream three things
 //! overlap: a reader thread reads and decompresses, the stream's thread parses, converts and
 //! encodes, and the destination writes the previous message to its socket. When a chunk
 //! fails, every stream stops and rolls back; only when every stream has finished cleanly does
@@ -25,6 +25,7 @@ mod copy;
 mod diagnose;
 mod lines;
 mod publish;
+mod queue;
 mod worker;
 
 pub(crate) use diagnose::destination_failure;
@@ -39,9 +40,9 @@ use crate::ledger::JobRun;
 use crate::plan::{Chunk, ChunkKey, Plan};
 use crate::rejects::Rejects;
 use crate::strategy::{self, Strategy, Unit};
+use queue::Queue;
 use sluice_core::destination::{Capabilities, Destination, ServerWaits};
 use sluice_core::ledger::ChunkRecord;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -214,14 +215,8 @@ pub(crate) struct RunContext<'a, D: Destination> {
     abort: AtomicBool,
     /// The first failure, the one reported.
     first_error: Mutex<Option<Failure>>,
-    /// The work not taken yet.
-    queue: Mutex<VecDeque<Unit>>,
-    /// For each table, how many streams are loading a direct unit of it now (taken after
-    /// `queue` when both are held).
-    loading: Mutex<Vec<u32>>,
-    /// For each table, whether streams writing into it at once slow each other down
-    /// ([`Destination::writers_contend`]).
-    contended: Vec<bool>,
+    /// The work not taken yet, and which tables streams are loading.
+    queue: Mutex<Queue>,
     /// The chunks each connection has taken, to find the rows behind a key on the error path.
     taken: Mutex<Vec<Vec<usize>>>,
     /// Every table's counters, for progress and for how much of the input the load has read.
@@ -253,56 +248,20 @@ impl<D: Destination> RunContext<'_, D> {
         }
     }
 
-    /// The next unit for a stream, with the tables it marks as loading until
-    /// [`RunContext::done_with`]: the first in the queue whose contended tables no other
-    /// stream is loading now ([`strategy::apart`]), or else the first.
+    /// The next unit for a stream ([`Queue::take`]), with the tables it marks as loading
+    /// until [`RunContext::done_with`].
     pub(super) fn take_unit(&self) -> Option<(Unit, Vec<usize>)> {
-        let mut queue = lock(&self.queue);
-        let mut loading = lock(&self.loading);
-        let next = match self.contended.contains(&true) {
-            true => strategy::apart(&queue, |u| self.tables_of(u), &loading).unwrap_or(0),
-            false => 0,
-        };
-        let unit = queue.remove(next)?;
-        let tables = self.tables_of(&unit);
-        for &t in &tables {
-            loading[t] += 1;
-        }
-        Some((unit, tables))
+        lock(&self.queue).take()
     }
 
-    /// A stream no longer loads `tables` (what [`RunContext::take_unit`] returned with its
-    /// unit).
+    /// A stream no longer loads `tables`.
     pub(super) fn done_with(&self, tables: &[usize]) {
-        let mut loading = lock(&self.loading);
-        for &t in tables {
-            loading[t] -= 1;
-        }
-    }
-
-    /// The contended tables a direct unit writes into, each once; none for staged and route
-    /// units.
-    fn tables_of(&self, unit: &Unit) -> Vec<usize> {
-        if unit.staged.is_some() || unit.route {
-            return Vec::new();
-        }
-        let mut tables: Vec<usize> = unit
-            .chunks
-            .iter()
-            .map(|&c| self.plan.inputs[self.plan.chunks[c].input].table)
-            .filter(|&t| self.contended[t])
-            .collect();
-        tables.sort_unstable();
-        tables.dedup();
-        tables
+        lock(&self.queue).done_with(tables)
     }
 
     /// Puts units back at the head of the queue, in their order.
     fn push_front(&self, units: Vec<Unit>) {
-        let mut q = lock(&self.queue);
-        for u in units.into_iter().rev() {
-            q.push_front(u);
-        }
+        lock(&self.queue).push_front(units)
     }
 
     /// Waits `wait`, or less if the load stops meanwhile (false then).
@@ -358,12 +317,14 @@ pub fn execute<D: Destination>(
         jobs,
         abort: AtomicBool::new(false),
         first_error: Mutex::new(None),
-        queue: Mutex::new(strategy::keep_references_together(plan, strategy.route(plan)).into()),
+        queue: Mutex::new(Queue::new(
+            strategy::keep_references_together(plan, strategy.route(plan)),
+            plan,
+            (0..plan.tables.len())
+                .map(|t| dest.writers_contend(t))
+                .collect(),
+        )),
         taken: Mutex::new(vec![Vec::new(); 2 * jobs]),
-        loading: Mutex::new(vec![0; plan.tables.len()]),
-        contended: (0..plan.tables.len())
-            .map(|t| dest.writers_contend(t))
-            .collect(),
         counters,
         conversions: AtomicU64::new(0),
         gate: Gate::new(jobs, opts.calibrate && jobs > 1),

@@ -150,6 +150,8 @@ pub(super) struct Worker<'c, 'd, D: Destination + 'd> {
     staged: Option<D::Stream<'d>>,
     encoders: Vec<Option<D::Encoder<'d>>>,
     lost: LostConnections,
+    /// The tables the queue counts this stream as loading (its unit's contended tables).
+    holding: Vec<usize>,
 }
 
 impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
@@ -170,6 +172,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
                 retries_left: ctx.opts.retries,
                 on_direct: Vec::new(),
             },
+            holding: Vec::new(),
         }
     }
 
@@ -202,8 +205,9 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             let Some((unit, tables)) = self.ctx.take_unit() else {
                 break;
             };
+            self.holding = tables;
             let end = self.run_unit(&unit);
-            self.ctx.done_with(&tables);
+            self.release_tables();
             if let UnitEnd::Stop = end {
                 return false;
             }
@@ -657,11 +661,20 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         UnitEnd::Next
     }
 
+    /// The queue no longer counts this stream as loading its unit's tables.
+    fn release_tables(&mut self) {
+        let tables = std::mem::take(&mut self.holding);
+        self.ctx.done_with(&tables);
+    }
+
     /// Connection `id` was lost during `unit`: retried when a retry is left.
     fn lose(&mut self, unit: &Unit, id: usize, e: DestinationError) -> UnitEnd {
         let ctx = self.ctx;
         let lost = self.slot(unit).take();
         self.close_lost(lost);
+        // Its unit goes back on the queue, and another stream may take its table during the
+        // pause before the reconnect.
+        self.release_tables();
         if self.lost.retry(ctx, &mut self.stats, unit, id, &e) {
             return UnitEnd::Next;
         }

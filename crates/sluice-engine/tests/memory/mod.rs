@@ -275,6 +275,8 @@ pub struct Memory {
     pub publish: PublishModel,
     /// Why `--strategy auto` loads every table directly here, if it does.
     pub auto_direct: Option<String>,
+    /// Whether it says that streams writing into one table contend.
+    pub contend: bool,
     /// The staging tables this process finished or took back, for the publish.
     finished: Mutex<Vec<String>>,
     /// The leftovers `prepare_staging` offered: those `reuse_staging` does not keep go.
@@ -291,6 +293,7 @@ impl Memory {
             prepare_slots: 0,
             publish: PublishModel::OneTransaction,
             auto_direct: None,
+            contend: false,
             finished: Mutex::new(Vec::new()),
             offered: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -634,6 +637,10 @@ impl Destination for Memory {
                 n => Ok(n),
             },
         }
+    }
+
+    fn writers_contend(&self, _table: usize) -> bool {
+        self.contend
     }
 
     type Stream<'a> = MemStream<'a>;
