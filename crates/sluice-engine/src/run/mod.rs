@@ -3,12 +3,12 @@
 //!
 //! Each stream is a connection in one open transaction, fed units of work from a shared queue
 //! (biggest first; where the destination says that writers of one table contend, a table no
-//! other stream is loading first: [`queue`]). Inside a stream three things
-//! overlap: a reader thread reads and decompresses, the stream's thread parses, converts and
-//! encodes, and the destination writes the previous message to its socket. When a chunk
-//! fails, every stream stops and rolls back; only when every stream has finished cleanly does
-//! the strategy publish (commit every stream, or switch staging tables in). The guarantee and
-//! its one window (a crash between the first and last COMMIT) are documented in the README.
+//! other stream is loading first: [`queue`]). Inside a stream three things overlap: a reader
+//! thread reads and decompresses, the stream's thread parses, converts and encodes, and the
+//! destination writes the previous message to its socket. When a chunk fails, every stream
+//! stops and rolls back; only when every stream has finished cleanly does the strategy
+//! publish (commit every stream, or switch staging tables in). The guarantee and its one
+//! window (a crash between the first and last COMMIT) are documented in the README.
 //!
 //! [`execute`] is a sequence of named steps: prepare, queue the work, watch, run the streams
 //! ([`worker`]), check the barrier, publish ([`publish`]). The engine speaks to the database

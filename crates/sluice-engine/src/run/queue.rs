@@ -12,8 +12,8 @@
 //! or none, and never wait for one.
 //!
 //! The queue counts, for each table, its queued units and the streams loading it, so that a
-//! take that cannot find such a unit knows it without looking at every unit: a load of
-//! 100,000 small files into one table takes its units one by one.
+//! take that cannot find such a unit knows it without walking the queue (100,000 small files
+//! into one table, which another stream is always loading: each take is one step).
 
 use crate::plan::Plan;
 use crate::strategy::Unit;
