@@ -2,14 +2,15 @@
 //! next.
 //!
 //! The queue is in the strategy's order, biggest work first, which ends the streams together.
-//! But two streams writing into one table can contend inside the server (one table's last
-//! pages: on MariaDB two sessions loading TPC-H `lineitem` took 0.82 of the time one took
-//! alone, while `mariadb-import` loaded the other seven tables beside it in about 8 s). So
-//! where the destination says a table's writers contend
+//! But two streams writing into one table can contend inside the server for the table's last
+//! pages: on one destination, two sessions loading TPC-H `lineitem` took 0.82 of the time one
+//! took alone, while a peer that gives each thread a table of its own loaded the other seven
+//! tables beside it in about 8 s (BENCHMARKS.md). So where the destination says a table's
+//! writers contend
 //! ([`Destination::writers_contend`](sluice_core::destination::Destination::writers_contend)),
 //! a stream takes the first unit whose contended tables no stream is loading now, and the
-//! first unit only when there is none. Staged and route units write into a table of their own,
-//! or none, and never wait for one.
+//! first unit only when there is none. Staged and route units write into a table of their
+//! own, or none, and never wait for one.
 //!
 //! The queue counts, for each table, its queued units and the streams loading it, so that a
 //! take that cannot find such a unit knows it without walking the queue (100,000 small files
