@@ -124,10 +124,10 @@ impl LoadSpec {
 }
 
 /// The inputs as [`crate::load::check_inputs`] found them (each file opened once, its size,
-/// time, fingerprint, held bytes, identity, compression and line ending read), kept for the plan: 100,000 small files are
-/// opened once before the load, not twice. Empty until checked; a clone shares it, and the
-/// plan takes them (a second plan of the same spec, a resume's with another chunk size, opens
-/// the files again).
+/// time, fingerprint, held bytes, identity, compression and line ending read), kept for the
+/// plan: 100,000 small files are opened once before the load, not twice. Empty until checked;
+/// a clone shares it, and the plan takes them (a second plan of the same spec, a resume's with
+/// another chunk size, opens the files again).
 #[derive(Clone, Debug, Default)]
 pub struct CheckedInputs(
     pub(crate) std::sync::Arc<std::sync::Mutex<Option<Vec<crate::plan::Input>>>>,

@@ -501,22 +501,7 @@ async fn record_job(
     }
     .await;
     match done {
-        // The job's lock before the COMMIT: the moment its row is seen (by a run of the same
-        // command that waited on the key's lock), its lock is held, so that run finds it
-        // running, not interrupted.
-        Ok(Some(id)) => match take_lock(conn, id).await {
-            Ok(()) => match conn.query_drop("COMMIT").await {
-                Ok(()) => Ok(id),
-                Err(e) => {
-                    let _ = unlock(conn, id).await;
-                    Err(e.into())
-                }
-            },
-            Err(e) => {
-                let _ = conn.query_drop("ROLLBACK").await;
-                Err(e)
-            }
-        },
+        Ok(Some(id)) => lock_and_commit(conn, id).await.map(|()| id),
         Ok(None) => {
             conn.query_drop("ROLLBACK").await?;
             Err(LedgerError::Raced(
@@ -528,6 +513,21 @@ async fn record_job(
             Err(e.into())
         }
     }
+}
+
+/// Takes new job `id`'s lock, then commits its record: the moment its row is seen (by a run of
+/// the same command that waited on the key's lock), its lock is held, so that run finds it
+/// running, not interrupted. A failure rolls the record back, or gives the lock back.
+async fn lock_and_commit(conn: &mut Conn, id: i64) -> Result<(), LedgerError> {
+    if let Err(e) = take_lock(conn, id).await {
+        let _ = conn.query_drop("ROLLBACK").await;
+        return Err(e);
+    }
+    if let Err(e) = conn.query_drop("COMMIT").await {
+        let _ = unlock(conn, id).await;
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 /// Takes an unfinished job's lock and marks it running again.

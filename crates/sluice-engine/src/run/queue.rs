@@ -68,7 +68,8 @@ impl Queue {
     /// Puts units back at the head of the queue, in their order.
     pub(crate) fn push_front(&mut self, units: Vec<Unit>) {
         for u in units.into_iter().rev() {
-            self.count(&u, true);
+            let tables = self.tables_of(&u);
+            self.count(&tables, true);
             self.units.push_front(u);
         }
     }
@@ -85,8 +86,8 @@ impl Queue {
             false => 0,
         };
         let unit = self.units.remove(next)?;
-        self.count(&unit, false);
         let tables = self.tables_of(&unit);
+        self.count(&tables, false);
         for &t in &tables {
             self.loading[t] += 1;
         }
@@ -136,16 +137,16 @@ impl Queue {
         unit.staged.is_none() && !unit.route
     }
 
-    /// Counts `unit` as queued (`add`) or taken.
-    fn count(&mut self, unit: &Unit, add: bool) {
-        let tables = self.tables_of(unit);
+    /// Counts a unit of contended tables `tables` ([`Queue::tables_of`]) as queued (`add`) or
+    /// taken.
+    fn count(&mut self, tables: &[usize], add: bool) {
         if tables.is_empty() {
             match add {
                 true => self.free += 1,
                 false => self.free -= 1,
             }
         }
-        for t in tables {
+        for &t in tables {
             match add {
                 true => self.queued[t] += 1,
                 false => self.queued[t] -= 1,
