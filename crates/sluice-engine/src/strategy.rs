@@ -169,6 +169,16 @@ const SHARED_CHUNKS: usize = 1000;
 /// each, so that every stream has work (and its own transaction).
 const SHARED_FROM: usize = 64;
 
+/// Whether a load of the unit's table may go on into `unit` rather than end first: a unit of
+/// one chunk too big to share a load. Small chunks' units stay apart, so that a few small files
+/// keep every stream busy, as [`direct_units`] means them to.
+pub fn load_goes_on_into(plan: &Plan, unit: &Unit) -> bool {
+    match unit.chunks.as_slice() {
+        [c] => plan.chunks[*c].weight(&plan.inputs) >= SMALL_CHUNK,
+        _ => false,
+    }
+}
+
 /// The direct units of `chunks`, in the given order: one per chunk, except that consecutive
 /// small chunks of one table (many small files) form one unit, which a stream loads in one
 /// go and which goes back on the queue whole.

@@ -783,3 +783,49 @@ fn many_small_files_share_loads_and_keep_their_own_positions() {
     assert!(host.heard("lost its connection"));
     exactly_once(&store, 0, 2000);
 }
+
+/// Chunks too big to share a load: a stream's load goes on from one into the next it takes
+/// (one load's two round trips for all of them, not two a chunk), and still names a bad row's
+/// file and line, leaves nothing of a refused load, and loads every row once after a lost
+/// connection.
+#[test]
+fn a_streams_load_goes_on_into_its_next_chunks_and_stays_exactly_once() {
+    let inputs = Inputs::new("goes_on");
+    // Four files of 30,000 rows (about 390 kB each: each its own chunk, and none small).
+    let files: Vec<String> = (0..4u32)
+        .map(|f| inputs.file(&format!("f{f}.csv"), &csv(f * 30000, (f + 1) * 30000, &[])))
+        .collect();
+    let mut one = spec(files.clone());
+    one.jobs = Jobs::Fixed(1);
+    one.chunk_size = Some(1 << 20);
+    let store = table();
+    let report = run(&store, &one, 0).0.unwrap();
+    exactly_once(&store, 0, 120_000);
+    let s = &report.streams[0];
+    assert_eq!((s.chunks.len(), s.timing.round_trips), (4, 2), "{s:?}");
+    // A row the server refuses in the third file: named there, and nothing stays.
+    let store = table();
+    store.arm(Faults {
+        refuse: Some("v60010".into()),
+        ..Faults::default()
+    });
+    let (result, _) = run(&store, &one, 0);
+    let Err(Failure::Input(e)) = result else {
+        panic!("expected a bad row, got {result:?}")
+    };
+    assert!(e.file.ends_with("f2.csv"), "{e}");
+    assert_eq!(e.line, Some(11), "{e}");
+    assert_eq!(store.count("t"), 0);
+    // Two streams, a connection lost in the third file's rows: every row once.
+    let store = table();
+    store.arm(Faults {
+        lose_at: Some(("v75000".into(), 1)),
+        ..Faults::default()
+    });
+    let mut two = one.clone();
+    two.jobs = Jobs::Fixed(2);
+    let (result, host) = run(&store, &two, 0);
+    result.unwrap();
+    assert!(host.heard("lost its connection"));
+    exactly_once(&store, 0, 120_000);
+}

@@ -152,78 +152,94 @@ fn copy_once<D: Destination>(
     Ok(outcome)
 }
 
-/// Several small chunks of one table in one load: a stream of many small files pays the
-/// load's round trips (start, finish) once for the lot, not once a file. Each chunk's records
-/// are counted apart, so that an error names its chunk and its record in it, and each chunk
-/// keeps its own ledger row. Not under `--max-errors` (isolation works chunk by chunk, under
-/// savepoints). An error comes back with the index of its chunk in `chunks`.
+/// Chunks of one table in one load, which the stream's next units of the same table continue
+/// while the queue gives it them (`more`): a stream of many small files pays the load's round
+/// trips (start, finish) once for the lot, not once a file, and a stream of big chunks sends on
+/// from one chunk into the next without two round trips of silence between them (across a long
+/// path, each is a round trip of the link idle, and an idle connection's congestion window
+/// starts again). Each chunk's records are counted apart, so that an error names its chunk and
+/// its record in it, and each chunk keeps its own ledger row. Not under `--max-errors`
+/// (isolation works chunk by chunk, under savepoints). Gives each chunk loaded with its outcome
+/// and when its conversion began; an error comes back with the chunk it falls in.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn copy_shared<D: Destination>(
     ctx: &RunContext<'_, D>,
-    chunks: &[&Chunk],
+    first: &[usize],
     stream: &mut D::Stream<'_>,
     encoder: &mut D::Encoder<'_>,
     counters: &Counters,
     record: Option<&JobRun>,
     timing: &mut StreamTiming,
-) -> Result<Vec<ChunkOutcome>, (usize, ChunkError)> {
+    more: &mut dyn FnMut() -> Vec<usize>,
+) -> Result<Vec<SharedChunk>, (usize, ChunkError)> {
     let plan = ctx.plan;
-    let t = plan.inputs[chunks[0].input].table;
+    let t = plan.inputs[plan.chunks[first[0]].input].table;
     let (header, trailer) = ctx.dest.framing(t);
     let started = Instant::now();
     let (mut read, mut send, mut server) = (Duration::ZERO, 0f64, 0f64);
     timing.round_trips += 2;
-    timed(&mut server, || stream.begin_copy(t)).map_err(|e| (0, ChunkError::Destination(e)))?;
-    let last = chunks.len() - 1;
-    let mut outcomes = Vec::with_capacity(chunks.len());
+    timed(&mut server, || stream.begin_copy(t))
+        .map_err(|e| (first[0], ChunkError::Destination(e)))?;
+    let mut loaded: Vec<SharedChunk> = Vec::new();
     let mut gather = Gather::new(ctx.opts.copy_buffer);
-    for (k, chunk) in chunks.iter().enumerate() {
-        let mut added = Added::default();
-        let framing = (
-            if k == 0 { header } else { &[] as &[u8] },
-            if k == last { trailer } else { &[] },
-        );
-        let job = every_record(
-            ctx,
-            chunk,
-            &mut *encoder,
-            framing,
-            counters,
-            &mut added,
-            &mut read,
-        );
-        let outcome = send_records(
-            plan,
-            chunk,
-            job,
-            Some(&mut *stream),
-            Some(&mut gather),
-            &mut send,
-        )
-        .map_err(|e| (k, e))?;
-        outcomes.push(outcome);
+    let mut next: Vec<usize> = first.to_vec();
+    while !next.is_empty() {
+        for c in std::mem::take(&mut next) {
+            let chunk = &plan.chunks[c];
+            let began = Instant::now();
+            let mut added = Added::default();
+            let framing = match loaded.is_empty() {
+                true => (header, &[] as &[u8]),
+                false => (&[] as &[u8], &[] as &[u8]),
+            };
+            let job = every_record(
+                ctx,
+                chunk,
+                &mut *encoder,
+                framing,
+                counters,
+                &mut added,
+                &mut read,
+            );
+            let outcome = send_records(
+                plan,
+                chunk,
+                job,
+                Some(&mut *stream),
+                Some(&mut gather),
+                &mut send,
+            )
+            .map_err(|e| (c, e))?;
+            loaded.push(SharedChunk {
+                chunk: c,
+                outcome,
+                began,
+            });
+        }
+        next = more();
     }
-    if let Some(rest) = gather.rest() {
+    let last = loaded[loaded.len() - 1].chunk;
+    let rest = match trailer.is_empty() {
+        true => gather.rest(),
+        false => gather.add(trailer.to_vec()).or_else(|| gather.rest()),
+    };
+    if let Some(rest) = rest {
         timed(&mut send, || stream.send(rest)).map_err(|e| (last, ChunkError::Destination(e)))?;
     }
     let finished = timed(&mut server, || stream.finish_copy());
     book(timing, started, read, send, server);
-    let rows = finished.map_err(|e| shared_error(&outcomes, e))?;
-    let sent: u64 = outcomes.iter().map(|o| o.records).sum();
+    let rows = finished.map_err(|e| shared_error(&loaded, e))?;
+    let sent: u64 = loaded.iter().map(|l| l.outcome.records).sum();
     if rows != sent {
         return Err((
-            0,
-            ChunkError::Failed(Failure::server(format!(
-                "the server stored {rows} rows from {} files of {} where sluice sent {sent}",
-                chunks.len(),
-                plan.tables[t].table.name
-            ))),
+            last,
+            ChunkError::Failed(stored_other(ctx, &loaded, rows, sent)),
         ));
     }
     if let Some(job) = record {
-        let rows: Vec<ChunkRecord> = chunks
+        let rows: Vec<ChunkRecord> = loaded
             .iter()
-            .zip(&outcomes)
-            .filter_map(|(c, o)| job.record(c, o.records))
+            .filter_map(|l| job.record(&plan.chunks[l.chunk], l.outcome.records))
             .collect();
         timed(&mut timing.server_seconds, || {
             stream.record_chunks(job.job, &rows)
@@ -231,7 +247,36 @@ pub(super) fn copy_shared<D: Destination>(
         .map_err(|e| (last, ChunkError::Destination(e)))?;
         ctx.host.event(Event::Point("copied"));
     }
-    Ok(outcomes)
+    Ok(loaded)
+}
+
+/// A chunk of a shared load ([`copy_shared`]): its outcome, and when its conversion began.
+pub(super) struct SharedChunk {
+    pub chunk: usize,
+    pub outcome: ChunkOutcome,
+    pub began: Instant,
+}
+
+/// The failure of a shared load whose rows the server counted otherwise than sluice sent.
+fn stored_other<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    loaded: &[SharedChunk],
+    rows: u64,
+    sent: u64,
+) -> Failure {
+    let plan = ctx.plan;
+    let input = |l: &SharedChunk| plan.chunks[l.chunk].input;
+    let from = match loaded.iter().all(|l| input(l) == input(&loaded[0])) {
+        true => plan.inputs[input(&loaded[0])].display.clone(),
+        false => format!(
+            "{} chunks of {}",
+            loaded.len(),
+            plan.tables[plan.inputs[input(&loaded[0])].table].table.name
+        ),
+    };
+    Failure::server(format!(
+        "the server stored {rows} rows from {from} where sluice sent {sent}"
+    ))
 }
 
 /// The conversion of every record of `chunk`, a bad one failing it (no rows isolated).
@@ -504,19 +549,19 @@ fn book(timing: &mut StreamTiming, started: Instant, read: Duration, send: f64, 
 
 /// A shared load's error, with the chunk its record number falls in and that number made the
 /// chunk's own (an error that names no record goes with the first chunk).
-fn shared_error(outcomes: &[ChunkOutcome], mut e: DestinationError) -> (usize, ChunkError) {
+fn shared_error(loaded: &[SharedChunk], mut e: DestinationError) -> (usize, ChunkError) {
     let Some(n) = e.record else {
-        return (0, ChunkError::Destination(e));
+        return (loaded[0].chunk, ChunkError::Destination(e));
     };
     let mut before = 0;
-    for (k, o) in outcomes.iter().enumerate() {
-        if n <= before + o.records {
+    for l in loaded {
+        if n <= before + l.outcome.records {
             e.record = Some(n - before);
-            return (k, ChunkError::Destination(e));
+            return (l.chunk, ChunkError::Destination(e));
         }
-        before += o.records;
+        before += l.outcome.records;
     }
-    (outcomes.len().saturating_sub(1), ChunkError::Destination(e))
+    (loaded[loaded.len() - 1].chunk, ChunkError::Destination(e))
 }
 
 /// Whether a server error is about rows that isolation can single out: data the server

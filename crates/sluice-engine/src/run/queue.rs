@@ -77,15 +77,48 @@ impl Queue {
     /// The next unit for a stream, with the contended tables it marks as loading until
     /// [`Queue::done_with`].
     pub(crate) fn take(&mut self) -> Option<(Unit, Vec<usize>)> {
-        let next = match self.one_is_apart() {
+        let next = self.pick()?;
+        self.take_at(next)
+    }
+
+    /// The unit [`Queue::take`] would give a stream that lets `held` go, if `fits` says the
+    /// stream can go on with it in the load it has open: the stream then holds what comes back
+    /// instead of `held`. Otherwise nothing changes, and the stream still holds `held`.
+    pub(crate) fn take_next_if(
+        &mut self,
+        held: &[usize],
+        fits: impl Fn(&Unit) -> bool,
+    ) -> Option<(Unit, Vec<usize>)> {
+        self.done_with(held);
+        match self.pick().filter(|&i| fits(&self.units[i])) {
+            Some(i) => self.take_at(i),
+            None => {
+                for &t in held {
+                    self.loading[t] += 1;
+                }
+                None
+            }
+        }
+    }
+
+    /// Where the unit a stream takes next is: the first apart from the loading tables where
+    /// one may be, else the first.
+    fn pick(&self) -> Option<usize> {
+        if self.units.is_empty() {
+            return None;
+        }
+        Some(match self.one_is_apart() {
             true => self
                 .units
                 .iter()
                 .position(|u| !self.writes_a_loading_table(u))
                 .unwrap_or(0),
             false => 0,
-        };
-        let unit = self.units.remove(next)?;
+        })
+    }
+
+    fn take_at(&mut self, i: usize) -> Option<(Unit, Vec<usize>)> {
+        let unit = self.units.remove(i)?;
         let tables = self.tables_of(&unit);
         self.count(&tables, false);
         for &t in &tables {
@@ -235,5 +268,27 @@ mod tests {
         assert_eq!(first_chunks(&mut q, 2), vec![0, 10]);
         assert!(q.is_empty());
         assert!(!q.one_is_apart());
+    }
+
+    #[test]
+    fn a_stream_goes_on_with_the_unit_it_would_take_next_or_with_none() {
+        let units = vec![direct(&[0]), direct(&[1]), direct(&[10]), direct(&[2])];
+        let mut q = queue(units, [true; 3]);
+        let (_, held) = q.take().unwrap();
+        assert_eq!(held, vec![0]);
+        // Another stream takes table 1; letting table 0 go, this one would take chunk 1 next.
+        let (_, other) = q.take().unwrap();
+        assert_eq!(other, vec![1]);
+        let same_table = |u: &Unit| u.chunks.iter().all(|&c| c / 10 == 0);
+        let (unit, now) = q.take_next_if(&held, same_table).unwrap();
+        assert_eq!((unit.chunks, now.clone()), (vec![1], vec![0]));
+        // Not a unit of another table: the stream keeps what it holds, the queue its unit.
+        let of_table_2 = |u: &Unit| u.chunks.iter().all(|&c| c / 10 == 2);
+        assert!(q.take_next_if(&now, of_table_2).is_none());
+        assert_eq!(q.loading, vec![1, 1, 0]);
+        q.done_with(&now);
+        q.done_with(&other);
+        assert_eq!(first_chunks(&mut q, 1), vec![2]);
+        assert!(q.take_next_if(&[], |_| true).is_none());
     }
 }

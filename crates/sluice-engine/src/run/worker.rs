@@ -77,7 +77,14 @@ impl LostConnections {
             chunks.append(&mut self.on_direct);
             back.extend(strategy::direct_units(ctx.plan, chunks.iter().copied()));
         }
-        if !unit.chunks.is_empty() || unit.staged.is_some() {
+        if unit.staged.is_none() && !unit.route {
+            // A load that went on into the stream's next units goes back as those units.
+            chunks.extend(&unit.chunks);
+            back.extend(strategy::direct_units(
+                ctx.plan,
+                unit.chunks.iter().copied(),
+            ));
+        } else {
             chunks.extend(&unit.chunks);
             back.push(unit.clone());
         }
@@ -130,6 +137,21 @@ fn what_happened(e: &DestinationError) -> &'static str {
         ErrorKind::Transient => "had its transaction aborted by the server",
         _ => "lost its connection",
     }
+}
+
+/// Whether `unit` is direct work of one table (of table `table`, when given), which a load of
+/// that table can take in.
+fn continues<D: Destination>(ctx: &RunContext<'_, D>, unit: &Unit, table: Option<usize>) -> bool {
+    let plan = ctx.plan;
+    let table_of = |c: usize| plan.inputs[plan.chunks[c].input].table;
+    let Some(&first) = unit.chunks.first() else {
+        return false;
+    };
+    let t = table.unwrap_or(table_of(first));
+    unit.staged.is_none()
+        && !unit.route
+        && ctx.strategy.spilled(unit).is_none()
+        && unit.chunks.iter().all(|&c| table_of(c) == t)
 }
 
 /// Takes a chunk's rows, bytes and completion back off its table's counters.
@@ -467,53 +489,66 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         ctx.counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether the unit's chunks go in one load: several chunks of one table, direct, without
-    /// rejects to isolate (that works chunk by chunk), on a connection.
+    /// Whether the unit's chunks go in one load that the stream's next units may continue
+    /// ([`copy_shared`]): direct work of one table, without rejects to isolate (that works
+    /// chunk by chunk), on a connection, outside a crew (whose claims go unit by unit).
     fn shares_a_load(&self, unit: &Unit) -> bool {
         let ctx = self.ctx;
-        let plan = ctx.plan;
-        let table = |c: usize| plan.inputs[plan.chunks[c].input].table;
-        unit.staged.is_none()
-            && unit.chunks.len() > 1
-            && ctx.opts.rejects.is_none()
-            && !ctx.opts.dry_run
-            && unit
-                .chunks
-                .iter()
-                .all(|&c| table(c) == table(unit.chunks[0]))
+        let in_crew = ctx.opts.job.as_ref().is_some_and(|j| j.crew.is_some());
+        ctx.opts.rejects.is_none() && !ctx.opts.dry_run && !in_crew && continues(ctx, unit, None)
     }
 
-    /// Runs a unit of small chunks as one load ([`copy_shared`]).
+    /// Runs a unit as one load ([`copy_shared`]), which goes on with the units the stream
+    /// would take next while they are of the same table.
     fn run_shared(&mut self, unit: &Unit, id: usize) -> UnitEnd {
         let ctx = self.ctx;
         let plan = ctx.plan;
-        let chunks: Vec<&Chunk> = unit.chunks.iter().map(|&c| &plan.chunks[c]).collect();
-        lock(&ctx.taken)[id].extend(chunks.iter().map(|c| c.id));
-        let t = plan.inputs[chunks[0].input].table;
-        let started = Instant::now();
+        lock(&ctx.taken)[id].extend(unit.chunks.iter().copied());
+        let t = plan.inputs[plan.chunks[unit.chunks[0]].input].table;
         let encoder = self.encoders[t].get_or_insert_with(|| ctx.dest.encoder(t));
         let Some(stream) = self.direct.as_mut() else {
             return UnitEnd::Stop;
         };
+        let mut whole = unit.clone();
+        let mut holding = std::mem::take(&mut self.holding);
+        let n = self.n;
+        let mut more = || -> Vec<usize> {
+            if ctx.abort.load(Ordering::Relaxed) || !ctx.gate.may_continue(n) {
+                return Vec::new();
+            }
+            let fits =
+                |u: &Unit| continues(ctx, u, Some(t)) && strategy::load_goes_on_into(ctx.plan, u);
+            let Some((next, tables)) = lock(&ctx.queue).take_next_if(&holding, fits) else {
+                return Vec::new();
+            };
+            holding = tables;
+            lock(&ctx.taken)[id].extend(next.chunks.iter().copied());
+            whole.chunks.extend(&next.chunks);
+            next.chunks
+        };
         let loaded = copy_shared(
             ctx,
-            &chunks,
+            &unit.chunks,
             stream,
             encoder,
             &ctx.counters[t],
             ctx.opts.job.as_ref(),
             &mut self.stats.timing,
+            &mut more,
         );
+        self.holding = holding;
         match loaded {
-            Ok(outcomes) => {
+            Ok(loaded) => {
                 let mut records = Vec::new();
-                for (&c, o) in unit.chunks.iter().zip(outcomes) {
-                    self.chunk_done(unit, c, o, started, &mut records);
+                for l in loaded {
+                    self.chunk_done(&whole, l.chunk, l.outcome, l.began, &mut records);
                 }
                 UnitEnd::Next
             }
-            Err((_, ChunkError::Destination(e))) if e.kind.retried() => self.lose(unit, id, e),
-            Err((k, ChunkError::Destination(e))) => self.stop(ctx.copy_error(id, chunks[k], e)),
+            Err((_, ChunkError::Destination(e))) if e.kind.retried() => self.lose(&whole, id, e),
+            Err((c, ChunkError::Destination(e))) => {
+                self.stop(ctx.copy_error(id, &plan.chunks[c], e))
+            }
             Err((_, ChunkError::Failed(f))) => self.stop(f),
         }
     }
