@@ -18,7 +18,8 @@
 #             the streams end closer together, each chunk paying its own round trips)
 # CONTENDERS picks and orders them (default: "probe nodelay psql-2 jobs1 off", plus base when
 # BASE_BIN is set). TLS=1 starts the server with ssl = on and every client (sluice, psql) with
-# sslmode=require. JOBS=N overrides the probe's --jobs (the probe is still run and shown).
+# sslmode=require. JOBS=N overrides the probe's --jobs, BUFFER=SIZE|off its --socket-buffer
+# (the probe is still run and shown).
 # The line's bottleneck queue holds one round trip of the rate (BACKLOG_MS to change it); the
 # clients' congestion control is the machine's unless CC names another (CC=cubic: a namespace
 # may use only what net.ipv4.tcp_allowed_congestion_control lists, set in the machine's own).
@@ -90,6 +91,7 @@ buffer=$(sed -n 's/^recommended: --socket-buffer \([^ ]*\).*/\1/p' "$work/probe.
 # The probe measured upload only: the server's knee is not in it, so at least 2 streams.
 [ "$jobs" -ge 2 ] || jobs=2
 jobs=${JOBS:-$jobs}
+buffer=${BUFFER:-$buffer}
 echo "probe-chosen: --jobs $jobs --socket-buffer $buffer"
 declare -A times
 contenders=${CONTENDERS:-probe nodelay psql-2 jobs1 off${BASE_BIN:+ base}}

@@ -228,13 +228,8 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .cloned()
         .unwrap_or(("nothing measured", 0.0, String::new()));
-    let PathPlan {
-        limits,
-        path_bdp,
-        sizing,
-        store_jobs,
-        jobs,
-    } = path_plan(upload_best, rtt, store.as_ref());
+    let plan = path_plan(&rows, rtt, store.as_ref());
+    let (limits, path_bdp, sizing, jobs) = (&plan.limits, plan.path_bdp, &plan.sizing, plan.jobs);
     if args.json {
         let json = serde_json::json!({
             "target": resolved.info.to_string(),
@@ -318,7 +313,7 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     );
     println!(
         "recommended: --jobs {jobs} ({})",
-        why_jobs_for(&why_jobs, store_jobs, &sizing)
+        why_jobs_for(&why_jobs, &plan)
     );
     println!(
         "recommended: --socket-buffer {} ({})",
@@ -376,13 +371,9 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
         .filter(|_| !args.upload_only)
         .cloned();
     let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
-    let PathPlan {
-        path_bdp,
-        sizing,
-        store_jobs,
-        jobs,
-        ..
-    } = path_plan(upload_best, rtt, store.as_ref());
+    let plan = path_plan(&rows, rtt, store.as_ref());
+    let (path_bdp, sizing, store_jobs, jobs) =
+        (plan.path_bdp, &plan.sizing, plan.store_jobs, plan.jobs);
     let mut bounds = vec![("the upload path", upload_best)];
     if let Some(s) = &store {
         bounds.push(("the server's storing", store_rate(s)));
@@ -464,7 +455,7 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
     println!(
         "recommended: --jobs {jobs} ({}; on MariaDB sluice leaves socket buffers to the \
          kernel's autotuning)",
-        why_jobs_for(&why_jobs, store_jobs, &sizing)
+        why_jobs_for(&why_jobs, &plan)
     );
     Ok(())
 }
@@ -477,24 +468,110 @@ struct PathPlan {
     sizing: Sizing,
     /// The server's knee (1 when its storing was not measured).
     store_jobs: usize,
-    /// The recommended `--jobs`: the knee, or more where the path's window needs them.
+    /// The recommended `--jobs`: the knee, or more where the path needs them.
     jobs: usize,
+    /// Why the path needs `sizing.streams` (what `--jobs` says where they are more than the
+    /// knee).
+    path_why: String,
 }
 
 /// The path's bandwidth-delay product from the best upload and the round trip, the socket
 /// sizing this kernel allows for it, and the `--jobs` that both the server's knee (`store`)
-/// and the path ask for.
-fn path_plan(upload_best: f64, rtt: Duration, store: Option<&Row>) -> PathPlan {
+/// and the path ask for. Where the uploads (each stream left to the kernel's autotuning) show
+/// that the path itself held them ([`upload_knee`]), the streams that reached its rate are
+/// the path's need, with no buffer set: across 200 ms at 400 Mbit/s, four autotuned streams
+/// loaded SF1 `lineitem` in 0.94 of the time of four with the buffer the window rule sets, and
+/// in 0.92 of three such (BENCHMARKS.md).
+fn path_plan(rows: &[Row], rtt: Duration, store: Option<&Row>) -> PathPlan {
     let limits = KernelLimits::read();
+    let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
     let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
-    let sizing = size_for(path_bdp, &limits);
+    let (sizing, path_why) = path_need(rows, size_for(path_bdp, &limits));
     let store_jobs = store.map_or(1, |s| s.streams);
     PathPlan {
         jobs: store_jobs.max(sizing.streams),
         limits,
         path_bdp,
         sizing,
+        path_why,
         store_jobs,
+    }
+}
+
+/// The streams and buffer the path needs, and why: what the window rule (`windows`) says,
+/// unless the uploads show the path itself held the streams ([`upload_knee`]).
+fn path_need(rows: &[Row], windows: Sizing) -> (Sizing, String) {
+    let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
+    if windows.buffer.is_none() && windows.streams == 1 {
+        // One autotuned stream covers the path: more streams are the server's question.
+        let why = windows.why.clone();
+        return (windows, why);
+    }
+    let knee = upload_knee(rows);
+    match knee.saturated {
+        true => (
+            Sizing {
+                streams: knee.streams,
+                buffer: None,
+                why: format!(
+                    "{} autotuned stream(s) reached the path's rate ({upload_best:.1} MB/s) in \
+                     the measurement, and the upload grew less than the streams did: a bottleneck \
+                     they shared held them, not each stream's window, so autotuning is left \
+                     alone (a set buffer turns it off; {})",
+                    knee.streams, windows.why
+                ),
+            },
+            format!(
+                "{} streams reached the path's rate in the measurement, where fewer did not",
+                knee.streams
+            ),
+        ),
+        false if knee.streams > windows.streams => (
+            Sizing {
+                streams: knee.streams,
+                ..windows
+            },
+            format!(
+                "the upload came within a tenth of its best at {} streams, not before",
+                knee.streams
+            ),
+        ),
+        false => (
+            Sizing { ..windows },
+            format!(
+                "one stream's window cannot cover the path: {} streams are needed for their \
+                 buffers to hold twice the bandwidth-delay product",
+                windows.streams
+            ),
+        ),
+    }
+}
+
+/// How far the measured uploads went, each stream left to the kernel's autotuning.
+struct UploadKnee {
+    /// The fewest streams whose upload came within 10% of the best.
+    streams: usize,
+    /// Whether the upload grew less than the streams did (by a tenth or more): a bottleneck
+    /// the streams shared held them, not each one's window. Unknown (false) from one count.
+    saturated: bool,
+}
+
+fn upload_knee(rows: &[Row]) -> UploadKnee {
+    let up = |r: &Row| r.upload_mb_per_s;
+    let (Some(first), Some(knee)) = (rows.first(), knee(rows, up)) else {
+        return UploadKnee {
+            streams: 1,
+            saturated: false,
+        };
+    };
+    let per_stream = up(first) / first.streams as f64;
+    let saturated = rows
+        .iter()
+        .filter(|r| r.streams > first.streams)
+        .any(|r| up(r) < 0.9 * per_stream * r.streams as f64);
+    UploadKnee {
+        streams: knee.streams,
+        saturated,
     }
 }
 
@@ -532,17 +609,15 @@ fn size_flag(b: u64) -> String {
     }
 }
 
-/// Why the recommended stream count: the server's knee, or the path's window where that
-/// asks for more.
-fn why_jobs_for(store_why: &str, store_jobs: usize, sizing: &Sizing) -> String {
-    if sizing.streams > store_jobs {
-        format!(
-            "one stream's window cannot cover the path: {} streams are needed for their \
-             buffers to hold twice the bandwidth-delay product; the server stored best at {}",
-            sizing.streams, store_jobs
-        )
-    } else {
-        store_why.to_string()
+/// Why the recommended stream count: the server's knee, or the path's need where that asks for
+/// more.
+fn why_jobs_for(store_why: &str, plan: &PathPlan) -> String {
+    match plan.sizing.streams > plan.store_jobs {
+        true => format!(
+            "{}; the server stored best at {}",
+            plan.path_why, plan.store_jobs
+        ),
+        false => store_why.to_string(),
     }
 }
 
@@ -637,6 +712,64 @@ fn cpu_seconds() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn uploads(rates: &[(usize, f64)]) -> Vec<Row> {
+        rates
+            .iter()
+            .map(|&(streams, up)| Row {
+                streams,
+                upload_mb_per_s: up,
+                store_text_mb_per_s: None,
+                store_binary_mb_per_s: None,
+                store_binary_rows_per_s: None,
+            })
+            .collect()
+    }
+
+    /// The window rule's answer on the bench's path (200 ms, 400 Mbit/s, 4 MiB autotuning).
+    fn three_of_8m() -> Sizing {
+        Sizing {
+            streams: 3,
+            buffer: Some(8 << 20),
+            why: "twice the BDP (17.2 MiB) is more than one stream's buffer can be".into(),
+        }
+    }
+
+    #[test]
+    fn where_the_uploads_stop_growing_with_the_streams_the_path_needs_that_many_autotuned() {
+        // bench/wan/bdp.sh's probe: 4 streams reached 45 MB/s, less than 4 x 13.4.
+        let rows = uploads(&[(1, 13.4), (2, 26.6), (4, 45.0)]);
+        let (sizing, why) = path_need(&rows, three_of_8m());
+        assert_eq!((sizing.streams, sizing.buffer), (4, None), "{}", sizing.why);
+        assert!(
+            sizing.why.contains("reached the path's rate"),
+            "{}",
+            sizing.why
+        );
+        assert!(why.starts_with("4 streams reached"), "{why}");
+        // Uploads that grow with the streams: each stream's window held them; the window
+        // rule's buffer stands, with as many streams as the uploads reached.
+        let rows = uploads(&[(1, 10.0), (4, 40.0)]);
+        let (sizing, why) = path_need(&rows, three_of_8m());
+        assert_eq!((sizing.streams, sizing.buffer), (4, Some(8 << 20)));
+        assert!(why.contains("its best at 4 streams"), "{why}");
+        // One stream count tells nothing about growth: the window rule.
+        let (sizing, why) = path_need(&uploads(&[(4, 40.0)]), three_of_8m());
+        assert_eq!((sizing.streams, sizing.buffer), (4, Some(8 << 20)));
+        assert!(why.contains("its best at 4 streams"), "{why}");
+        let (sizing, why) = path_need(&uploads(&[(1, 40.0)]), three_of_8m());
+        assert_eq!((sizing.streams, sizing.buffer), (3, Some(8 << 20)));
+        assert!(why.contains("window cannot cover"), "{why}");
+        // A path one autotuned stream covers (loopback): the uploads' knee is the client's
+        // and the server's CPU, not the path's; the server's knee decides.
+        let one = Sizing {
+            streams: 1,
+            buffer: None,
+            why: "twice the BDP fits".into(),
+        };
+        let (sizing, _) = path_need(&uploads(&[(1, 300.0), (2, 390.0), (4, 400.0)]), one);
+        assert_eq!((sizing.streams, sizing.buffer), (1, None));
+    }
 
     #[test]
     fn the_copy_buffer_is_twice_the_bandwidth_delay_product_within_bounds() {
