@@ -816,16 +816,37 @@ fn a_streams_load_goes_on_into_its_next_chunks_and_stays_exactly_once() {
     assert!(e.file.ends_with("f2.csv"), "{e}");
     assert_eq!(e.line, Some(11), "{e}");
     assert_eq!(store.count("t"), 0);
-    // Two streams, a connection lost in the third file's rows: every row once.
+    // The same row refused by its key alone (no record named): found in the load's chunks.
     let store = table();
     store.arm(Faults {
-        lose_at: Some(("v75000".into(), 1)),
+        refuse: Some("v60010".into()),
+        refuse_by_key: true,
         ..Faults::default()
     });
-    let mut two = one.clone();
-    two.jobs = Jobs::Fixed(2);
-    let (result, host) = run(&store, &two, 0);
-    result.unwrap();
-    assert!(host.heard("lost its connection"));
-    exactly_once(&store, 0, 120_000);
+    let (result, _) = run(&store, &one, 0);
+    let Err(Failure::Input(e)) = result else {
+        panic!("expected a bad row, got {result:?}")
+    };
+    assert!(e.file.ends_with("f2.csv"), "{e}");
+    assert_eq!(e.line, Some(11), "{e}");
+    assert_eq!(store.count("t"), 0);
+    // Each chunk's span is its own, not the whole load's.
+    let chunks = &report.streams[0].chunks;
+    assert!(chunks[0].end < chunks[3].end, "{chunks:?}");
+    // A connection lost in the third file's rows, once the load went on into it (one stream)
+    // and while two streams load: every row once, and the progress counts each row once.
+    for jobs in [1, 2] {
+        let store = table();
+        store.arm(Faults {
+            lose_at: Some(("v75000".into(), 1)),
+            ..Faults::default()
+        });
+        let mut s = one.clone();
+        s.jobs = Jobs::Fixed(jobs);
+        let (result, host) = run(&store, &s, 0);
+        let report = result.unwrap();
+        assert!(host.heard("lost its connection"));
+        exactly_once(&store, 0, 120_000);
+        assert_eq!(report.total.rows, 120_000);
+    }
 }

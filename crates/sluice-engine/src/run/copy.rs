@@ -161,6 +161,8 @@ fn copy_once<D: Destination>(
 /// its record in it, and each chunk keeps its own ledger row. Not under `--max-errors`
 /// (isolation works chunk by chunk, under savepoints). Gives each chunk loaded with its outcome
 /// and when its conversion began; an error comes back with the chunk it falls in.
+/// A failed load's rows and bytes are taken back off the table's counters (none of them is
+/// loaded; a retry converts them again).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn copy_shared<D: Destination>(
     ctx: &RunContext<'_, D>,
@@ -172,6 +174,45 @@ pub(super) fn copy_shared<D: Destination>(
     timing: &mut StreamTiming,
     more: &mut dyn FnMut() -> Vec<usize>,
 ) -> Result<Vec<SharedChunk>, (usize, ChunkError)> {
+    let mut converted = Added::default();
+    let shared = Shared {
+        first,
+        counters,
+        record,
+        converted: &mut converted,
+    };
+    let loaded = load_shared(ctx, shared, stream, encoder, timing, more);
+    if loaded.is_err() {
+        counters.rows.fetch_sub(converted.rows, Ordering::Relaxed);
+        counters.bytes.fetch_sub(converted.bytes, Ordering::Relaxed);
+    }
+    loaded
+}
+
+/// What a shared load starts from, counts into, and records with.
+struct Shared<'a> {
+    first: &'a [usize],
+    counters: &'a Counters,
+    record: Option<&'a JobRun>,
+    /// The rows and bytes its conversions added to `counters` so far.
+    converted: &'a mut Added,
+}
+
+/// [`copy_shared`]'s load.
+fn load_shared<D: Destination>(
+    ctx: &RunContext<'_, D>,
+    shared: Shared<'_>,
+    stream: &mut D::Stream<'_>,
+    encoder: &mut D::Encoder<'_>,
+    timing: &mut StreamTiming,
+    more: &mut dyn FnMut() -> Vec<usize>,
+) -> Result<Vec<SharedChunk>, (usize, ChunkError)> {
+    let Shared {
+        first,
+        counters,
+        record,
+        converted,
+    } = shared;
     let plan = ctx.plan;
     let t = plan.inputs[plan.chunks[first[0]].input].table;
     let (header, trailer) = ctx.dest.framing(t);
@@ -201,19 +242,22 @@ pub(super) fn copy_shared<D: Destination>(
                 &mut added,
                 &mut read,
             );
-            let outcome = send_records(
+            let sent = send_records(
                 plan,
                 chunk,
                 job,
                 Some(&mut *stream),
                 Some(&mut gather),
                 &mut send,
-            )
-            .map_err(|e| (c, e))?;
+            );
+            converted.rows += added.rows;
+            converted.bytes += added.bytes;
+            let outcome = sent.map_err(|e| sent_error(&loaded, c, e))?;
             loaded.push(SharedChunk {
                 chunk: c,
                 outcome,
                 began,
+                ended: Instant::now(),
             });
         }
         next = more();
@@ -224,7 +268,7 @@ pub(super) fn copy_shared<D: Destination>(
         false => gather.add(trailer.to_vec()).or_else(|| gather.rest()),
     };
     if let Some(rest) = rest {
-        timed(&mut send, || stream.send(rest)).map_err(|e| (last, ChunkError::Destination(e)))?;
+        timed(&mut send, || stream.send(rest)).map_err(|e| shared_error(&loaded, e))?;
     }
     let finished = timed(&mut server, || stream.finish_copy());
     book(timing, started, read, send, server);
@@ -255,6 +299,25 @@ pub(super) struct SharedChunk {
     pub chunk: usize,
     pub outcome: ChunkOutcome,
     pub began: Instant,
+    /// When its last converted row went to the stream.
+    pub ended: Instant,
+}
+
+/// A shared load's error while chunk `c` (after those `loaded`) was being sent: a record the
+/// server names counts from the load's start, so it falls in an earlier chunk, or in `c` past
+/// their records.
+fn sent_error(loaded: &[SharedChunk], c: usize, e: ChunkError) -> (usize, ChunkError) {
+    let before: u64 = loaded.iter().map(|l| l.outcome.records).sum();
+    match e {
+        ChunkError::Destination(e) if e.record.is_some_and(|n| n <= before) => {
+            shared_error(loaded, e)
+        }
+        ChunkError::Destination(mut e) => {
+            e.record = e.record.map(|n| n - before);
+            (c, ChunkError::Destination(e))
+        }
+        other => (c, other),
+    }
 }
 
 /// The failure of a shared load whose rows the server counted otherwise than sluice sent.

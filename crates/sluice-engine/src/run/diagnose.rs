@@ -174,9 +174,22 @@ impl<D: Destination> RunContext<'_, D> {
 
     /// Maps a server error during a chunk's load to the row it names.
     pub(super) fn copy_error(&self, stream: usize, chunk: &Chunk, e: DestinationError) -> Failure {
+        self.load_error(stream, chunk, &[chunk], e)
+    }
+
+    /// [`RunContext::copy_error`] for a load of several chunks (`load`, `chunk` among them, the
+    /// one the error's record falls in): an error that names a key and no record is looked for
+    /// in all of them.
+    pub(super) fn load_error(
+        &self,
+        stream: usize,
+        chunk: &Chunk,
+        load: &[&Chunk],
+        e: DestinationError,
+    ) -> Failure {
         match e.kind {
             ErrorKind::Conflict { blocker } => {
-                return self.copy_conflict(stream, blocker, chunk, &e)
+                return self.copy_conflict(stream, blocker, chunk, load, &e)
             }
             // The server's state is never a row's fault, whatever line the error names.
             ErrorKind::Connection
@@ -189,7 +202,7 @@ impl<D: Destination> RunContext<'_, D> {
         let input = &plan.inputs[chunk.input];
         if e.record.is_none() {
             // A check that runs after the load's last row (a foreign key): find the row by key.
-            if let Some(err) = self.keyed_error(&e, &[chunk], chunk) {
+            if let Some(err) = self.keyed_error(&e, load, chunk) {
                 return err;
             }
             return destination_failure(&e, format!("{} (while loading {})", e, input.display));
@@ -324,6 +337,7 @@ impl<D: Destination> RunContext<'_, D> {
         stream: usize,
         blocker: usize,
         chunk: &Chunk,
+        load: &[&Chunk],
         e: &DestinationError,
     ) -> Failure {
         let search = KeySearch::new(self.plan, self.dest);
@@ -341,12 +355,12 @@ impl<D: Destination> RunContext<'_, D> {
                 },
             )),
             // A destination that knows the key the waiter asked for, but not its record (it
-            // saw the wait, not the row): the row is found by its key in the chunk.
+            // saw the wait, not the row): the row is found by its key in the load's chunks.
             None => e
                 .key
                 .clone()
-                .and_then(|k| self.named_key(k, &[chunk]))
-                .and_then(|key| search.find(&key, &[chunk]).map(|row| (key, row))),
+                .and_then(|k| self.named_key(k, load))
+                .and_then(|key| search.find(&key, load).map(|row| (key, row))),
         };
         let Some((key, waiter)) = waiter else {
             return self.unnamed_conflict(stream, blocker, index);

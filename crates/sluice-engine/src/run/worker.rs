@@ -77,14 +77,7 @@ impl LostConnections {
             chunks.append(&mut self.on_direct);
             back.extend(strategy::direct_units(ctx.plan, chunks.iter().copied()));
         }
-        if unit.staged.is_none() && !unit.route {
-            // A load that went on into the stream's next units goes back as those units.
-            chunks.extend(&unit.chunks);
-            back.extend(strategy::direct_units(
-                ctx.plan,
-                unit.chunks.iter().copied(),
-            ));
-        } else {
+        if !unit.chunks.is_empty() || unit.staged.is_some() {
             chunks.extend(&unit.chunks);
             back.push(unit.clone());
         }
@@ -312,7 +305,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             lock(&ctx.taken)[id].push(chunk.id);
             let started = Instant::now();
             match self.load_chunk(unit, c) {
-                Ok(o) => self.chunk_done(unit, c, o, started, &mut records),
+                Ok(o) => self.chunk_done(unit, c, o, (started, Instant::now()), &mut records),
                 Err(ChunkError::Destination(e)) if e.kind.retried() && !ctx.opts.dry_run => {
                     return self.lose(unit, id, e)
                 }
@@ -422,7 +415,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             match routed {
                 Ok(o) => {
                     records.extend(ctx.ledger_row(chunk, o.records));
-                    self.tally(chunk, o, started);
+                    self.tally(chunk, o, (started, Instant::now()));
                     ctx.host.event(Event::Point("routed"));
                 }
                 Err(f) => return self.stop(f),
@@ -475,15 +468,16 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         self.end_staged(unit, id, self.stats.chunks.len(), Vec::new())
     }
 
-    /// Tallies a chunk on the stream's statistics and its table's progress.
-    fn tally(&mut self, chunk: &Chunk, o: ChunkOutcome, started: Instant) {
+    /// Tallies a chunk on the stream's statistics and its table's progress; `span` is when its
+    /// work began and ended.
+    fn tally(&mut self, chunk: &Chunk, o: ChunkOutcome, span: (Instant, Instant)) {
         let ctx = self.ctx;
         self.stats.chunks.push(ChunkStat::of(
             ctx.plan,
             chunk,
             o,
-            started - ctx.started,
-            ctx.started.elapsed(),
+            span.0 - ctx.started,
+            span.1 - ctx.started,
         ));
         let t = ctx.plan.inputs[chunk.input].table;
         ctx.counters[t].chunks_done.fetch_add(1, Ordering::Relaxed);
@@ -491,11 +485,11 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
 
     /// Whether the unit's chunks go in one load that the stream's next units may continue
     /// ([`copy_shared`]): direct work of one table, without rejects to isolate (that works
-    /// chunk by chunk), on a connection, outside a crew (whose claims go unit by unit).
+    /// chunk by chunk), on a connection. In a crew, whose claims go unit by unit, it never
+    /// goes on into the next.
     fn shares_a_load(&self, unit: &Unit) -> bool {
         let ctx = self.ctx;
-        let in_crew = ctx.opts.job.as_ref().is_some_and(|j| j.crew.is_some());
-        ctx.opts.rejects.is_none() && !ctx.opts.dry_run && !in_crew && continues(ctx, unit, None)
+        ctx.opts.rejects.is_none() && !ctx.opts.dry_run && continues(ctx, unit, None)
     }
 
     /// Runs a unit as one load ([`copy_shared`]), which goes on with the units the stream
@@ -509,11 +503,12 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         let Some(stream) = self.direct.as_mut() else {
             return UnitEnd::Stop;
         };
-        let mut whole = unit.clone();
+        let mut went_on: Vec<Unit> = Vec::new();
         let mut holding = std::mem::take(&mut self.holding);
         let n = self.n;
+        let in_crew = ctx.opts.job.as_ref().is_some_and(|j| j.crew.is_some());
         let mut more = || -> Vec<usize> {
-            if ctx.abort.load(Ordering::Relaxed) || !ctx.gate.may_continue(n) {
+            if in_crew || ctx.abort.load(Ordering::Relaxed) || !ctx.gate.may_continue(n) {
                 return Vec::new();
             }
             let fits =
@@ -523,8 +518,9 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             };
             holding = tables;
             lock(&ctx.taken)[id].extend(next.chunks.iter().copied());
-            whole.chunks.extend(&next.chunks);
-            next.chunks
+            let chunks = next.chunks.clone();
+            went_on.push(next);
+            chunks
         };
         let loaded = copy_shared(
             ctx,
@@ -541,13 +537,27 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             Ok(loaded) => {
                 let mut records = Vec::new();
                 for l in loaded {
-                    self.chunk_done(&whole, l.chunk, l.outcome, l.began, &mut records);
+                    let span = (l.began, l.ended);
+                    self.chunk_done(unit, l.chunk, l.outcome, span, &mut records);
                 }
                 UnitEnd::Next
             }
-            Err((_, ChunkError::Destination(e))) if e.kind.retried() => self.lose(&whole, id, e),
+            Err((_, ChunkError::Destination(e))) if e.kind.retried() => {
+                // The units the load went on into go back as they were taken, after the
+                // stream's own ([`LostConnections::retry`] puts those in front of them).
+                let chunks: Vec<usize> = went_on.iter().flat_map(|u| u.chunks.clone()).collect();
+                lock(&ctx.taken)[id].retain(|c| !chunks.contains(c));
+                ctx.push_front(went_on);
+                self.lose(unit, id, e)
+            }
             Err((c, ChunkError::Destination(e))) => {
-                self.stop(ctx.copy_error(id, &plan.chunks[c], e))
+                let load: Vec<&Chunk> = unit
+                    .chunks
+                    .iter()
+                    .chain(went_on.iter().flat_map(|u| &u.chunks))
+                    .map(|&k| &plan.chunks[k])
+                    .collect();
+                self.stop(ctx.load_error(id, &plan.chunks[c], &load, e))
             }
             Err((_, ChunkError::Failed(f))) => self.stop(f),
         }
@@ -612,7 +622,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
         unit: &Unit,
         c: usize,
         o: ChunkOutcome,
-        started: Instant,
+        span: (Instant, Instant),
         records: &mut Vec<ChunkRecord>,
     ) {
         let ctx = self.ctx;
@@ -621,7 +631,7 @@ impl<'c, 'd, D: Destination + 'd> Worker<'c, 'd, D> {
             Some(_) => records.extend(ctx.ledger_row(chunk, o.records)),
             None => self.lost.on_direct.push(c),
         }
-        self.tally(chunk, o, started);
+        self.tally(chunk, o, span);
     }
 
     /// The strategy's way of redoing a staged unit that failed with `e` on chunk `c`, if any.

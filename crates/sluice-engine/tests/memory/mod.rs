@@ -98,6 +98,9 @@ pub struct Faults {
     pub abort_at: Option<(String, u32)>,
     /// The server refuses every record holding this value (a check constraint).
     pub refuse: Option<String>,
+    /// ... naming the record's key (its `id`) and not the record (as a foreign key checked at
+    /// the end of a load is).
+    pub refuse_by_key: bool,
     /// ... only in a table itself, not in a staging table (a check the parent has and its
     /// staging table does not).
     pub refuse_unstaged_only: bool,
@@ -392,6 +395,14 @@ impl MemStream<'_> {
         }
         let staging = self.stage.is_some() && f.refuse_unstaged_only;
         if f.refuse.as_deref().is_some_and(has) && !staging {
+            if f.refuse_by_key {
+                let mut e = DestinationError::new(ErrorKind::Rejected, "key violated");
+                e.key = Some(sluice_core::destination::ErrorKey {
+                    columns: vec!["id".into()],
+                    values: vec![values.first().cloned().flatten()],
+                });
+                return Some(e);
+            }
             return Some(at_record(ErrorKind::Rejected, "check violated", record));
         }
         None

@@ -134,6 +134,9 @@ fn copy_buffer(mb_per_s: f64, rtt: Duration) -> (usize, usize) {
 
 pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
     args.files = crate::patterns::expand(&args.files)?;
+    // Fewest streams first: the knees and the uploads' growth read the counts in order.
+    args.jobs.sort_unstable();
+    args.jobs.dedup();
     if args.jobs.is_empty() || args.jobs.contains(&0) {
         return Err(Failure::Usage(
             "--jobs takes stream counts of 1 or more".into(),
