@@ -160,7 +160,8 @@ fn copy_once<D: Destination>(
 /// starts again). Each chunk's records are counted apart, so that an error names its chunk and
 /// its record in it, and each chunk keeps its own ledger row. Not under `--max-errors`
 /// (isolation works chunk by chunk, under savepoints). Gives each chunk loaded with its outcome
-/// and when its conversion began; an error comes back with the chunk it falls in.
+/// and when its conversion began and ended; an error comes back with the chunk it falls in.
+///
 /// A failed load's rows and bytes are taken back off the table's counters (none of them is
 /// loaded; a retry converts them again).
 #[allow(clippy::too_many_arguments)]
@@ -294,7 +295,8 @@ fn load_shared<D: Destination>(
     Ok(loaded)
 }
 
-/// A chunk of a shared load ([`copy_shared`]): its outcome, and when its conversion began.
+/// A chunk of a shared load ([`copy_shared`]): its outcome, and when its conversion began and
+/// ended.
 pub(super) struct SharedChunk {
     pub chunk: usize,
     pub outcome: ChunkOutcome,

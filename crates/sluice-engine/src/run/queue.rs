@@ -282,7 +282,8 @@ mod tests {
         let same_table = |u: &Unit| u.chunks.iter().all(|&c| c / 10 == 0);
         let (unit, now) = q.take_next_if(&held, same_table).unwrap();
         assert_eq!((unit.chunks, now.clone()), (vec![1], vec![0]));
-        // Not a unit of another table: the stream keeps what it holds, the queue its unit.
+        // The unit it would take next (chunk 2, table 0) does not fit: the stream keeps what
+        // it holds, the queue its unit.
         let of_table_2 = |u: &Unit| u.chunks.iter().all(|&c| c / 10 == 2);
         assert!(q.take_next_if(&now, of_table_2).is_none());
         assert_eq!(q.loading, vec![1, 1, 0]);

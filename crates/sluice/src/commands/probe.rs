@@ -539,14 +539,14 @@ fn path_need(rows: &[Row], windows: Sizing) -> (Sizing, String) {
                 knee.streams
             ),
         ),
-        false => (
-            Sizing { ..windows },
-            format!(
+        false => {
+            let why = format!(
                 "one stream's window cannot cover the path: {} streams are needed for their \
                  buffers to hold twice the bandwidth-delay product",
                 windows.streams
-            ),
-        ),
+            );
+            (windows, why)
+        }
     }
 }
 
