@@ -292,6 +292,11 @@ fn load_shared<D: Destination>(
         .map_err(|e| (last, ChunkError::Destination(e)))?;
         ctx.host.event(Event::Point("copied"));
     }
+    // The server's work on the last chunk's rows ends with the load; an earlier chunk's, as
+    // the next one's rows follow it.
+    if let Some(l) = loaded.last_mut() {
+        l.ended = Instant::now();
+    }
     Ok(loaded)
 }
 
@@ -301,7 +306,7 @@ pub(super) struct SharedChunk {
     pub chunk: usize,
     pub outcome: ChunkOutcome,
     pub began: Instant,
-    /// When its last converted row went to the stream.
+    /// When its last converted row went to the stream (the last chunk's: when the load ended).
     pub ended: Instant,
 }
 
