@@ -231,7 +231,7 @@ pub fn run(mut args: ProbeArgs) -> Result<(), Failure> {
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .cloned()
         .unwrap_or(("nothing measured", 0.0, String::new()));
-    let plan = path_plan(&rows, rtt, store.as_ref());
+    let plan = path_plan(&rows, upload_best, rtt, store.as_ref());
     let (limits, path_bdp, sizing, jobs) = (&plan.limits, plan.path_bdp, &plan.sizing, plan.jobs);
     if args.json {
         let json = serde_json::json!({
@@ -374,7 +374,7 @@ fn run_mariadb(args: &ProbeArgs, url: &str) -> Result<(), Failure> {
         .filter(|_| !args.upload_only)
         .cloned();
     let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
-    let plan = path_plan(&rows, rtt, store.as_ref());
+    let plan = path_plan(&rows, upload_best, rtt, store.as_ref());
     let (path_bdp, sizing, store_jobs, jobs) =
         (plan.path_bdp, &plan.sizing, plan.store_jobs, plan.jobs);
     let mut bounds = vec![("the upload path", upload_best)];
@@ -485,11 +485,10 @@ struct PathPlan {
 /// the path's need, with no buffer set: across 200 ms at 400 Mbit/s, four autotuned streams
 /// loaded SF1 `lineitem` in 0.94 of the time of four with the buffer the window rule sets, and
 /// in 0.92 of three such (BENCHMARKS.md).
-fn path_plan(rows: &[Row], rtt: Duration, store: Option<&Row>) -> PathPlan {
+fn path_plan(rows: &[Row], upload_best: f64, rtt: Duration, store: Option<&Row>) -> PathPlan {
     let limits = KernelLimits::read();
-    let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
     let path_bdp = (upload_best * 1e6 * rtt.as_secs_f64()) as u64;
-    let (sizing, path_why) = path_need(rows, size_for(path_bdp, &limits));
+    let (sizing, path_why) = path_need(rows, upload_best, size_for(path_bdp, &limits));
     let store_jobs = store.map_or(1, |s| s.streams);
     PathPlan {
         jobs: store_jobs.max(sizing.streams),
@@ -502,9 +501,9 @@ fn path_plan(rows: &[Row], rtt: Duration, store: Option<&Row>) -> PathPlan {
 }
 
 /// The streams and buffer the path needs, and why: what the window rule (`windows`) says,
-/// unless the uploads show the path itself held the streams ([`upload_knee`]).
-fn path_need(rows: &[Row], windows: Sizing) -> (Sizing, String) {
-    let upload_best = rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max);
+/// unless the uploads (`rows`, the best of them `upload_best`) show the path itself held the
+/// streams ([`upload_knee`]).
+fn path_need(rows: &[Row], upload_best: f64, windows: Sizing) -> (Sizing, String) {
     if windows.buffer.is_none() && windows.streams == 1 {
         // One autotuned stream covers the path: more streams are the server's question.
         let why = windows.why.clone();
@@ -729,6 +728,10 @@ mod tests {
             .collect()
     }
 
+    fn best(rows: &[Row]) -> f64 {
+        rows.iter().map(|r| r.upload_mb_per_s).fold(0.0, f64::max)
+    }
+
     /// The window rule's answer on the bench's path (200 ms, 400 Mbit/s, 4 MiB autotuning).
     fn three_of_8m() -> Sizing {
         Sizing {
@@ -742,7 +745,7 @@ mod tests {
     fn where_the_uploads_stop_growing_with_the_streams_the_path_needs_that_many_autotuned() {
         // bench/wan/bdp.sh's probe: 4 streams reached 45 MB/s, less than 4 x 13.4.
         let rows = uploads(&[(1, 13.4), (2, 26.6), (4, 45.0)]);
-        let (sizing, why) = path_need(&rows, three_of_8m());
+        let (sizing, why) = path_need(&rows, best(&rows), three_of_8m());
         assert_eq!((sizing.streams, sizing.buffer), (4, None), "{}", sizing.why);
         assert!(
             sizing.why.contains("reached the path's rate"),
@@ -753,14 +756,14 @@ mod tests {
         // Uploads that grow with the streams: each stream's window held them; the window
         // rule's buffer stands, with as many streams as the uploads reached.
         let rows = uploads(&[(1, 10.0), (4, 40.0)]);
-        let (sizing, why) = path_need(&rows, three_of_8m());
+        let (sizing, why) = path_need(&rows, best(&rows), three_of_8m());
         assert_eq!((sizing.streams, sizing.buffer), (4, Some(8 << 20)));
         assert!(why.contains("its best at 4 streams"), "{why}");
         // One stream count tells nothing about growth: the window rule.
-        let (sizing, why) = path_need(&uploads(&[(4, 40.0)]), three_of_8m());
+        let (sizing, why) = path_need(&uploads(&[(4, 40.0)]), 40.0, three_of_8m());
         assert_eq!((sizing.streams, sizing.buffer), (4, Some(8 << 20)));
         assert!(why.contains("its best at 4 streams"), "{why}");
-        let (sizing, why) = path_need(&uploads(&[(1, 40.0)]), three_of_8m());
+        let (sizing, why) = path_need(&uploads(&[(1, 40.0)]), 40.0, three_of_8m());
         assert_eq!((sizing.streams, sizing.buffer), (3, Some(8 << 20)));
         assert!(why.contains("window cannot cover"), "{why}");
         // A path one autotuned stream covers (loopback): the uploads' knee is the client's
@@ -770,7 +773,7 @@ mod tests {
             buffer: None,
             why: "twice the BDP fits".into(),
         };
-        let (sizing, _) = path_need(&uploads(&[(1, 300.0), (2, 390.0), (4, 400.0)]), one);
+        let (sizing, _) = path_need(&uploads(&[(1, 300.0), (2, 390.0), (4, 400.0)]), 400.0, one);
         assert_eq!((sizing.streams, sizing.buffer), (1, None));
     }
 
