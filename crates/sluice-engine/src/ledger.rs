@@ -23,6 +23,7 @@ use crate::plan::{Chunk, InputSource, Plan};
 use sluice_core::destination::{ErrorKind, Ledger};
 use sluice_core::dialect::Dialect;
 use sluice_core::ledger::{ChunkRecord, FileRecord, JobSpec, JobState, LoadedBy, PlacementCheck};
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -118,7 +119,7 @@ pub(crate) fn settings(files: &[FileRecord]) -> String {
 /// Each input's settings ([`input_settings`]), formatted once per table and dialect:
 /// 100,000 files of one dialect are formatted once, not 100,000 times.
 fn each_input_settings(plan: &Plan) -> Vec<String> {
-    let mut known: std::collections::HashMap<(usize, &Dialect), String> = Default::default();
+    let mut known: HashMap<(usize, &Dialect), String> = Default::default();
     (0..plan.inputs.len())
         .map(|i| {
             let input = &plan.inputs[i];
@@ -288,14 +289,16 @@ fn recheck<D: Ledger>(
             .filter_map(|&i| loaded[i].as_ref().map(|l| l.file))
             .collect();
         let checks = dest.placements(job, &numbers).map_err(read)?;
-        let chunks = dest.job_chunks(job).map_err(read)?;
-        let rows_of = |file: u32| -> u64 {
-            chunks
-                .iter()
-                .filter(|c| c.file == file)
-                .map(|c| c.rows)
-                .sum()
-        };
+        // Each file's checks and rows gathered once: a job of 100,000 files looked up file by
+        // file in lists of 100,000 took 50 s.
+        let mut checks_of: HashMap<u32, Vec<&PlacementCheck>> = HashMap::new();
+        for c in &checks {
+            checks_of.entry(c.file).or_default().push(c);
+        }
+        let mut rows_of: HashMap<u32, u64> = HashMap::new();
+        for c in dest.job_chunks(job).map_err(read)? {
+            *rows_of.entry(c.file).or_default() += c.rows;
+        }
         let finished = loaded[mine[0]].as_ref().map(|l| l.finished.clone());
         let finished = finished.unwrap_or_default();
         // (standing, files, rows) in the order first met.
@@ -304,9 +307,9 @@ fn recheck<D: Ledger>(
             let Some(by) = loaded[i].clone() else {
                 continue;
             };
-            let own: Vec<&PlacementCheck> = checks.iter().filter(|c| c.file == by.file).collect();
-            let rows = rows_of(by.file);
-            let standing = file_standing(&own, rows);
+            let own = checks_of.get(&by.file).map_or(&[][..], Vec::as_slice);
+            let rows = rows_of.get(&by.file).copied().unwrap_or(0);
+            let standing = file_standing(own, rows);
             if let Standing::Gone(_) = standing {
                 loaded[i] = None;
             }

@@ -160,7 +160,7 @@ pub struct Commit<'a> {
 
 /// A chunk smaller than this (and than a quarter of the plan's chunk size) may share a load
 /// with its neighbours of the same table.
-const SMALL_CHUNK: u64 = 256 << 10;
+pub(crate) const SMALL_CHUNK: u64 = 256 << 10;
 /// At most this many bytes, and chunks, share one load: a round trip or two per MiB is
 /// nothing, and smaller units keep the streams evenly busy.
 const SHARED_BYTES: u64 = 1 << 20;

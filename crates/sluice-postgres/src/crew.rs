@@ -22,10 +22,9 @@
 //! tables with their chunks' claims.
 
 use crate::ledger::{
-    decision_mark, identity_rows, insert_files, same_file, standing, FileColumns, LedgerError,
-    Standing, LOCK_CLASS,
+    decision_mark, first_records, insert_files, standing, LedgerError, Standing, LOCK_CLASS,
 };
-use crate::onetrip::{OneTrip, Param};
+use crate::onetrip::OneTrip;
 use crate::stage;
 use sluice_core::ledger::{
     ChunkRecord, Claim, CrewJoin, CrewStatus, CrewTurn, JobSpec, JobState, Joined, WorkerPart,
@@ -255,27 +254,23 @@ async fn register_files(
     spec: &JobSpec,
 ) -> Result<Vec<u32>, LedgerError> {
     let f = &spec.files;
-    let c = FileColumns::of(f);
-    let mut params: Vec<&dyn Param> = vec![&job];
-    params.extend(c.identity());
     let rows = client
         .fetch(
-            &format!(
-                "SELECT (SELECT jf.n FROM sluice_ledger.job_files jf \
-                         WHERE jf.job = $1 AND {}), \
-                    (SELECT coalesce(max(n) + 1, 0) FROM sluice_ledger.job_files WHERE job = $1) \
-                 FROM {} ORDER BY f.ord",
-                same_file("jf", "f"),
-                identity_rows(2, "f")
-            ),
-            &params,
+            "SELECT path, tbl, size, modified_ns, fingerprint, settings, n \
+             FROM sluice_ledger.job_files WHERE job = $1",
+            &[&job],
         )
         .await?;
-    let mut next = rows.first().map_or(0, |r| r.get::<_, i32>(1));
+    let mut next = rows
+        .iter()
+        .map(|r| r.get::<_, i32>(6) + 1)
+        .max()
+        .unwrap_or(0);
+    let known = first_records(f, &rows);
     let mut numbers = Vec::with_capacity(f.len());
     let mut fresh = Vec::new();
-    for (i, r) in rows.iter().enumerate() {
-        match r.get::<_, Option<i32>>(0) {
+    for (i, r) in known.iter().enumerate() {
+        match r.map(|r| r.get::<_, i32>(6)) {
             Some(n) => numbers.push(n as u32),
             None => {
                 numbers.push(next as u32);

@@ -1571,7 +1571,9 @@ fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
     match e {
         crate::ledger::LedgerError::Db(e) => db_error(e),
         crate::ledger::LedgerError::Refused(m) => DestinationError::new(ErrorKind::Usage, m),
-        crate::ledger::LedgerError::Raced(m) => DestinationError::new(ErrorKind::Transient, m),
+        crate::ledger::LedgerError::Raced(m) | crate::ledger::LedgerError::Busy(m) => {
+            DestinationError::new(ErrorKind::Transient, m)
+        }
     }
 }
 

@@ -419,10 +419,12 @@ fn numbered_files(d: &Db, prefix: &str, n: u32, per: u32) -> Vec<PathBuf> {
 fn one_streams_chunk_records_refused_at_the_end_leave_no_row() {
     let d = db("ledger_chunks_refused");
     d.psql("CREATE TABLE t (id int, v text)");
-    let files = numbered_files(&d, "c", 4, 500);
+    // Files big enough that each stream has one before the other is done (with small ones,
+    // the first stream connected could load all four, and its records alone reach the server).
+    let files = numbered_files(&d, "c", 4, 100_000);
     ledger_refusing(
         &d,
-        "job_chunks",
+        "job_chunk_runs",
         "nextval('public.chunk_inserts') > 1",
         "the ledger takes the chunks of one stream only today",
     );
@@ -440,11 +442,11 @@ fn one_streams_chunk_records_refused_at_the_end_leave_no_row() {
         assert_eq!(d.count("t"), 0, "--prepare {prepare}");
         assert_eq!(prepared(&d), 0, "--prepare {prepare}");
     }
-    d.psql("DROP TRIGGER refuse ON sluice_ledger.job_chunks");
+    d.psql("DROP TRIGGER refuse ON sluice_ledger.job_chunk_runs");
     let out = load(&d, &paths, &[], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(d.count("t"), 2000);
-    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 2000);
+    assert_eq!(d.count("t"), 400_000);
+    assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), 400_000);
 }
 
 /// A job's files are recorded while its streams load (their insert is the slow half of the
@@ -457,7 +459,12 @@ fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
     let d = db("ledger_files_refused");
     d.psql("CREATE TABLE t (id int, v text)");
     let files = numbered_files(&d, "f", 40, 100);
-    ledger_refusing(&d, "job_files", "true", "the ledger takes no files today");
+    ledger_refusing(
+        &d,
+        "job_file_runs",
+        "true",
+        "the ledger takes no files today",
+    );
     let args = |jobs: &'static str| -> Vec<&str> {
         let mut a = vec!["--table", "t", "--jobs", jobs];
         a.extend(files.iter().map(|f| f.to_str().unwrap()));
@@ -475,7 +482,7 @@ fn a_job_whose_files_cannot_be_recorded_commits_no_row() {
             "--jobs {jobs}: only the first load's"
         );
     }
-    d.psql("DROP TRIGGER refuse ON sluice_ledger.job_files");
+    d.psql("DROP TRIGGER refuse ON sluice_ledger.job_file_runs");
     let out = d.load(&args("2"), &[], 120);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(d.count("t"), 4000);
@@ -989,4 +996,166 @@ fn a_commit_landing_after_the_kill_is_seen_by_the_rerun() {
             "--prepare {prepare}: a prepared transaction left behind"
         );
     }
+}
+
+/// Many small files share loads, and the ledger records them in runs (version 4): one row for
+/// the job's files and about one per shared load for their chunks, read back one row per file
+/// and per chunk through the views `job_files` and `job_chunks`, with each file's own rows. The
+/// files are of two sizes, alternately: ordered by size, they would share loads out of order,
+/// and make a record each. The ledger still refuses a chunk recorded twice, by a run over it or
+/// by the chunk alone. The same command again loads nothing; a second list that names half the
+/// files and a new one loads the new one only (the runs' index finds the paths the first job
+/// loaded).
+#[test]
+fn small_files_are_recorded_in_runs_and_each_chunk_once() {
+    let d = db("ledger_runs");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files: Vec<PathBuf> = (0..2500u32)
+        .map(|i| {
+            d.file(
+                &format!("s{i:04}.csv"),
+                rows(i * 4, i * 4 + 2 + i % 2).as_bytes(),
+            )
+        })
+        .collect();
+    let names = |files: &[PathBuf]| -> Vec<String> {
+        (files.iter())
+            .map(|f| f.to_str().unwrap().to_string())
+            .collect()
+    };
+    let load_list = |list: &[String]| {
+        let mut args = vec!["--table", "t", "--jobs", "2"];
+        args.extend(list.iter().map(String::as_str));
+        let out = d.load(&args, &[], 120);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    load_list(&names(&files));
+    assert_eq!(d.count("t"), 6250);
+    let q = |sql: &str| d.psql(sql).trim().to_string();
+    assert_eq!(q("SELECT count(*) FROM sluice_ledger.job_file_runs"), "1");
+    let recorded =
+        q("SELECT string_agg(n || ':' || path, ',' ORDER BY n) FROM sluice_ledger.job_files");
+    let expected: Vec<String> = (files.iter().enumerate())
+        .map(|(n, f)| format!("{n}:{}", std::fs::canonicalize(f).unwrap().display()))
+        .collect();
+    assert_eq!(recorded, expected.join(","));
+    let runs: u32 = q("SELECT count(*) FROM sluice_ledger.job_chunk_runs")
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=10).contains(&runs),
+        "{runs} chunk records for 2,500 small files"
+    );
+    assert_eq!(
+        q(
+            "SELECT count(*), count(DISTINCT file), min(rows), max(rows), sum(rows), \
+              bool_and(start_byte = 0) FROM sluice_ledger.job_chunks"
+        ),
+        "2500|2500|2|3|6250|t"
+    );
+    let job = q("SELECT id FROM sluice_ledger.jobs");
+    for (file, last) in [(50, 60), (2499, 2499), (0, 0)] {
+        let twice = d.try_psql(&format!(
+            "INSERT INTO sluice_ledger.job_chunk_runs (job, file, start_byte, rows, last_file, \
+                file_rows, file_ends) \
+             VALUES ({job}, {file}, 0, 1, NULLIF({last}, {file}), \
+                CASE WHEN {last} > {file} THEN array_fill(0::bigint, ARRAY[{last} - {file} + 1]) END, \
+                CASE WHEN {last} > {file} THEN array_fill(0::bigint, ARRAY[{last} - {file} + 1]) END)"
+        ));
+        let e = twice.expect_err("a chunk recorded twice");
+        assert!(e.contains("job_chunk_runs"), "{e}");
+    }
+    load_list(&names(&files));
+    assert_eq!(d.count("t"), 6250, "the same command loads nothing again");
+    let mut second = names(&files[1250..]);
+    let new = d.file("new.csv", rows(90_000, 90_005).as_bytes());
+    second.push(new.to_str().unwrap().to_string());
+    let said = load_list(&second);
+    assert_has(&said, &["skipping 1250 file(s) job"]);
+    assert_eq!(d.count("t"), 6255);
+}
+
+/// A ledger of version 3 (one row per file and per chunk, as sluice wrote before runs) is
+/// upgraded by the next load: its tables become runs of one, under the same views, the rights
+/// another role had on them hold on what replaces them, and the job it holds still counts. The
+/// same command loads nothing, and a second list naming some of its files loads only the
+/// others. While a prepared transaction an earlier sluice left holds the ledger's tables, the
+/// upgrade waits a bounded time, then says what to do.
+#[test]
+fn a_version_3_ledger_is_upgraded_and_its_jobs_still_count() {
+    let d = db("ledger_upgrade");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files = numbered_files(&d, "u", 80, 10);
+    let list: Vec<&str> = files.iter().map(|f| f.to_str().unwrap()).collect();
+    let mut args = vec!["--table", "t", "--jobs", "2"];
+    args.extend(&list);
+    let out = d.load(&args, &[], 120);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let chunks = d.psql(
+        "SELECT file, start_byte, end_byte, rows FROM sluice_ledger.job_chunks ORDER BY 1, 2",
+    );
+    // Version 3's shape, made from what version 4 recorded.
+    d.psql(
+        "BEGIN; \
+         CREATE TABLE sluice_ledger.f3 AS SELECT * FROM sluice_ledger.job_files; \
+         CREATE TABLE sluice_ledger.c3 AS SELECT * FROM sluice_ledger.job_chunks; \
+         DROP VIEW sluice_ledger.job_files, sluice_ledger.job_chunks; \
+         DROP TABLE sluice_ledger.job_file_runs, sluice_ledger.job_chunk_runs; \
+         ALTER TABLE sluice_ledger.f3 RENAME TO job_files; \
+         ALTER TABLE sluice_ledger.job_files ADD PRIMARY KEY (job, n); \
+         CREATE INDEX job_files_path ON sluice_ledger.job_files (path); \
+         ALTER TABLE sluice_ledger.c3 RENAME TO job_chunks; \
+         ALTER TABLE sluice_ledger.job_chunks ADD PRIMARY KEY (job, file, start_byte); \
+         UPDATE sluice_ledger.ledger_version SET version = 3; COMMIT",
+    );
+    let _ = d.try_psql("CREATE ROLE ledger_upgrade_reader");
+    d.psql("GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA sluice_ledger TO ledger_upgrade_reader");
+    d.psql(
+        "BEGIN; INSERT INTO sluice_ledger.job_chunks (job, file, start_byte, rows) \
+         VALUES (99, 0, 0, 1); PREPARE TRANSACTION 'ledger_upgrade_left'",
+    );
+    let out = d.load(&args, &[], 120);
+    assert!(!out.status.success(), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "needs an upgrade to version 4",
+            "pg_prepared_xacts",
+            "Nothing was loaded",
+        ],
+    );
+    assert_eq!(d.count("t"), 800);
+    d.psql("ROLLBACK PREPARED 'ledger_upgrade_left'");
+    let out = d.load(&args, &[], 120);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 800, "the upgraded ledger's job still counts");
+    let q = |sql: &str| d.psql(sql).trim().to_string();
+    assert_eq!(
+        q("SELECT max(version) FROM sluice_ledger.ledger_version"),
+        "4"
+    );
+    assert_eq!(q("SELECT count(*) FROM sluice_ledger.job_file_runs"), "80");
+    assert_eq!(
+        q(
+            "SELECT has_table_privilege('ledger_upgrade_reader', 'sluice_ledger.job_file_runs', \
+              'INSERT') AND has_table_privilege('ledger_upgrade_reader', \
+              'sluice_ledger.job_chunks', 'SELECT')"
+        ),
+        "t"
+    );
+    assert_eq!(
+        d.psql(
+            "SELECT file, start_byte, end_byte, rows FROM sluice_ledger.job_chunks ORDER BY 1, 2"
+        ),
+        chunks
+    );
+    let new = d.file("w.csv", rows(900, 905).as_bytes());
+    let mut args = vec!["--table", "t", "--jobs", "2"];
+    args.extend(&list[70..]);
+    args.push(new.to_str().unwrap());
+    let out = d.load(&args, &[], 120);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(&stderr(&out), &["skipping 10 file(s) job"]);
+    assert_eq!(d.count("t"), 805);
 }
