@@ -654,6 +654,10 @@ fn wire_auto_stops_measuring_a_fast_path_once_it_carried_what_text_would_save() 
 /// opening's last statement, while a COPY runs; and the commit opens no more (every backend the
 /// load had is one of its own eight: its connection, the watch, two streams, four gates). The
 /// load is all there, and equal to psql's.
+/// The application name the readers' gates test's load gives its sessions (the target's URL
+/// names it, as libpq's would).
+const GATES_APP: &str = "sluice_gates_test";
+
 #[test]
 fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
     if skipped("across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load") {
@@ -678,7 +682,10 @@ fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
         ])
         .args(["--prepare", "off"])
         .args(&files)
-        .args(["--target", &far.url(Via::Mid)]);
+        .args([
+            "--target",
+            &format!("{}&application_name={GATES_APP}", far.url(Via::Mid)),
+        ]);
         let bindir = far.cluster.bindir.clone();
         (
             c,
@@ -693,12 +700,14 @@ fn across_a_long_path_the_readers_gates_sessions_open_while_the_streams_load() {
         .spawn()
         .unwrap();
     // Copies running, sessions idle after the identity question that opening one asks last,
-    // and every backend of the client's address.
+    // and every backend of this load (its application name: another test's load may cross the
+    // same path, from the same address, at the same time).
     let poll = format!(
         "SELECT count(*) FILTER (WHERE state = 'active' AND query LIKE 'COPY %') || ' ' || \
          count(*) FILTER (WHERE state = 'idle' AND (query LIKE '%pg_control_system()%' \
          OR query LIKE '%pg_backend_pid()%')) || ' ' || coalesce(string_agg(pid::text, ','), '') \
-         FROM pg_stat_activity WHERE client_addr = '{client}'"
+         FROM pg_stat_activity WHERE client_addr = '{client}' \
+         AND application_name = '{GATES_APP}'"
     );
     let started = std::time::Instant::now();
     let (mut seen, mut polls) = (0u32, Vec::new());
