@@ -143,7 +143,10 @@ impl Cluster {
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data().display()))
             .arg("--auth-root-authentication-method=normal")
-            .arg("--skip-test-db");
+            .arg("--skip-test-db")
+            // Passed on to the bootstrap server, whose temporary tables another server starting
+            // up in a shared `/tmp` would delete (see [`Cluster::temp`]).
+            .arg(format!("--tmpdir={}", self.temp()?.display()));
         if is_root() {
             cmd.arg("--user=mysql");
         }

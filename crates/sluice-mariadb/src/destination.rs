@@ -914,11 +914,19 @@ impl Ledger for MariaDbDestination {
                 .map_err(|e| self.ledger_error(e))
         })
         .inspect(|_| self.holds(job))?;
-        self.on_own(|rt, c| {
-            rt.block_on(crate::stage::settle_job(c, job))
+        let wait = self.staging.lock_wait();
+        let dropped = self.on_own(|rt, c| {
+            rt.block_on(crate::stage::settle_job(c, job, wait))
                 .map_err(|e| self.db_error(e))
         })?;
-        Ok(None)
+        Ok((!dropped.is_empty()).then(|| {
+            format!(
+                "dropped {} staging table(s) an earlier run of job {job} left unfinished (none \
+                 of their rows was ever visible): {}",
+                dropped.len(),
+                dropped.join(", ")
+            )
+        }))
     }
 
     fn end_job(

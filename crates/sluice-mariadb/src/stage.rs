@@ -10,8 +10,9 @@
 //! commit, the indexes are built (`ALTER TABLE … ADD KEY`, the parent's own definitions, read
 //! from `SHOW CREATE TABLE`), and only then is the table's record written in
 //! `sluice_ledger_staged`: which job, parent, partition and bound, and which chunks it holds. A
-//! staging table without a record was cut off before it was finished; the next load drops it
-//! unless its job is running.
+//! staging table without a record was cut off before it was finished (or its unit was retried
+//! after a deadlock or a lost connection); the next load drops it unless its job is running,
+//! and a rerun of its job drops it when it resumes, even with nothing left to load.
 //!
 //! MariaDB's DDL commits on its own and `EXCHANGE PARTITION` fails inside XA, so the publish
 //! cannot be one transaction as on PostgreSQL: it is one durable step per partition
@@ -430,6 +431,9 @@ pub async fn finish(
     let started = std::time::Instant::now();
     build_indexes(conn, &r.staging, indexes).await?;
     let built = started.elapsed();
+    // The record is an ordinary row: with the bulk session's checks off, InnoDB takes its
+    // empty-table path for it (a table lock), and two streams finishing at once deadlock.
+    end_bulk(conn).await?;
     record(conn, r).await?;
     Ok(built)
 }
@@ -437,6 +441,7 @@ pub async fn finish(
 /// Rolls back the staging table in progress and drops it.
 pub async fn abandon(conn: &mut Conn, staging: &str) -> Result<(), mysql_async::Error> {
     conn.query_drop("ROLLBACK").await?;
+    end_bulk(conn).await?;
     drop_staging(conn, staging).await
 }
 
@@ -446,11 +451,18 @@ pub async fn abandon(conn: &mut Conn, staging: &str) -> Result<(), mysql_async::
 /// record, the table's lock is held to the commit: no other session touches a staging table).
 /// A duplicate key is not lost in silence under it: the statement gets warning 1062, which the
 /// warning trap makes an error (and the staging table is rolled back). The checks are off only
-/// on the staging connection, which loads nothing else.
+/// on the staging connection, until the table is finished or abandoned ([`end_bulk`]).
 pub async fn begin_bulk(conn: &mut Conn) -> Result<(), mysql_async::Error> {
     conn.query_drop("SET SESSION unique_checks = 0, SESSION foreign_key_checks = 0")
         .await?;
     conn.query_drop("START TRANSACTION").await
+}
+
+/// Turns the session's checks back on after a staging table ([`begin_bulk`]): whatever the
+/// connection writes next (a record, another table's rows) is checked as usual.
+async fn end_bulk(conn: &mut Conn) -> Result<(), mysql_async::Error> {
+    conn.query_drop("SET SESSION unique_checks = 1, SESSION foreign_key_checks = 1")
+        .await
 }
 
 /// Builds `indexes` on staging table `staging`, in one statement.
@@ -640,19 +652,37 @@ pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_a
     Ok(found)
 }
 
-/// Settles the exchanges job `job`'s last run began and did not record (run under the job's
-/// lock, before the job's chunks are read: a settled exchange's chunks are then done).
-pub async fn settle_job(conn: &mut Conn, job: i64) -> Result<(), mysql_async::Error> {
+/// Settles the exchanges job `job`'s last run began and did not record, then drops the job's
+/// staging tables that have no record (a unit retried after a deadlock or a lost connection,
+/// or cut off by a kill: never visible, and no run of the job can finish them). Run under the
+/// job's lock, before the job's chunks are read (a settled exchange's chunks are then done),
+/// with lock waits bounded to `wait`; returns the tables dropped. A rerun with nothing left
+/// to load readies no staging area, so this is the only place they go.
+pub async fn settle_job(
+    conn: &mut Conn,
+    job: i64,
+    wait: Duration,
+) -> Result<Vec<String>, mysql_async::Error> {
     if !table_exists(conn, RECORDS).await? {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    for r in records(conn).await? {
+    bound_lock_waits(conn, wait).await?;
+    let records = records(conn).await?;
+    for r in &records {
         if r.job == job && r.switching {
             let exists = table_exists(conn, &r.staging).await?;
-            settle(conn, &r, exists).await?;
+            settle(conn, r, exists).await?;
         }
     }
-    Ok(())
+    let recorded: Vec<&str> = records.iter().map(|r| r.staging.as_str()).collect();
+    let mut dropped = Vec::new();
+    for t in staging_tables(conn, &format!("j{job}_")).await? {
+        if !recorded.contains(&t.as_str()) {
+            drop_table(conn, &t).await?;
+            dropped.push(t);
+        }
+    }
+    Ok(dropped)
 }
 
 /// The staging tables of the connection's database whose names go on with `more` after

@@ -80,6 +80,11 @@ impl StagingState {
     pub(crate) fn reset(&self, tables: usize) {
         *lock(&self.partitions) = vec![None; tables];
     }
+
+    /// How long a staging step waits for a lock.
+    pub(crate) fn lock_wait(&self) -> Duration {
+        *lock(&self.lock_wait)
+    }
 }
 
 fn not_staging(what: &str) -> DestinationError {
