@@ -8,7 +8,7 @@
 
 use crate::onetrip::{OneTrip, Param};
 use crate::types::column::{Column, PgType};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Row};
 
 /// A resolved target table.
 #[derive(Clone, Debug)]
@@ -229,14 +229,31 @@ pub enum CatalogError {
 
 /// Describes `name` (as SQL spells a table name: `t`, `s.t`, `"My T"`).
 pub async fn describe_table(client: &Client, name: &str) -> Result<Table, CatalogError> {
-    let rel = client
-        .fetch_opt(
+    // The relation, its columns and its references go out together, each naming the table
+    // by `name`: one round trip across a long path.
+    let by_name: [&dyn Param; 1] = [&name];
+    let (rel, rows, references) = tokio::join!(
+        client.fetch_opt(
             "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.oid = to_regclass($1)",
-            &[&name],
+            &by_name,
+        ),
+        client.fetch(
+            "SELECT a.attname::text, t.typname::text, t.typtype::text, a.atttypmod, \
+                    a.attnotnull, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped \
+               AND a.attgenerated = '' \
+             ORDER BY a.attnum",
+            &by_name,
+        ),
+        client.fetch(
+            "SELECT DISTINCT confrelid FROM pg_constraint \
+             WHERE contype = 'f' AND conrelid = to_regclass($1)",
+            &by_name,
         )
-        .await;
+    );
     let rel = match rel {
         Ok(r) => r,
         // to_regclass raises on a malformed name such as `a.b.c.d`.
@@ -251,23 +268,7 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
     if kind != "r" && kind != "p" {
         return Err(CatalogError::NotATable(name.to_string()));
     }
-    // The columns and the references go out together: one round trip across a long path.
-    let by_oid: [&dyn Param; 1] = [&oid];
-    let (rows, references) = tokio::try_join!(
-        client.fetch(
-            "SELECT a.attname::text, t.typname::text, t.typtype::text, a.atttypmod, \
-                    a.attnotnull, format_type(a.atttypid, a.atttypmod) \
-             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
-               AND a.attgenerated = '' \
-             ORDER BY a.attnum",
-            &by_oid,
-        ),
-        client.fetch(
-            "SELECT DISTINCT confrelid FROM pg_constraint WHERE contype = 'f' AND conrelid = $1",
-            &by_oid,
-        )
-    )?;
+    let (rows, references) = (rows?, references?);
     let columns = rows
         .iter()
         .map(|r| {
@@ -305,32 +306,59 @@ pub async fn table_costs(
 ) -> Result<sluice_core::destination::TableCosts, tokio_postgres::Error> {
     let list: Vec<i64> = oids.iter().map(|&o| i64::from(o)).collect();
     let rows = client
-        .fetch(
-            "SELECT c.relname::text, k.kind, k.name
-               FROM pg_class c
-               CROSS JOIN LATERAL (
-                     SELECT 'index' AS kind, i.relname::text AS name
-                       FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-                      WHERE x.indrelid = c.oid
-                     UNION ALL
-                     SELECT 'trigger', t.tgname::text
-                       FROM pg_trigger t
-                      WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
-                        AND (t.tgtype & 1) = 1
-                     UNION ALL
-                     SELECT 'check', n.conname::text
-                       FROM pg_constraint n
-                      WHERE n.conrelid = c.oid AND n.contype IN ('c', 'f')
-                   ) k
-              WHERE c.oid = ANY($1::bigint[]::oid[])
-              ORDER BY c.relname, k.kind, k.name",
-            &[&list],
-        )
+        .fetch(&costs_sql("c.oid = ANY($1::bigint[]::oid[])"), &[&list])
         .await?;
+    Ok(costs_of(rows.iter().map(cost_row).collect()))
+}
+
+/// The rows of [`table_costs`] of table `name` (as SQL spells it), read with its description
+/// ([`describe_table`]'s round trip) and kept for the verdict.
+pub async fn table_cost_rows(
+    client: &Client,
+    name: &str,
+) -> Result<Vec<CostRow>, tokio_postgres::Error> {
+    let rows = client
+        .fetch(&costs_sql("c.oid = to_regclass($1)"), &[&name])
+        .await?;
+    Ok(rows.iter().map(cost_row).collect())
+}
+
+/// A table's name, what kind of cost (`index`, `trigger`, `check`) and its name.
+pub type CostRow = (String, String, String);
+
+fn cost_row(r: &Row) -> CostRow {
+    (r.get(0), r.get(1), r.get(2))
+}
+
+/// The costs in `rows`, by table, kind and name.
+pub fn costs_of(mut rows: Vec<CostRow>) -> sluice_core::destination::TableCosts {
+    rows.sort();
     let mut costs = sluice_core::destination::TableCosts::default();
-    for r in rows {
-        let kind: String = r.get(1);
-        costs.add(&kind, r.get(0), r.get(2));
+    for (table, kind, name) in rows {
+        costs.add(&kind, table, name);
     }
-    Ok(costs)
+    costs
+}
+
+/// The costs of the tables `which` picks (a condition on `pg_class c`).
+fn costs_sql(which: &str) -> String {
+    format!(
+        "SELECT c.relname::text, k.kind, k.name
+           FROM pg_class c
+           CROSS JOIN LATERAL (
+                 SELECT 'index' AS kind, i.relname::text AS name
+                   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                  WHERE x.indrelid = c.oid
+                 UNION ALL
+                 SELECT 'trigger', t.tgname::text
+                   FROM pg_trigger t
+                  WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
+                    AND (t.tgtype & 1) = 1
+                 UNION ALL
+                 SELECT 'check', n.conname::text
+                   FROM pg_constraint n
+                  WHERE n.conrelid = c.oid AND n.contype IN ('c', 'f')
+               ) k
+          WHERE {which}"
+    )
 }

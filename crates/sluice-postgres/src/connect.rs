@@ -209,13 +209,15 @@ fn tls_config(info: &ConnInfo) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
-/// A connection, and which of the target's hosts it reached.
-pub struct Connected {
+/// A connection, and which of the target's hosts it reached; `T` is what the caller's first
+/// questions answered ([`connect_asking`]).
+pub struct Connected<T = ()> {
     pub client: Client,
     pub host: usize,
     /// A second handle on its TCP socket (none over a Unix socket), for the kernel's
     /// figures on it (`TCP_INFO`). The socket closes once both handles are dropped.
     pub socket: Option<socket2::Socket>,
+    pub first: T,
 }
 
 /// Connects and spawns the connection task on the current tokio runtime.
@@ -225,6 +227,16 @@ pub async fn connect(info: &ConnInfo) -> Result<Client, ConnectError> {
 
 /// Connects to the first host that answers and suits `target_session_attrs`, libpq's way.
 pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
+    connect_asking(info, async |_: &Client| ()).await
+}
+
+/// [`connect_host`], with the caller's first questions (`ask`) sent right behind the session's
+/// setup, in its round trip: across a long path, one round trip fewer for each connection. A
+/// host refused for its session's attributes has its answers dropped with it.
+pub async fn connect_asking<T>(
+    info: &ConnInfo,
+    ask: impl AsyncFn(&Client) -> T,
+) -> Result<Connected<T>, ConnectError> {
     let target = info.to_string();
     let mut failures: Vec<String> = Vec::new();
     let mut tls = None;
@@ -237,8 +249,10 @@ pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
         for (i, h) in info.hosts.iter().enumerate() {
             let attempt = async {
                 let opened = open(info, h, &mut tls).await?;
-                prepare_session(&opened.0, attrs).await?;
-                Ok::<_, String>(opened)
+                let (prepared, first) =
+                    futures_util::join!(prepare_session(&opened.0, attrs), ask(&opened.0));
+                prepared?;
+                Ok::<_, String>((opened, first))
             };
             let result = match info.connect_timeout {
                 Some(secs) => tokio::time::timeout(Duration::from_secs(secs), attempt)
@@ -252,11 +266,12 @@ pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
                 None => attempt.await,
             };
             match result {
-                Ok((client, socket)) => {
+                Ok(((client, socket), first)) => {
                     return Ok(Connected {
                         client,
                         host: i,
                         socket,
+                        first,
                     })
                 }
                 Err(reason) => failures.push(if info.hosts.len() > 1 {

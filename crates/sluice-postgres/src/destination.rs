@@ -14,7 +14,7 @@ use crate::catalog::{
     Session, Table,
 };
 use crate::condition;
-use crate::connect::{connect, connect_host, ConnectError};
+use crate::connect::{connect, connect_asking, ConnectError};
 use crate::conninfo::ConnInfo;
 use crate::onetrip::OneTrip;
 use crate::oracle::Oracle;
@@ -66,6 +66,9 @@ pub enum OpenError {
     Unsupported(String),
 }
 
+/// The server's settings the report shows, by name.
+type Settings = Vec<(String, String)>;
+
 /// A PostgreSQL server, for one load.
 pub struct PgDestination {
     rt: Runtime,
@@ -91,6 +94,12 @@ pub struct PgDestination {
     load_id: u32,
     /// Each table's partitions, once asked for.
     partitions: Mutex<Vec<Option<TablePartitions>>>,
+    /// The partitions of the tables described, by qualified name, read with their description
+    /// (the engine asks for them next: no round trip of their own).
+    partitions_ahead: std::collections::HashMap<String, TablePartitions>,
+    /// What each table described carries that costs the server work per row, read with its
+    /// description, for the verdict at the load's end (no round trip then).
+    costs_ahead: std::collections::HashMap<String, Vec<crate::catalog::CostRow>>,
     /// Staging tables numbered so far.
     stage_seq: AtomicU32,
     /// Staging tables finished (or reused) and waiting for the publish.
@@ -112,10 +121,15 @@ pub struct PgDestination {
     /// have been loaded by one, and the question is not sent (for 100,000 files, it is their
     /// paths and sizes in one statement).
     none_finished: std::sync::atomic::AtomicBool,
+    /// Whether the ledger held no job at all when it was opened, until a load first looks.
+    no_job: std::sync::atomic::AtomicBool,
     /// The second half of the job's start, sent and not yet answered ([`Begun`]).
     begun: Mutex<Begun>,
     /// The server's log position read with the job's row: where the load's log starts.
     begin_lsn: Mutex<Option<String>>,
+    /// The log position and the settings read right behind the last commits (in their round
+    /// trip): where the load's log ends, unless the load's start has not been read yet.
+    end_lsn: Mutex<Option<(String, Option<Settings>)>>,
     /// Connections of streams that prepared their transactions, kept for the readers' gates.
     spare: Mutex<Vec<crate::readers::Spare>>,
     /// The backends of this load's open streams, whose locks name the tables a back-to-back
@@ -127,7 +141,7 @@ pub struct PgDestination {
     /// on it ([`crate::ledger::STREAM_CLASS`]), which a later run waits on.
     job: Mutex<Option<i64>>,
     /// The server's settings for the report, read with the load's last log position.
-    settings_read: Mutex<Option<Vec<(String, String)>>>,
+    settings_read: Mutex<Option<Settings>>,
     /// The streams' transactions will be prepared, not committed back to back
     /// ([`Destination::name_transactions`]).
     prepares: std::sync::atomic::AtomicBool,
@@ -218,16 +232,16 @@ impl PgDestination {
             .build()
             .map_err(OpenError::Runtime)?;
         let (info, client, identity, session, free, rtt) = rt.block_on(async {
-            let connected = connect_host(target).await?;
+            // Independent questions, pipelined behind the session's setup: no round trip of
+            // their own across a long path, where they would take four.
+            let connected = connect_asking(target, async |client: &Client| {
+                tokio::join!(server_identity(client), session(client), free_slots(client))
+            })
+            .await?;
             let info = target.pinned(connected.host);
             let (client, socket) = (connected.client, connected.socket);
             let server = |e: tokio_postgres::Error| OpenError::Server(e.to_string());
-            // Independent questions, pipelined: one round trip across a long path, not four.
-            let (identity, session, free) = tokio::join!(
-                server_identity(&client),
-                session(&client),
-                free_slots(&client)
-            );
+            let (identity, session, free) = connected.first;
             let (identity, session) = (identity.map_err(server)?, session.map_err(server)?);
             // The round trip, as the kernel measured it over these exchanges.
             let rtt = socket.as_ref().and_then(crate::network::kernel_round_trip);
@@ -254,6 +268,8 @@ impl PgDestination {
             warn,
             load_id: load_id(),
             partitions: Mutex::new(Vec::new()),
+            partitions_ahead: std::collections::HashMap::new(),
+            costs_ahead: std::collections::HashMap::new(),
             stage_seq: AtomicU32::new(0),
             staged: Mutex::new(Vec::new()),
             leftovers: Mutex::new(Vec::new()),
@@ -263,8 +279,10 @@ impl PgDestination {
             wire: Wire::Auto,
             ahead: Mutex::new(Ahead::default()),
             none_finished: std::sync::atomic::AtomicBool::new(false),
+            no_job: std::sync::atomic::AtomicBool::new(false),
             begun: Mutex::new(Begun::Settled),
             begin_lsn: Mutex::new(None),
+            end_lsn: Mutex::new(None),
             spare: Mutex::new(Vec::new()),
             stream_pids: Mutex::new(Vec::new()),
             gates: Mutex::new(None),
@@ -635,11 +653,18 @@ impl Destination for PgDestination {
         one.remove(0)
     }
 
-    /// The tables' questions go out together: two round trips across a long path for all of
-    /// them, not two per table.
+    /// The tables' questions, their partitions' and their costs' go out together: one round
+    /// trip across a long path for all of them, not four per table.
     fn describe_all(&mut self, names: &[String]) -> Vec<Result<TableInfo, DestinationError>> {
         let described = self.on_client(|c| async move {
-            let asked = names.iter().map(|n| describe_table(&c, n));
+            let asked = names.iter().map(|n| async {
+                let (table, partitions, costs) = futures_util::join!(
+                    describe_table(&c, n),
+                    stage::describe_partitions(&c, n),
+                    crate::catalog::table_cost_rows(&c, n)
+                );
+                (table, (partitions, costs))
+            });
             Ok(futures_util::future::join_all(asked).await)
         });
         let described = match described {
@@ -648,12 +673,19 @@ impl Destination for PgDestination {
         };
         described
             .into_iter()
-            .map(|d| {
+            .map(|(d, (partitions, costs))| {
                 let table = d.map_err(|e| match e {
                     CatalogError::Db(e) => db_error(e),
                     other => DestinationError::new(ErrorKind::Usage, other.to_string()),
                 })?;
                 let info = table_info(&table);
+                // A failed question is asked again when the engine asks.
+                if let Ok(p) = partitions {
+                    self.partitions_ahead.insert(info.qualified.clone(), p);
+                }
+                if let Ok(c) = costs {
+                    self.costs_ahead.insert(info.qualified.clone(), c);
+                }
                 if !self
                     .described
                     .iter()
@@ -804,9 +836,28 @@ impl Destination for PgDestination {
             .map(|id| format!("{verb} PREPARED {}", stage::quote_literal(id)))
             .collect();
         let client = self.rt.block_on(self.live()).map_err(|e| (0, e))?;
-        let results = self.rt.block_on(futures_util::future::join_all(
-            statements.iter().map(|sql| client.batch_execute(sql)),
-        ));
+        // Behind the commits, in their round trip: the log position and the settings the
+        // load's end asks for next ([`Destination::log_position`]). (Not the tables' states:
+        // a look at a table would queue behind the readers' gates, which wait for this.)
+        let (results, after) = self.rt.block_on(async {
+            futures_util::join!(
+                futures_util::future::join_all(
+                    statements.iter().map(|sql| client.batch_execute(sql)),
+                ),
+                async {
+                    match commit {
+                        true => Some(futures_util::join!(
+                            client.fetch_one("SELECT pg_current_wal_lsn()::text", &[]),
+                            server_settings(&client)
+                        )),
+                        false => None,
+                    }
+                }
+            )
+        });
+        if let Some((Ok(row), settings)) = after {
+            *lock(&self.end_lsn) = Some((row.get(0), settings.ok()));
+        }
         results
             .into_iter()
             .enumerate()
@@ -924,6 +975,14 @@ impl Destination for PgDestination {
     }
 
     fn table_costs(&self) -> TableCosts {
+        let ahead: Option<Vec<Vec<crate::catalog::CostRow>>> = self
+            .tables
+            .iter()
+            .map(|t| self.costs_ahead.get(&t.table.qualified()).cloned())
+            .collect();
+        if let Some(rows) = ahead {
+            return crate::catalog::costs_of(rows.concat());
+        }
         let oids: Vec<u32> = self.tables.iter().map(|t| t.table.oid).collect();
         self.on_client(|c| async move {
             crate::catalog::table_costs(&c, &oids)
@@ -936,6 +995,9 @@ impl Destination for PgDestination {
     type Stream<'a> = PgStream<'a>;
 
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
+        // What was read behind commits before this load's streams (an earlier run's, settled)
+        // is not this load's end.
+        lock(&self.end_lsn).take();
         let ahead = lock(&self.ahead).streams.pop();
         let opened = self.rt.block_on(async {
             // One opened ahead, if it made it and its transaction begins (a long wait, for a
@@ -1100,15 +1162,23 @@ impl Destination for PgDestination {
     }
 
     /// The position read with the job's row, when there is one not yet taken (the load's
-    /// start); otherwise the server is asked, with its settings for the report
+    /// start); else the one read behind the load's last commits, with the settings for the
+    /// report (the load's end); otherwise the server is asked, with its settings
     /// ([`Destination::settings`]) in the same round trip.
     fn log_position(&self) -> Option<u64> {
         // The load's first asks here right after the job's start: the position read with its
         // row, rather than a question that would queue behind the files' insert.
         let begun = lock(&self.begin_lsn).take();
-        let lsn: String = match begun {
-            Some(lsn) => lsn,
-            None => {
+        // Read behind commits before the load's start is no end (and is dropped as its first
+        // stream opens, too).
+        let ended = lock(&self.end_lsn).take().filter(|_| begun.is_none());
+        let lsn: String = match (begun, ended) {
+            (Some(lsn), _) => lsn,
+            (None, Some((lsn, settings))) => {
+                *lock(&self.settings_read) = settings;
+                lsn
+            }
+            (None, None) => {
                 let (lsn, settings) = self
                     .on_client(|c| async move {
                         let (lsn, settings) = futures_util::join!(
@@ -1250,8 +1320,14 @@ impl Staging for PgDestination {
             return Ok(p.partitioning.clone());
         }
         let parents: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        let ahead = &self.partitions_ahead;
         let all = self.on_client(|c| async move {
-            let asked = parents.iter().map(|p| stage::describe_partitions(&c, p));
+            let asked = parents.iter().map(|p| async {
+                match ahead.get(p) {
+                    Some(known) => Ok(known.clone()),
+                    None => stage::describe_partitions(&c, p).await,
+                }
+            });
             Ok(futures_util::future::join_all(asked).await)
         })?;
         // Another table's failure is that table's to report, when it is asked about.
@@ -1579,13 +1655,20 @@ fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
 
 impl Ledger for PgDestination {
     fn open_ledger(&self) -> Result<(), DestinationError> {
-        let finished =
+        let held =
             self.on_client(|c| async move { crate::ledger::open(&c).await.map_err(ledger_error) })?;
-        self.none_finished.store(!finished, Ordering::Relaxed);
+        self.none_finished.store(!held.finished, Ordering::Relaxed);
+        self.no_job.store(held.empty, Ordering::Relaxed);
         Ok(())
     }
 
     fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {
+        // A load's first look in a ledger seen empty as it was opened (just made, say) finds
+        // nothing: no round trip. Only the first: a run of the same command that recorded its
+        // job since is found when the load looks again (its job's record is refused).
+        if key.is_some() && self.no_job.swap(false, Ordering::Relaxed) {
+            return Ok(Vec::new());
+        }
         let jobs = self
             .on_client(|c| async move { crate::ledger::jobs(&c, key).await.map_err(db_error) })?;
         // A job of this key that finished since the ledger was opened (another process's run

@@ -289,9 +289,20 @@ pub enum LedgerError {
 }
 
 /// Creates the ledger unless it is there (one session at a time: the creation is serialized
-/// by an advisory lock, since `IF NOT EXISTS` races with itself). Returns whether it may hold
-/// a finished job (`false` only where it was seen to hold none).
-pub async fn open(client: &Client) -> Result<bool, LedgerError> {
+/// by an advisory lock, since `IF NOT EXISTS` races with itself). Returns what it was seen to
+/// hold.
+pub async fn open(client: &Client) -> Result<Held, LedgerError> {
+    // A ledger of this version, or none: made if need be and read in one round trip.
+    if let Some(opened) = create_at_once(client).await? {
+        return opened.checked(client).await;
+    }
+    open_carefully(client).await
+}
+
+/// [`open`] one question at a time, for whatever [`create_at_once`] does not take: a ledger
+/// of an older version (upgraded here), of an unknown shape, or that the role may not use
+/// (each refused with what to do).
+async fn open_carefully(client: &Client) -> Result<Held, LedgerError> {
     // A schema the role may not use fails every query below with "permission denied for
     // schema": say so with the GRANT that fixes it instead.
     // Both questions go out together (one round trip across a long path); the second's
@@ -324,76 +335,181 @@ pub async fn open(client: &Client) -> Result<bool, LedgerError> {
     }
     let row = present?;
     let (present, versioned): (bool, bool) = (row.get(0), row.get(1));
-    let current = match present {
-        true => version(client).await?,
-        false => None,
-    };
-    let create = (!present && versioned) || current.is_some_and(|v| v < VERSION);
-    if create {
-        let created = create_or_upgrade(client).await;
-        if let Err(e) = created {
-            let _ = client.batch_execute("ROLLBACK").await;
-            return Err(match e.as_db_error() {
-                Some(d) if d.code().code() == "42501" => LedgerError::Refused(format!(
-                    "{}: the role may not create the ledger's schema `sluice_ledger`. Have an owner \
-                     run `sluice jobs` once, or GRANT CREATE ON DATABASE to the role",
-                    d.message()
-                )),
-                Some(d) if d.code().code() == "55P03" => LedgerError::Busy(format!(
-                    "the ledger in schema `sluice_ledger` needs an upgrade to version {VERSION}, \
-                     and its tables were still in use after {UPGRADE_WAIT}: by a load running, or \
-                     by prepared transactions an earlier sluice left (`SELECT gid FROM \
-                     pg_prepared_xacts`); let that load end, or finish its job with the sluice \
-                     that began it (the same command)"
-                )),
-                _ => LedgerError::Db(e),
-            });
+    if !versioned {
+        return Opened::unknown().checked(client).await;
+    }
+    if present {
+        let opened = read_back(client).await?;
+        if opened.version.is_none_or(|v| v >= VERSION) {
+            return opened.checked(client).await;
         }
     }
-    // The version (read again only where the ledger was just made or upgraded), the role's
-    // rights and whether any job finished go out together; the rights count only in a ledger
-    // of this version (the check fails on tables that are not there), and a question that
-    // failed (no right to read `jobs`, say) counts as "maybe".
+    if let Err(e) = create_or_upgrade(client).await {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(creation_error(e));
+    }
+    read_back(client).await?.checked(client).await
+}
+
+/// The ledger's version, the role's rights and what jobs it holds, together (one round
+/// trip). The rights count only in a ledger of this version (the check fails on tables that
+/// are not there), and a question that failed (no right to read `jobs`, say) counts as "maybe".
+async fn read_back(client: &Client) -> Result<Opened, LedgerError> {
     let (version, may, finished) = tokio::join!(
-        async {
-            match (versioned, create) {
-                (false, _) => Ok(None),
-                (true, false) => Ok(current),
-                (true, true) => version(client).await,
-            }
-        },
-        client.fetch_one(
-            "SELECT has_table_privilege('sluice_ledger.jobs', 'INSERT, UPDATE, SELECT') \
-                AND has_table_privilege('sluice_ledger.job_file_runs', 'INSERT, SELECT') \
-                AND has_table_privilege('sluice_ledger.job_chunk_runs', 'INSERT, SELECT') \
-                AND has_table_privilege('sluice_ledger.job_files', 'SELECT') \
-                AND has_table_privilege('sluice_ledger.job_chunks', 'SELECT')",
-            &[],
-        ),
-        client.fetch_one(
-            "SELECT EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE state = 'finished')",
-            &[],
-        )
+        version(client),
+        client.fetch_one(RIGHTS, &[]),
+        client.fetch_one(HELD, &[])
     );
-    let finished = finished.map_or(true, |r| r.get::<_, bool>(0));
-    let version: Option<i32> = version?;
-    if version != Some(VERSION) {
-        return Err(LedgerError::Refused(format!(
-            "the ledger in schema `sluice_ledger` has version {} where this sluice reads version \
-             {VERSION}: use the sluice that made it, or drop it (`DROP SCHEMA sluice_ledger CASCADE`, \
-             which forgets every job) to start a new one",
-            version.map_or("unknown".to_string(), |v| v.to_string())
-        )));
+    let version = version?;
+    Ok(Opened {
+        version,
+        may: match version == Some(VERSION) {
+            true => may?.get(0),
+            false => false,
+        },
+        held: finished.map_or(Held::MAYBE, |r| Held {
+            finished: r.get(0),
+            empty: r.get(1),
+        }),
+    })
+}
+
+/// Whether any job finished, and whether there is no job at all.
+const HELD: &str = "SELECT EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE state = 'finished'), \
+    NOT EXISTS (SELECT 1 FROM sluice_ledger.jobs)";
+
+/// What the ledger was seen to hold when it was opened.
+#[derive(Clone, Copy, Debug)]
+pub struct Held {
+    /// Whether it may hold a finished job (`false` only where it was seen to hold none).
+    pub finished: bool,
+    /// Whether it was seen to hold no job at all (a ledger just made).
+    pub empty: bool,
+}
+
+impl Held {
+    /// What a ledger that could not be looked at may hold.
+    const MAYBE: Held = Held {
+        finished: true,
+        empty: false,
+    };
+}
+
+/// Whether the session's role may read and write the ledger's tables.
+const RIGHTS: &str = "SELECT has_table_privilege('sluice_ledger.jobs', 'INSERT, UPDATE, SELECT') \
+    AND has_table_privilege('sluice_ledger.job_file_runs', 'INSERT, SELECT') \
+    AND has_table_privilege('sluice_ledger.job_chunk_runs', 'INSERT, SELECT') \
+    AND has_table_privilege('sluice_ledger.job_files', 'SELECT') \
+    AND has_table_privilege('sluice_ledger.job_chunks', 'SELECT')";
+
+/// What opening the ledger read: its version, whether the role may write it, and what it
+/// holds.
+struct Opened {
+    version: Option<i32>,
+    may: bool,
+    held: Held,
+}
+
+impl Opened {
+    /// A ledger whose version cannot be known (its jobs without a version table).
+    fn unknown() -> Opened {
+        Opened {
+            version: None,
+            may: false,
+            held: Held::MAYBE,
+        }
     }
-    let may: bool = may?.get(0);
-    if !may {
-        return Err(LedgerError::Refused(format!(
-            "the role may not write the ledger's tables in schema `sluice_ledger`. Their owner \
-             (or a superuser) can let it: {}",
-            grant(client).await?
-        )));
+
+    /// What the ledger holds, or why it cannot be used.
+    async fn checked(self, client: &Client) -> Result<Held, LedgerError> {
+        if self.version != Some(VERSION) {
+            return Err(LedgerError::Refused(format!(
+                "the ledger in schema `sluice_ledger` has version {} where this sluice reads \
+                 version {VERSION}: use the sluice that made it, or drop it (`DROP SCHEMA \
+                 sluice_ledger CASCADE`, which forgets every job) to start a new one",
+                self.version
+                    .map_or("unknown".to_string(), |v| v.to_string())
+            )));
+        }
+        if !self.may {
+            return Err(LedgerError::Refused(format!(
+                "the role may not write the ledger's tables in schema `sluice_ledger`. Their \
+                 owner (or a superuser) can let it: {}",
+                grant(client).await?
+            )));
+        }
+        Ok(self.held)
     }
-    Ok(finished)
+}
+
+/// The ledger made where there is none (no table of it at all), under its lock, and read back,
+/// in one statement string: one round trip, where looking first, [`create_or_upgrade`] and the
+/// reads after take seven on a first load and two on later ones. `None` where the ledger read
+/// back is not one of this version that the role can read (an older version, a ledger of an
+/// unknown shape, a schema the role may not use, no right to create it, no PL/pgSQL): the
+/// caller takes the careful way, which upgrades, or says why not.
+async fn create_at_once(client: &Client) -> Result<Option<Opened>, LedgerError> {
+    let sql = format!(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{UPGRADE_WAIT}'; \
+         SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); \
+         DO $sluice_ledger$ BEGIN \
+           IF NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n \
+               ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'sluice_ledger' AND c.relname IN ('ledger_version', 'jobs')) THEN \
+             EXECUTE '{script}'; \
+           END IF; \
+         END $sluice_ledger$; \
+         SELECT (SELECT max(version) FROM sluice_ledger.ledger_version), ({RIGHTS}), h.* \
+           FROM ({HELD}) h; \
+         COMMIT",
+        script = ledger_script(None).replace('\'', "''")
+    );
+    let messages = match client.simple_query(&sql).await {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return match e.as_db_error().map(|d| d.code().code()) {
+                Some("55P03") => Err(LedgerError::Busy(format!(
+                    "another session held the lock that makes the ledger in schema \
+                     `sluice_ledger` for {UPGRADE_WAIT} (making or upgrading it)"
+                ))),
+                _ => Ok(None),
+            };
+        }
+    };
+    // The last row is the read-back's (the lock's own comes first).
+    let row = messages.iter().rev().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+        _ => None,
+    });
+    let opened = row.map(|r| Opened {
+        version: r.get(0).and_then(|v| v.parse().ok()),
+        may: r.get(1) == Some("t"),
+        held: Held {
+            finished: r.get(2) != Some("f"),
+            empty: r.get(3) == Some("t"),
+        },
+    });
+    Ok(opened.filter(|o| o.version == Some(VERSION)))
+}
+
+/// Why making or upgrading the ledger failed, with what to do.
+fn creation_error(e: tokio_postgres::Error) -> LedgerError {
+    match e.as_db_error() {
+        Some(d) if d.code().code() == "42501" => LedgerError::Refused(format!(
+            "{}: the role may not create the ledger's schema `sluice_ledger`. Have an owner \
+             run `sluice jobs` once, or GRANT CREATE ON DATABASE to the role",
+            d.message()
+        )),
+        Some(d) if d.code().code() == "55P03" => LedgerError::Busy(format!(
+            "the ledger in schema `sluice_ledger` needs an upgrade to version {VERSION}, \
+             and its tables were still in use after {UPGRADE_WAIT}: by a load running, or \
+             by prepared transactions an earlier sluice left (`SELECT gid FROM \
+             pg_prepared_xacts`); let that load end, or finish its job with the sluice \
+             that began it (the same command)"
+        )),
+        _ => LedgerError::Db(e),
+    }
 }
 
 /// Creates the ledger, or upgrades it, under its lock: another session may have done so
@@ -585,19 +701,18 @@ fn job_of(r: &tokio_postgres::Row) -> Job {
 
 /// Jobs, newest first: with this key, or all.
 pub async fn jobs(client: &Client, key: Option<&str>) -> Result<Vec<Job>, tokio_postgres::Error> {
-    let rows = client
-        .fetch(
-            &format!(
-                "SELECT {JOB_COLUMNS} FROM sluice_ledger.jobs j \
-                 WHERE $1::text IS NULL OR j.key = $1 ORDER BY j.id DESC"
-            ),
-            &[&key],
-        )
-        .await?;
+    // The jobs and the staging tables' records go out together: one round trip.
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM sluice_ledger.jobs j \
+         WHERE $1::text IS NULL OR j.key = $1 ORDER BY j.id DESC"
+    );
+    let params: [&dyn Param; 1] = [&key];
+    let (rows, waiting) = tokio::join!(client.fetch(&sql, &params), crate::stage::waiting(client));
+    let rows = rows?;
     let mut jobs: Vec<Job> = rows.iter().map(job_of).collect();
     // A staging table is a job's if it names the job and its start (see `Standing`).
     let since: Vec<i64> = rows.iter().map(|r| r.get(SINCE)).collect();
-    for meta in crate::stage::waiting(client).await? {
+    for meta in waiting? {
         let Some(n) = jobs.iter().position(|j| j.id == meta.job) else {
             continue;
         };
@@ -844,26 +959,56 @@ pub async fn relation_state(
     client: &Client,
     relation: &str,
 ) -> Result<Option<RelationState>, tokio_postgres::Error> {
-    let row = client
-        .fetch_opt(
+    // A name sluice quoted (as the ledger and the load give it) is looked at in the same round
+    // trip as its catalog row; another is looked at by the name the server gives back.
+    let early = quoted_name(relation).then(|| look_sql(relation));
+    let named: [&dyn Param; 1] = [&relation];
+    let (row, looked) = futures_util::join!(
+        client.fetch_opt(
             "SELECT c.oid::text, c.oid::regclass::text, CASE WHEN c.relkind = 'p' THEN \
                 (SELECT string_agg(t.relid::oid::text || ':' || \
                     coalesce(pg_relation_filenode(t.relid)::text, '-'), ',' ORDER BY t.relid::oid) \
                  FROM pg_partition_tree(c.oid) t WHERE t.isleaf) \
                 ELSE c.oid::text || ':' || coalesce(pg_relation_filenode(c.oid)::text, '-') END \
              FROM pg_class c WHERE c.oid = to_regclass($1)",
-            &[&relation],
-        )
-        .await?;
-    let Some(row) = row else { return Ok(None) };
+            &named,
+        ),
+        async {
+            match &early {
+                Some(sql) => Some(has_rows(client, sql).await),
+                None => None,
+            }
+        }
+    );
+    let Some(row) = row? else { return Ok(None) };
     let name: String = row.get(1);
-    // The three go out together (tokio-postgres sends each when first polled, in order): one
-    // round trip, not three; a failed look leaves the transaction aborted and ROLLBACK ends it.
+    let has_rows = match looked {
+        Some(looked) => looked?,
+        None => has_rows(client, &look_sql(&name)).await?,
+    };
+    Ok(Some(RelationState {
+        name: name.clone(),
+        id: row.get(0),
+        generation: row.get(2),
+        has_rows,
+    }))
+}
+
+/// Whether relation `name` has a row.
+fn look_sql(name: &str) -> String {
+    format!("SELECT EXISTS (SELECT 1 FROM {name})")
+}
+
+/// Runs `look` ([`look_sql`]) in a read-only transaction of its own whose lock waits are
+/// bounded: `None` where the role may not read the relation, or a lock held elsewhere keeps it
+/// from looking (or it is not there). The three statements go out together (tokio-postgres
+/// sends each when first polled, in order): one round trip; a failed look leaves the
+/// transaction aborted and ROLLBACK ends it.
+async fn has_rows(client: &Client, look: &str) -> Result<Option<bool>, tokio_postgres::Error> {
     let begin = format!("BEGIN READ ONLY; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'");
-    let look = format!("SELECT EXISTS (SELECT 1 FROM {name})");
     let (began, looked, ended) = futures_util::join!(
         client.batch_execute(&begin),
-        client.fetch_one(&look, &[]),
+        client.fetch_one(look, &[]),
         client.batch_execute("ROLLBACK")
     );
     began?;
@@ -873,13 +1018,43 @@ pub async fn relation_state(
         Err(e) => return Err(e),
     };
     ended?;
-    Ok(Some(RelationState {
-        name: name.clone(),
-        id: row.get(0),
-        generation: row.get(2),
-        has_rows,
-    }))
+    Ok(has_rows)
 }
+
+/// Whether `name` is one or two double-quoted identifiers joined by a dot (quotes inside
+/// doubled), as sluice writes a table's name: safe to put in a statement as it is.
+fn quoted_name(name: &str) -> bool {
+    let mut parts = 0;
+    let mut rest = name;
+    loop {
+        let Some(body) = rest.strip_prefix('"') else {
+            return false;
+        };
+        let mut chars = body.char_indices();
+        let end = loop {
+            match chars.next() {
+                Some((i, '"')) => match body[i + 1..].starts_with('"') {
+                    true => {
+                        chars.next();
+                    }
+                    false => break Some(i),
+                },
+                Some(_) => {}
+                None => break None,
+            }
+        };
+        let Some(end) = end else { return false };
+        parts += 1;
+        rest = &body[end + 1..];
+        match rest.strip_prefix('.') {
+            Some(more) if parts < 2 => rest = more,
+            _ => return parts <= 2 && rest.is_empty() && end > 0,
+        }
+    }
+}
+
+/// Relations' states, by name as asked.
+type States = std::collections::HashMap<String, Option<RelationState>>;
 
 /// The state now of each distinct relation of `relations`, each read once. The relations'
 /// questions go out together (a load of eight tables across a long path: two round trips, not
@@ -888,7 +1063,7 @@ pub async fn relation_state(
 async fn relation_states(
     client: &Client,
     relations: &[String],
-) -> Result<std::collections::HashMap<String, Option<RelationState>>, tokio_postgres::Error> {
+) -> Result<States, tokio_postgres::Error> {
     let mut distinct: Vec<&String> = relations.iter().collect();
     distinct.sort();
     distinct.dedup();
@@ -1479,6 +1654,25 @@ pub async fn record(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_names_quoted_as_sluice_quotes_them_go_into_a_statement_as_they_are() {
+        for ok in [r#""lineitem""#, r#""public"."lineitem""#, r#""a""b"."c.d""#] {
+            assert!(super::quoted_name(ok), "{ok}");
+        }
+        for bad in [
+            "lineitem",
+            r#""a"."b"."c""#,
+            r#""a") x; --"#,
+            r#""a"b"#,
+            r#""unclosed"#,
+            r#""""#,
+            r#""a"."#,
+            r#""a" "#,
+        ] {
+            assert!(!super::quoted_name(bad), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -204,18 +204,22 @@ impl Stream {
     /// `identity`: every connection of one load must reach the same server, and a multi-host
     /// target could send a later one elsewhere.
     pub async fn open(info: &ConnInfo, identity: &str) -> Result<Stream, StreamOpenError> {
-        let connected = crate::connect::connect_host(info).await?;
+        // Both go out together, behind the session's setup: no round trip of their own.
+        let connected = crate::connect::connect_asking(info, async |client: &Client| {
+            tokio::try_join!(
+                client.fetch_one(
+                    "SELECT pid, backend_start::text FROM pg_stat_activity \
+                     WHERE pid = pg_backend_pid()",
+                    &[],
+                ),
+                crate::catalog::server_identity(client)
+            )
+        })
+        .await?;
         let (client, socket) = (connected.client, connected.socket);
-        // Both go out together: one round trip across a long path, not two.
-        let (row, here) = tokio::try_join!(
-            client.fetch_one(
-                "SELECT pid, backend_start::text FROM pg_stat_activity \
-                 WHERE pid = pg_backend_pid()",
-                &[],
-            ),
-            crate::catalog::server_identity(&client)
-        )
-        .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
+        let (row, here) = connected
+            .first
+            .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
         let (pid, started): (i32, String) = (row.get(0), row.get(1));
         if here != identity {
             return Err(StreamOpenError::OtherServer {

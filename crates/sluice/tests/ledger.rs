@@ -1076,6 +1076,39 @@ fn small_files_are_recorded_in_runs_and_each_chunk_once() {
     assert_eq!(d.count("t"), 6255);
 }
 
+/// A schema `sluice_ledger` whose tables have no version (made by hand, or by another tool) is
+/// never made into a ledger: the load's first statement, which makes the ledger where there is
+/// none, leaves it as it is. The load goes on without a ledger, and says so with what to do.
+#[test]
+fn a_ledger_of_an_unknown_shape_is_not_made_over_and_the_load_says_so() {
+    let d = db("ledger_unknown");
+    d.psql(
+        "CREATE TABLE t (id int, v text); CREATE SCHEMA sluice_ledger; \
+         CREATE TABLE sluice_ledger.jobs (id int)",
+    );
+    let f = d.file("a.csv", b"1,a\n2,b\n");
+    let out = d.load(&["--table", "t", f.to_str().unwrap()], &[], 60);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "keeps no resume ledger",
+            "has version unknown",
+            "DROP SCHEMA sluice_ledger CASCADE",
+        ],
+    );
+    assert_eq!(d.count("t"), 2);
+    assert_eq!(
+        d.psql(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'sluice_ledger'"
+        )
+        .trim(),
+        "1",
+        "only the table that was there"
+    );
+}
+
 /// A ledger of version 3 (one row per file and per chunk, as sluice wrote before runs) is
 /// upgraded by the next load: its tables become runs of one, under the same views, the rights
 /// another role had on them hold on what replaces them, and the job it holds still counts. The
