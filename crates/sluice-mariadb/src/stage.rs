@@ -656,7 +656,8 @@ pub async fn prepare(conn: &mut Conn, job: Option<i64>) -> Result<Found, mysql_a
 /// staging tables that have no record (a unit retried after a deadlock or a lost connection,
 /// or cut off by a kill: never visible, and no run of the job can finish them). Run under the
 /// job's lock, before the job's chunks are read (a settled exchange's chunks are then done),
-/// with lock waits bounded to `wait`; returns the tables dropped. A rerun with nothing left
+/// with lock waits bounded to `wait` (the session keeps that bound for the rest of the load,
+/// as the publish's steps set it anyway); returns the tables dropped. A rerun with nothing left
 /// to load readies no staging area, so this is the only place they go.
 pub async fn settle_job(
     conn: &mut Conn,

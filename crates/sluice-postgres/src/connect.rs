@@ -217,6 +217,7 @@ pub struct Connected<T = ()> {
     /// A second handle on its TCP socket (none over a Unix socket), for the kernel's
     /// figures on it (`TCP_INFO`). The socket closes once both handles are dropped.
     pub socket: Option<socket2::Socket>,
+    /// The answers to the caller's first questions ([`connect_asking`]).
     pub first: T,
 }
 

@@ -654,7 +654,8 @@ impl Destination for PgDestination {
     }
 
     /// The tables' questions, their partitions' and their costs' go out together: one round
-    /// trip across a long path for all of them, not four per table.
+    /// trip across a long path for all of them, not four per table (a partitioned table's
+    /// partitions take more, in series).
     fn describe_all(&mut self, names: &[String]) -> Vec<Result<TableInfo, DestinationError>> {
         let described = self.on_client(|c| async move {
             let asked = names.iter().map(|n| async {
@@ -680,12 +681,14 @@ impl Destination for PgDestination {
                 })?;
                 let info = table_info(&table);
                 // A failed question is asked again when the engine asks.
-                if let Ok(p) = partitions {
-                    self.partitions_ahead.insert(info.qualified.clone(), p);
-                }
-                if let Ok(c) = costs {
-                    self.costs_ahead.insert(info.qualified.clone(), c);
-                }
+                match partitions {
+                    Ok(p) => self.partitions_ahead.insert(info.qualified.clone(), p),
+                    Err(_) => self.partitions_ahead.remove(&info.qualified),
+                };
+                match costs {
+                    Ok(c) => self.costs_ahead.insert(info.qualified.clone(), c),
+                    Err(_) => self.costs_ahead.remove(&info.qualified),
+                };
                 if !self
                     .described
                     .iter()
@@ -855,8 +858,9 @@ impl Destination for PgDestination {
                 }
             )
         });
-        if let Some((Ok(row), settings)) = after {
-            *lock(&self.end_lsn) = Some((row.get(0), settings.ok()));
+        // Always the last commits' reading: a failed one leaves the end to be asked for.
+        if let Some((lsn, settings)) = after {
+            *lock(&self.end_lsn) = lsn.ok().map(|row| (row.get(0), settings.ok()));
         }
         results
             .into_iter()
@@ -1525,6 +1529,8 @@ impl Staging for PgDestination {
     }
 
     fn gather_statistics(&self, parallel: usize) -> std::time::Duration {
+        // Its ANALYZE writes to the log after the commits: the load's end is read after it.
+        lock(&self.end_lsn).take();
         let parents = stage::parents_of(&lock(&self.staged));
         let started = std::time::Instant::now();
         let analyzed = lock(&self.analyzed).clone();

@@ -470,8 +470,9 @@ async fn create_at_once(client: &Client) -> Result<Option<Opened>, LedgerError> 
             let _ = client.batch_execute("ROLLBACK").await;
             return match e.as_db_error().map(|d| d.code().code()) {
                 Some("55P03") => Err(LedgerError::Busy(format!(
-                    "another session held the lock that makes the ledger in schema \
-                     `sluice_ledger` for {UPGRADE_WAIT} (making or upgrading it)"
+                    "the ledger in schema `sluice_ledger` was still in use after \
+                     {UPGRADE_WAIT}: another session is making or upgrading it, or holds a lock \
+                     on its tables (see `pg_locks`); run the command again once that ends"
                 ))),
                 _ => Ok(None),
             };
@@ -1043,12 +1044,14 @@ fn quoted_name(name: &str) -> bool {
                 None => break None,
             }
         };
-        let Some(end) = end else { return false };
+        let Some(end) = end.filter(|&e| e > 0) else {
+            return false;
+        };
         parts += 1;
         rest = &body[end + 1..];
         match rest.strip_prefix('.') {
             Some(more) if parts < 2 => rest = more,
-            _ => return parts <= 2 && rest.is_empty() && end > 0,
+            _ => return parts <= 2 && rest.is_empty(),
         }
     }
 }
@@ -1057,9 +1060,9 @@ fn quoted_name(name: &str) -> bool {
 type States = std::collections::HashMap<String, Option<RelationState>>;
 
 /// The state now of each distinct relation of `relations`, each read once. The relations'
-/// questions go out together (a load of eight tables across a long path: two round trips, not
-/// sixteen); each relation's own look still runs in its own read-only transaction, whose
-/// statements are queued together when its future is first polled after its catalog row.
+/// questions go out together (a load of eight tables across a long path: one round trip, or
+/// two where a name is not one sluice quoted, not sixteen); each relation's own look still runs
+/// in its own read-only transaction, whose statements are queued together.
 async fn relation_states(
     client: &Client,
     relations: &[String],
@@ -1668,6 +1671,7 @@ mod tests {
             r#""""#,
             r#""a"."#,
             r#""a" "#,
+            r#"""."t""#,
         ] {
             assert!(!super::quoted_name(bad), "{bad}");
         }

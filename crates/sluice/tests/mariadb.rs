@@ -1481,17 +1481,30 @@ fn a_retried_units_unrecorded_staging_table_is_dropped_by_the_rerun() {
         "stage",
         "--lock-wait-timeout",
         "2s",
+        "--retries",
+        "8",
         a,
         b,
     ];
+    // Held 8 s from before the load starts: a record whose insert begins in its first 6 s
+    // waits 2 s and is refused, and its unit is retried (as often as it takes).
     let db = d.name.clone();
     let holder = std::thread::spawn(move || {
         common::mariadb::maria().cluster.root_sql(&format!(
             "USE {db}; START TRANSACTION; SELECT * FROM sluice_ledger_staged FOR UPDATE; \
-             SELECT SLEEP(3); COMMIT"
+             SELECT SLEEP(8) AS sluice_test_hold; COMMIT"
         ))
     });
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let holding = "information_schema.PROCESSLIST WHERE INFO LIKE '%AS sluice!_test!_hold%' \
+                   ESCAPE '!' AND INFO NOT LIKE '%PROCESSLIST%'";
+    let asked = std::time::Instant::now();
+    while d.count(holding) == 0 {
+        assert!(
+            asked.elapsed().as_secs() < 30,
+            "the holding session never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let out = d.load(&args, &[("SLUICE_KILL_AT", "switched")], 120);
     holder.join().unwrap().unwrap();
     assert_eq!(out.status.code(), None, "killed: {}", printed(&out));
@@ -1503,10 +1516,12 @@ fn a_retried_units_unrecorded_staging_table_is_dropped_by_the_rerun() {
     );
     // The cut-off step settled as in the test above: exchanged by hand, recorded by the rerun.
     let left = d.sql("SELECT staging, part FROM sluice_ledger_staged");
-    let (staging, part) = left
-        .trim()
-        .split_once('\t')
-        .expect("one recorded table left");
+    assert_eq!(
+        left.trim().lines().count(),
+        1,
+        "one recorded table left: {left}"
+    );
+    let (staging, part) = left.trim().split_once('\t').unwrap();
     d.sql(&format!(
         "UPDATE sluice_ledger_staged SET switching = TRUE; \
          ALTER TABLE p EXCHANGE PARTITION {part} WITH TABLE {staging}"
