@@ -297,29 +297,15 @@ pub async fn describe_table(client: &Client, name: &str) -> Result<Table, Catalo
     })
 }
 
-/// What tables `oids` carry that costs the server work per row (their indexes, row triggers,
-/// and check and foreign-key constraints), each as `(table name, [names])`, for the verdict's
-/// advice: it names only what a loaded table has.
-pub async fn table_costs(
-    client: &Client,
-    oids: &[u32],
-) -> Result<sluice_core::destination::TableCosts, tokio_postgres::Error> {
-    let list: Vec<i64> = oids.iter().map(|&o| i64::from(o)).collect();
-    let rows = client
-        .fetch(&costs_sql("c.oid = ANY($1::bigint[]::oid[])"), &[&list])
-        .await?;
-    Ok(costs_of(rows.iter().map(cost_row).collect()))
-}
-
-/// The rows of [`table_costs`] of table `name` (as SQL spells it), read with its description
-/// ([`describe_table`]'s round trip) and kept for the verdict.
+/// What table `name` (as SQL spells it) carries that costs the server work per row (its
+/// indexes, row triggers, and check and foreign-key constraints), for the verdict's advice:
+/// it names only what a loaded table has. Read with the table's description
+/// ([`describe_table`]'s round trip); [`costs_of`] gathers the tables'.
 pub async fn table_cost_rows(
     client: &Client,
     name: &str,
 ) -> Result<Vec<CostRow>, tokio_postgres::Error> {
-    let rows = client
-        .fetch(&costs_sql("c.oid = to_regclass($1)"), &[&name])
-        .await?;
+    let rows = client.fetch(COSTS, &[&name]).await?;
     Ok(rows.iter().map(cost_row).collect())
 }
 
@@ -340,25 +326,21 @@ pub fn costs_of(mut rows: Vec<CostRow>) -> sluice_core::destination::TableCosts 
     costs
 }
 
-/// The costs of the tables `which` picks (a condition on `pg_class c`).
-fn costs_sql(which: &str) -> String {
-    format!(
-        "SELECT c.relname::text, k.kind, k.name
-           FROM pg_class c
-           CROSS JOIN LATERAL (
-                 SELECT 'index' AS kind, i.relname::text AS name
-                   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-                  WHERE x.indrelid = c.oid
-                 UNION ALL
-                 SELECT 'trigger', t.tgname::text
-                   FROM pg_trigger t
-                  WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
-                    AND (t.tgtype & 1) = 1
-                 UNION ALL
-                 SELECT 'check', n.conname::text
-                   FROM pg_constraint n
-                  WHERE n.conrelid = c.oid AND n.contype IN ('c', 'f')
-               ) k
-          WHERE {which}"
-    )
-}
+/// The costs of table `$1`, as [`CostRow`]s.
+const COSTS: &str = "SELECT c.relname::text, k.kind, k.name
+   FROM pg_class c
+   CROSS JOIN LATERAL (
+         SELECT 'index' AS kind, i.relname::text AS name
+           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+          WHERE x.indrelid = c.oid
+         UNION ALL
+         SELECT 'trigger', t.tgname::text
+           FROM pg_trigger t
+          WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
+            AND (t.tgtype & 1) = 1
+         UNION ALL
+         SELECT 'check', n.conname::text
+           FROM pg_constraint n
+          WHERE n.conrelid = c.oid AND n.contype IN ('c', 'f')
+       ) k
+  WHERE c.oid = to_regclass($1)";

@@ -127,9 +127,12 @@ pub struct PgDestination {
     begun: Mutex<Begun>,
     /// The server's log position read with the job's row: where the load's log starts.
     begin_lsn: Mutex<Option<String>>,
-    /// The log position and the settings read right behind the last commits (in their round
-    /// trip): where the load's log ends, unless the load's start has not been read yet.
+    /// The log position and the settings read right behind the load's last commits (in their
+    /// round trip): where the load's log ends.
     end_lsn: Mutex<Option<(String, Option<Settings>)>>,
+    /// Whether a stream of this load has opened: commits before it (an earlier run's,
+    /// settled) are not the load's end.
+    streams_opened: std::sync::atomic::AtomicBool,
     /// Connections of streams that prepared their transactions, kept for the readers' gates.
     spare: Mutex<Vec<crate::readers::Spare>>,
     /// The backends of this load's open streams, whose locks name the tables a back-to-back
@@ -283,6 +286,7 @@ impl PgDestination {
             begun: Mutex::new(Begun::Settled),
             begin_lsn: Mutex::new(None),
             end_lsn: Mutex::new(None),
+            streams_opened: std::sync::atomic::AtomicBool::new(false),
             spare: Mutex::new(Vec::new()),
             stream_pids: Mutex::new(Vec::new()),
             gates: Mutex::new(None),
@@ -848,11 +852,10 @@ impl Destination for PgDestination {
                     statements.iter().map(|sql| client.batch_execute(sql)),
                 ),
                 async {
-                    match commit {
-                        true => Some(futures_util::join!(
-                            client.fetch_one("SELECT pg_current_wal_lsn()::text", &[]),
-                            server_settings(&client)
-                        )),
+                    // Only a load's own commits end it: not an earlier run's, settled before
+                    // this load's first stream opened.
+                    match commit && self.streams_opened.load(Ordering::Relaxed) {
+                        true => Some(position_and_settings(&client).await),
                         false => None,
                     }
                 }
@@ -860,7 +863,7 @@ impl Destination for PgDestination {
         });
         // Always the last commits' reading: a failed one leaves the end to be asked for.
         if let Some((lsn, settings)) = after {
-            *lock(&self.end_lsn) = lsn.ok().map(|row| (row.get(0), settings.ok()));
+            *lock(&self.end_lsn) = lsn.ok().map(|lsn| (lsn, settings));
         }
         results
             .into_iter()
@@ -978,20 +981,19 @@ impl Destination for PgDestination {
         crate::watchdog::advice(class, waits, costs)
     }
 
+    /// Read with the tables' descriptions; a table whose question failed then is asked now.
     fn table_costs(&self) -> TableCosts {
-        let ahead: Option<Vec<Vec<crate::catalog::CostRow>>> = self
-            .tables
-            .iter()
-            .map(|t| self.costs_ahead.get(&t.table.qualified()).cloned())
-            .collect();
-        if let Some(rows) = ahead {
-            return crate::catalog::costs_of(rows.concat());
-        }
-        let oids: Vec<u32> = self.tables.iter().map(|t| t.table.oid).collect();
+        let names: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
+        let ahead = &self.costs_ahead;
         self.on_client(|c| async move {
-            crate::catalog::table_costs(&c, &oids)
-                .await
-                .map_err(db_error)
+            let asked = names.iter().map(|n| async {
+                match ahead.get(n) {
+                    Some(known) => Ok(known.clone()),
+                    None => crate::catalog::table_cost_rows(&c, n).await,
+                }
+            });
+            let rows = futures_util::future::try_join_all(asked).await;
+            Ok(crate::catalog::costs_of(rows.map_err(db_error)?.concat()))
         })
         .unwrap_or_default()
     }
@@ -999,9 +1001,7 @@ impl Destination for PgDestination {
     type Stream<'a> = PgStream<'a>;
 
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
-        // What was read behind commits before this load's streams (an earlier run's, settled)
-        // is not this load's end.
-        lock(&self.end_lsn).take();
+        self.streams_opened.store(true, Ordering::Relaxed);
         let ahead = lock(&self.ahead).streams.pop();
         let opened = self.rt.block_on(async {
             // One opened ahead, if it made it and its transaction begins (a long wait, for a
@@ -1173,9 +1173,7 @@ impl Destination for PgDestination {
         // The load's first asks here right after the job's start: the position read with its
         // row, rather than a question that would queue behind the files' insert.
         let begun = lock(&self.begin_lsn).take();
-        // Read behind commits before the load's start is no end (and is dropped as its first
-        // stream opens, too).
-        let ended = lock(&self.end_lsn).take().filter(|_| begun.is_none());
+        let ended = lock(&self.end_lsn).take();
         let lsn: String = match (begun, ended) {
             (Some(lsn), _) => lsn,
             (None, Some((lsn, settings))) => {
@@ -1185,15 +1183,12 @@ impl Destination for PgDestination {
             (None, None) => {
                 let (lsn, settings) = self
                     .on_client(|c| async move {
-                        let (lsn, settings) = futures_util::join!(
-                            c.fetch_one("SELECT pg_current_wal_lsn()::text", &[]),
-                            server_settings(&c)
-                        );
-                        Ok((lsn.map_err(db_error)?, settings.ok()))
+                        let (lsn, settings) = position_and_settings(&c).await;
+                        Ok((lsn.map_err(db_error)?, settings))
                     })
                     .ok()?;
                 *lock(&self.settings_read) = settings;
-                lsn.get(0)
+                lsn
             }
         };
         let (hi, lo) = lsn.split_once('/')?;
@@ -1616,6 +1611,18 @@ async fn open_begun(
     let s = Stream::open(&info, &identity).await?;
     s.begin(begin).await.map_err(StreamOpenError::Server)?;
     Ok(s)
+}
+
+/// The server's log position and, for the report, its settings (`None` where they could not
+/// be read), in one round trip.
+async fn position_and_settings(
+    client: &Client,
+) -> (Result<String, tokio_postgres::Error>, Option<Settings>) {
+    let (lsn, settings) = futures_util::join!(
+        client.fetch_one("SELECT pg_current_wal_lsn()::text", &[]),
+        server_settings(client)
+    );
+    (lsn.map(|r| r.get(0)), settings.ok())
 }
 
 /// The server settings a load's report shows, as `name`, value.

@@ -1388,6 +1388,24 @@ fn a_duplicate_key_in_one_streams_rows_is_a_bad_row_named_by_its_line() {
     }
 }
 
+/// Tables `tables`, each `(id, v)` keyed and RANGE-partitioned by `id` in two (below 3000, and
+/// 3000 to 6000), and one file for each partition (`a.csv`: ids 0 to 2999, `b.csv`: 3000 to
+/// 5999).
+fn two_partitions(d: &MDb, tables: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+    for t in tables {
+        d.sql(&format!(
+            "CREATE TABLE {t} (id int NOT NULL, v varchar(40), PRIMARY KEY (id)) \
+             PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (3000), \
+             PARTITION p1 VALUES LESS THAN (6000))"
+        ));
+    }
+    let text = |r: std::ops::Range<u32>| -> String { r.map(|i| format!("{i},v{i}\n")).collect() };
+    (
+        d.file("a.csv", text(0..3000).as_bytes()),
+        d.file("b.csv", text(3000..6000).as_bytes()),
+    )
+}
+
 /// A partition's step cut off between its `EXCHANGE PARTITION` and its record (made here by
 /// hand, with the statements the step runs, after a kill between two partitions), and one cut
 /// off just before its exchange: the same command settles each, and loads nothing twice.
@@ -1395,15 +1413,7 @@ fn a_duplicate_key_in_one_streams_rows_is_a_bad_row_named_by_its_line() {
 fn an_exchange_cut_off_before_its_record_is_settled_by_the_same_command() {
     for exchanged in [true, false] {
         let d = mdb(&format!("stage_settle_{exchanged}"));
-        d.sql(
-            "CREATE TABLE p (id int NOT NULL, v varchar(40), PRIMARY KEY (id)) \
-             PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (3000), \
-             PARTITION p1 VALUES LESS THAN (6000))",
-        );
-        let text =
-            |r: std::ops::Range<u32>| -> String { r.map(|i| format!("{i},v{i}\n")).collect() };
-        let a = d.file("a.csv", text(0..3000).as_bytes());
-        let b = d.file("b.csv", text(3000..6000).as_bytes());
+        let (a, b) = two_partitions(&d, &["p"]);
         let args = [
             "--table",
             "p",
@@ -1454,17 +1464,7 @@ fn an_exchange_cut_off_before_its_record_is_settled_by_the_same_command() {
 #[test]
 fn a_retried_units_unrecorded_staging_table_is_dropped_by_the_rerun() {
     let d = mdb("stage_orphan");
-    let partitioned = |t: &str| {
-        format!(
-            "CREATE TABLE {t} (id int NOT NULL, v varchar(40), PRIMARY KEY (id)) \
-             PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (3000), \
-             PARTITION p1 VALUES LESS THAN (6000))"
-        )
-    };
-    d.sql(&format!("{}; {}", partitioned("p"), partitioned("q")));
-    let text = |r: std::ops::Range<u32>| -> String { r.map(|i| format!("{i},v{i}\n")).collect() };
-    let a = d.file("a.csv", text(0..3000).as_bytes());
-    let b = d.file("b.csv", text(3000..6000).as_bytes());
+    let (a, b) = two_partitions(&d, &["p", "q"]);
     // A staged load of another table makes the records table.
     assert_ok(&d.load(
         &["--table", "q", "--strategy", "stage", a.to_str().unwrap()],
