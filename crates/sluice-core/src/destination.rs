@@ -317,8 +317,16 @@ pub trait Destination: Sync {
     /// streams and the watch will open. A destination may start opening their connections in
     /// the background, so that across a long path their round trips overlap those steps;
     /// [`Destination::open_stream`] and [`Destination::watch`] then take them. Connections
-    /// opened ahead and not taken are closed by [`Destination::close_ahead`].
+    /// opened ahead beyond `streams` (by [`Destination::open_early`]) are closed now, and
+    /// those not taken by [`Destination::close_ahead`].
     fn open_ahead(&self, _streams: usize) {}
+
+    /// An earlier hint than [`Destination::open_ahead`], before the tables are described:
+    /// about `streams` streams will run. A destination may start their connections now where
+    /// that gains (across a long path, their round trips then overlap the description's), or
+    /// ignore it. [`Destination::open_ahead`] follows with the plan's count, and closes any
+    /// beyond it; or [`Destination::close_ahead`] closes them all.
+    fn open_early(&self, _streams: usize) {}
 
     /// Closes the connections opened ahead that no stream took: the streams are done, or none
     /// will run (nothing to load, a crew's worker that only waits for the others).

@@ -164,6 +164,7 @@ impl Load<'_> {
             .map(|l| plan::parse_column_list(l, &dest.capabilities().identifiers))
             .transpose()
             .map_err(Failure::Usage)?;
+        self.open_early(&*dest);
         let described = self.describe(dest, &file_tables)?;
         let plan = plan::build(spec, &file_tables, &described, columns.clone())?;
         let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
@@ -523,7 +524,12 @@ impl Load<'_> {
         stager: Option<&dyn StagePlanner<D>>,
         plan: &Plan,
     ) {
-        if self.spec.dry_run || self.stageable(dest, stager, plan).contains(&true) {
+        if self.spec.dry_run {
+            return;
+        }
+        if self.stageable(dest, stager, plan).contains(&true) {
+            // Those opened early ([`Load::open_early`]) have no stream to become.
+            dest.close_ahead();
             return;
         }
         let streams = match self.spec.jobs {
@@ -531,6 +537,22 @@ impl Load<'_> {
             _ => direct_jobs(self.spec, dest, plan),
         };
         dest.open_ahead(streams);
+    }
+
+    /// [`Destination::open_early`], before the tables are described, with the streams' count as
+    /// far as it hangs on nothing the description says (`--jobs N` within the server's free
+    /// connections, or `auto`'s first stream). The plan's own count follows
+    /// ([`Load::open_ahead`]), and closes any beyond it (fewer chunks than `--jobs`, or a load
+    /// that stages).
+    fn open_early<D: Destination>(&self, dest: &D) {
+        if self.spec.dry_run || self.spec.strategy == StrategyChoice::Stage {
+            return;
+        }
+        let streams = match self.spec.jobs {
+            Jobs::Auto => 1,
+            jobs => plan::choose_jobs(jobs, usize::MAX, dest.free_slots(), (1, 0), false).0,
+        };
+        dest.open_early(streams);
     }
 
     /// What would refuse a crew's worker once it had joined, said before it joins: a refusal

@@ -228,7 +228,7 @@ pub async fn connect(info: &ConnInfo) -> Result<Client, ConnectError> {
 
 /// Connects to the first host that answers and suits `target_session_attrs`, libpq's way.
 pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
-    connect_asking(info, async |_: &Client| ()).await
+    connect_asking(info, |_: &Client| Box::pin(async {})).await
 }
 
 /// [`connect_host`], with the caller's first questions (`ask`) sent right behind the session's
@@ -236,7 +236,7 @@ pub async fn connect_host(info: &ConnInfo) -> Result<Connected, ConnectError> {
 /// host refused for its session's attributes has its answers dropped with it.
 pub async fn connect_asking<T>(
     info: &ConnInfo,
-    ask: impl AsyncFn(&Client) -> T,
+    ask: impl for<'c> Fn(&'c Client) -> futures_util::future::BoxFuture<'c, T>,
 ) -> Result<Connected<T>, ConnectError> {
     let target = info.to_string();
     let mut failures: Vec<String> = Vec::new();

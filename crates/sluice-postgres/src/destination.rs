@@ -182,6 +182,9 @@ struct Ahead {
     gates: Vec<tokio::task::JoinHandle<Result<Stream, StreamOpenError>>>,
     /// The streams the load said it runs ([`Destination::open_ahead`]).
     planned: usize,
+    /// The tables' COPY statements for the streams' connections to prepare, once the tables
+    /// are known ([`PgDestination::copies_ahead`]).
+    copies: std::sync::Arc<std::sync::OnceLock<Vec<String>>>,
 }
 
 /// The round trip from which the readers' gates' sessions that the streams' connections will
@@ -209,6 +212,7 @@ impl Ahead {
         if let Some(watch) = self.watch.take() {
             watch.abort();
         }
+        self.copies = Default::default();
     }
 
     /// Closes the gates' too.
@@ -237,8 +241,10 @@ impl PgDestination {
         let (info, client, identity, session, free, rtt) = rt.block_on(async {
             // Independent questions, pipelined behind the session's setup: no round trip of
             // their own across a long path, where they would take four.
-            let connected = connect_asking(target, async |client: &Client| {
-                tokio::join!(server_identity(client), session(client), free_slots(client))
+            let connected = connect_asking(target, |client: &Client| {
+                Box::pin(async move {
+                    tokio::join!(server_identity(client), session(client), free_slots(client))
+                })
             })
             .await?;
             let info = target.pinned(connected.host);
@@ -430,11 +436,12 @@ impl PgDestination {
         Ok(sessions)
     }
 
-    /// The COPY statements a stream on a connection opened ahead prepares with its BEGIN:
-    /// each table's (at most [`COPIES_AHEAD`] tables), in its encoding, and in both where
-    /// `--wire auto` may still change it. Across a long path each saves the stream a round
-    /// trip at its first chunk of the table. (Not while the connection waits: its last
-    /// statement would then show a COPY in `pg_stat_activity` before the load has begun.)
+    /// The COPY statements a connection opened ahead prepares with its session's setup (or,
+    /// opened before the tables were known, once it is open): each table's (at most
+    /// [`COPIES_AHEAD`] tables), in its encoding, and in both where `--wire auto` may still
+    /// change it. Across a long path each saves the stream a round trip at its first chunk of
+    /// the table. (A statement follows them, so that the waiting session's last statement in
+    /// `pg_stat_activity` is not a COPY the load has not begun.)
     fn copies_ahead(&self) -> Vec<String> {
         let formats = |t: usize| match self.wire_choice(t) {
             true => vec![true, false],
@@ -471,7 +478,7 @@ impl PgDestination {
     /// free connections leave room. (Those a crew's deciding worker needs for the other
     /// workers' tables open at the commit.)
     fn gates_ahead(&self, streams: usize, spares: usize, others: usize) -> usize {
-        let long = lock(&self.round_trip_seen).is_some_and(|rtt| rtt >= GATES_AHEAD_FROM);
+        let long = self.long_path();
         // One stream commits once and holds no reader; `--jobs auto` opens one ahead and may
         // want the free slots for the streams its calibration adds; past the most tables
         // gated, readers are not held at all.
@@ -483,6 +490,12 @@ impl PgDestination {
             .free_slots
             .map_or(usize::MAX, |n| (n.max(0) as usize).saturating_sub(others));
         wanted.min(room)
+    }
+
+    /// Whether the load's first connection measured a round trip of [`GATES_AHEAD_FROM`] or
+    /// more.
+    fn long_path(&self) -> bool {
+        lock(&self.round_trip_seen).is_some_and(|rtt| rtt >= GATES_AHEAD_FROM)
     }
 
     /// Why a connection could not be opened, in the engine's terms.
@@ -1004,7 +1017,7 @@ impl Destination for PgDestination {
         self.streams_opened.store(true, Ordering::Relaxed);
         let ahead = lock(&self.ahead).streams.pop();
         let opened = self.rt.block_on(async {
-            // One opened ahead, if it made it and its transaction begins (a long wait, for a
+            // One opened ahead, if it made it and is still connected (a long wait, for a
             // crew's other workers, may outlast a server's idle timeout); else (it failed, or
             // none was) one now, whose error is the one to report.
             let begin = crate::ledger::stream_begin(*lock(&self.job));
@@ -1012,17 +1025,15 @@ impl Destination for PgDestination {
                 Some(pending) => Some(pending.await),
                 None => None,
             } {
-                // Its COPY statements are prepared just before its BEGIN (outside the
-                // transaction, which no failed prepare can then abort), in one round trip.
-                let copies = self.copies_ahead();
-                let ((), begun) = futures_util::join!(s.prepare_copies(copies), s.begin(&begin));
-                if begun.is_ok() {
-                    return Ok(s);
+                if !s.client().is_closed() {
+                    let pending = send_begin(&s, begin).await;
+                    return Ok((s, pending));
                 }
             }
-            open_begun(self.info.clone(), self.identity.clone(), &begin).await
+            let s = open_begun(self.info.clone(), self.identity.clone(), &begin).await?;
+            Ok((s, None))
         });
-        let stream = opened.map_err(|e| self.open_error(n, e))?;
+        let (stream, begin_pending) = opened.map_err(|e| self.open_error(n, e))?;
         if let Some(w) = lock(&self.watchdog).as_ref() {
             w.register(n, stream.pid);
         }
@@ -1031,6 +1042,7 @@ impl Destination for PgDestination {
             dest: self,
             n,
             stream,
+            begin_pending,
             writer: None,
             stage: None,
             stage_table: None,
@@ -1065,9 +1077,29 @@ impl Destination for PgDestination {
     fn open_ahead(&self, streams: usize) {
         let mut ahead = lock(&self.ahead);
         ahead.planned = streams;
+        let copies = self.copies_ahead();
+        if !self.tables.is_empty() {
+            // Those opened before the tables were known (by [`Destination::open_early`]) and
+            // still connecting prepare them with their session's setup; those past it, once
+            // open (in the background: a stream waits only if it comes first).
+            if ahead.copies.set(copies.clone()).is_ok() {
+                let opening: Vec<_> = ahead.streams.drain(..).collect();
+                for pending in opening {
+                    let prepared = prepare_once_open(pending, copies.clone());
+                    ahead.streams.push(self.rt.spawn(prepared));
+                }
+            }
+        }
+        // Opened for more streams than the plan runs (`--jobs` above the chunks, say).
+        while ahead.streams.len() > streams {
+            if let Some(extra) = ahead.streams.pop() {
+                extra.abort();
+            }
+        }
         while ahead.streams.len() < streams {
             let (info, identity) = (self.info.clone(), self.identity.clone());
-            let opening = async move { Stream::open(&info, &identity).await };
+            let copies = ahead.copies.clone();
+            let opening = async move { Stream::open_preparing(&info, &identity, copies).await };
             ahead.streams.push(self.rt.spawn(opening));
         }
         if ahead.watch.is_none() {
@@ -1075,6 +1107,15 @@ impl Destination for PgDestination {
             ahead.watch = Some(self.rt.spawn(async move { connect(&info).await }));
         }
         self.open_gates_ahead(&mut ahead, streams, streams);
+    }
+
+    /// Only across a long path ([`GATES_AHEAD_FROM`]): nearby, the description they would
+    /// overlap takes a millisecond, and connections the plan then closes would cost the
+    /// server their starts for nothing.
+    fn open_early(&self, streams: usize) {
+        if self.long_path() {
+            self.open_ahead(streams);
+        }
     }
 
     fn watch(&self, streams: usize) -> Result<(), DestinationError> {
@@ -1364,7 +1405,7 @@ impl Staging for PgDestination {
         let staging = stage::staging_name(self.load_id, seq);
         self.rt
             .block_on(stage::create_staging(
-                stream.stream.client(),
+                stream.session()?.client(),
                 &parent,
                 &detail,
                 &staging,
@@ -1385,7 +1426,7 @@ impl Staging for PgDestination {
             return Err(DestinationError::new(ErrorKind::Other, "no staging table"));
         };
         let table = stream.stage_table.take();
-        let client = stream.stream.client();
+        let client = stream.session()?.client();
         let mut times = StageTimes {
             table: staged.staging.clone(),
             ..StageTimes::default()
@@ -1477,7 +1518,7 @@ impl Staging for PgDestination {
         stream.stage = None;
         stream.stage_table = None;
         self.rt
-            .block_on(stream.stream.client().batch_execute("ROLLBACK; BEGIN"))
+            .block_on(stream.session()?.client().batch_execute("ROLLBACK; BEGIN"))
             .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))
     }
 
@@ -1496,7 +1537,7 @@ impl Staging for PgDestination {
         let times = self
             .rt
             .block_on(stage::switch_in(
-                stream.stream.client(),
+                stream.session()?.client(),
                 &staged,
                 self.lock_wait,
             ))
@@ -1600,6 +1641,52 @@ async fn record_held(
         held = rest;
     }
     Ok(())
+}
+
+/// A stream's BEGIN, sent and not yet answered ([`PgStream::begin_pending`]).
+type PendingBegin = tokio::task::JoinHandle<Result<(), ServerError>>;
+
+/// Sends stream `s`'s BEGIN (`begin`, [`crate::ledger::stream_begin`]) now, on its first poll,
+/// so that every later statement of the stream follows it on the connection; its answer is
+/// left to the runtime (`None`: it came at once).
+async fn send_begin(s: &Stream, begin: String) -> Option<PendingBegin> {
+    use std::future::Future;
+    use std::task::Poll;
+    let client = s.shared_client();
+    let mut task = Box::pin(async move {
+        client
+            .batch_execute(&begin)
+            .await
+            .map_err(|e| ServerError::from_pg(&e))
+    });
+    let first = std::future::poll_fn(|cx| Poll::Ready(task.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(Ok(())) => None,
+        Poll::Ready(Err(e)) => Some(tokio::spawn(async move { Err(e) })),
+        Poll::Pending => Some(tokio::spawn(task)),
+    }
+}
+
+/// A connection opened ahead (`opening`) with `copies` ([`crate::stream::copy_sql`])
+/// prepared once it is open, those it prepared with its setup not again.
+async fn prepare_once_open(
+    opening: tokio::task::JoinHandle<Result<Stream, StreamOpenError>>,
+    copies: Vec<String>,
+) -> Result<Stream, StreamOpenError> {
+    let s = opening
+        .await
+        .map_err(|e| StreamOpenError::Server(ServerError::lost(e.to_string())))??;
+    s.prepare_copies_waiting(copies).await;
+    Ok(s)
+}
+
+/// The answer to a BEGIN sent ahead ([`send_begin`]); a task that failed to give it is a
+/// lost connection.
+async fn begin_answer(pending: PendingBegin) -> Result<(), ServerError> {
+    match pending.await {
+        Ok(answer) => answer,
+        Err(e) => Err(ServerError::lost(e.to_string())),
+    }
 }
 
 /// A stream's connection, opened with its transaction begun.
@@ -1947,6 +2034,11 @@ pub struct PgStream<'a> {
     dest: &'a PgDestination,
     n: usize,
     stream: Stream,
+    /// Its BEGIN, sent when a connection opened ahead became this stream and not awaited:
+    /// the first COPY's bind goes out right behind it, both answered in one round trip (a
+    /// round trip fewer before the first row, across a long path). Every other statement
+    /// waits for it first ([`PgStream::transaction_begun`]).
+    begin_pending: Option<PendingBegin>,
     writer: Option<CopyWriter>,
     /// The connection's TCP figures when the COPY in progress started sending.
     tcp_mark: Option<Transport>,
@@ -1966,6 +2058,24 @@ pub struct PgStream<'a> {
 const LEDGER_BATCH: usize = 512;
 
 impl PgStream<'_> {
+    /// Waits for the BEGIN sent as the stream opened ([`PgStream::begin_pending`]), once.
+    fn transaction_begun(&mut self) -> Result<(), DestinationError> {
+        let Some(pending) = self.begin_pending.take() else {
+            return Ok(());
+        };
+        self.dest
+            .rt
+            .block_on(begin_answer(pending))
+            .map_err(|e| self.dest.error(self.n, e))
+    }
+
+    /// The stream's session, its transaction begun: every statement but the first COPY's
+    /// goes through here.
+    fn session(&mut self) -> Result<&Stream, DestinationError> {
+        self.transaction_begun()?;
+        Ok(&self.stream)
+    }
+
     /// Adds what the connection did during the COPY that just ended to the stream's figures.
     fn count_copy(&mut self) {
         let (Some(start), Some(now)) = (self.tcp_mark.take(), self.stream.transport()) else {
@@ -1993,6 +2103,7 @@ impl PgStream<'_> {
         if self.ledger.windows(2).any(|w| w[0].0 != w[1].0) {
             self.flush_ledger()?;
         }
+        self.transaction_begun()?;
         let held = std::mem::take(&mut self.ledger);
         let (dest, n, stream) = (self.dest, self.n, &self.stream);
         let (recorded, then) = dest.rt.block_on(async {
@@ -2004,6 +2115,7 @@ impl PgStream<'_> {
 
     /// Inserts the chunk records the stream holds, in its transaction.
     fn flush_ledger(&mut self) -> Result<(), DestinationError> {
+        self.transaction_begun()?;
         let held = std::mem::take(&mut self.ledger);
         self.dest
             .rt
@@ -2027,10 +2139,10 @@ impl Drop for PgStream<'_> {
 
 impl PgStream<'_> {
     fn execute(&mut self, sql: &str) -> Result<(), DestinationError> {
-        self.dest
-            .rt
-            .block_on(self.stream.execute(sql))
-            .map_err(|e| self.dest.error(self.n, e))
+        let (dest, n) = (self.dest, self.n);
+        dest.rt
+            .block_on(self.session()?.execute(sql))
+            .map_err(|e| dest.error(n, e))
     }
 }
 
@@ -2044,11 +2156,23 @@ impl DestinationStream for PgStream<'_> {
             ),
             _ => (t.table.qualified(), false),
         };
-        let w = self
-            .dest
-            .rt
-            .block_on(self.stream.copy_in(&relation, &t.columns, t.binary, freeze))
-            .map_err(|e| self.dest.error(self.n, e))?;
+        let pending = self.begin_pending.take();
+        let (copy, began) = self.dest.rt.block_on(async {
+            // The bind goes out behind the BEGIN sent as the stream opened: one round trip
+            // answers both.
+            let copy = self.stream.copy_in(&relation, &t.columns, t.binary, freeze);
+            let began = async {
+                match pending {
+                    Some(p) => begin_answer(p).await,
+                    None => Ok(()),
+                }
+            };
+            futures_util::join!(copy, began)
+        });
+        // A COPY whose BEGIN failed would run on its own and commit: dropping its writer
+        // unsent ends it with CopyFail, and nothing of it stays.
+        began.map_err(|e| self.dest.error(self.n, e))?;
+        let w = copy.map_err(|e| self.dest.error(self.n, e))?;
         self.writer = Some(w);
         self.tcp_mark = self.stream.transport();
         Ok(())
@@ -2155,15 +2279,15 @@ impl DestinationStream for PgStream<'_> {
         worker: u32,
         chunks: &[ChunkRecord],
     ) -> Result<Vec<Claim>, DestinationError> {
-        self.dest
-            .rt
+        let (dest, n) = (self.dest, self.n);
+        dest.rt
             .block_on(crate::crew::claim(
-                self.stream.client(),
+                self.session()?.client(),
                 job,
                 worker,
                 chunks,
             ))
-            .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))
+            .map_err(|e| dest.error(n, ServerError::from_pg(&e)))
     }
 
     fn commit(mut self) -> Result<(), DestinationError> {

@@ -949,6 +949,14 @@ pub(crate) fn first_records<'r>(
     out
 }
 
+/// A relation's generation (`c`, a `pg_class` row): the file nodes of its leaves (itself, or
+/// its partitions), which a truncate or a rewrite changes.
+const GENERATION: &str = "CASE WHEN c.relkind = 'p' THEN \
+    (SELECT string_agg(t.relid::oid::text || ':' || \
+        coalesce(pg_relation_filenode(t.relid)::text, '-'), ',' ORDER BY t.relid::oid) \
+     FROM pg_partition_tree(c.oid) t WHERE t.isleaf) \
+    ELSE c.oid::text || ':' || coalesce(pg_relation_filenode(c.oid)::text, '-') END";
+
 /// How long reading a relation's state waits for a lock (a session altering the table, say)
 /// before it says it cannot tell.
 const STATE_LOCK_WAIT: &str = "10s";
@@ -964,23 +972,16 @@ pub async fn relation_state(
     // trip as its catalog row; another is looked at by the name the server gives back.
     let early = quoted_name(relation).then(|| look_sql(relation));
     let named: [&dyn Param; 1] = [&relation];
-    let (row, looked) = futures_util::join!(
-        client.fetch_opt(
-            "SELECT c.oid::text, c.oid::regclass::text, CASE WHEN c.relkind = 'p' THEN \
-                (SELECT string_agg(t.relid::oid::text || ':' || \
-                    coalesce(pg_relation_filenode(t.relid)::text, '-'), ',' ORDER BY t.relid::oid) \
-                 FROM pg_partition_tree(c.oid) t WHERE t.isleaf) \
-                ELSE c.oid::text || ':' || coalesce(pg_relation_filenode(c.oid)::text, '-') END \
-             FROM pg_class c WHERE c.oid = to_regclass($1)",
-            &named,
-        ),
-        async {
-            match &early {
-                Some(sql) => Some(has_rows(client, sql).await),
-                None => None,
-            }
-        }
+    let catalog = format!(
+        "SELECT c.oid::text, c.oid::regclass::text, {GENERATION} FROM pg_class c \
+         WHERE c.oid = to_regclass($1)"
     );
+    let (row, looked) = futures_util::join!(client.fetch_opt(&catalog, &named), async {
+        match &early {
+            Some(sql) => Some(has_rows(client, sql).await),
+            None => None,
+        }
+    });
     let Some(row) = row? else { return Ok(None) };
     let name: String = row.get(1);
     let has_rows = match looked {
@@ -1198,21 +1199,33 @@ fn held_by(job: i64, holder: Option<Holder>) -> String {
 
 /// Releases job `job`'s lock held by this session.
 async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> {
-    // The job's lock as this session holds it: exclusive for a single process, shared for a
-    // crew's worker (`crate::crew`); releasing one not held would only warn.
     client
-        .run(
-            "SELECT CASE WHEN l.mode = 'ExclusiveLock' \
-                THEN pg_advisory_unlock($1::int, $2::int) \
-                ELSE pg_advisory_unlock_shared($1::int, $2::int) END \
-             FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() \
-                AND l.classid = ($1::int::bigint)::oid AND l.objid = ($2::int::bigint)::oid \
-                AND l.objsubid = 2",
-            &[&LOCK_CLASS, &(job as i32)],
-        )
+        .run(UNLOCK, &[&LOCK_CLASS, &(job as i32)])
         .await
         .map(drop)
 }
+
+/// Releases the job's lock ([`unlock`]) only where its row says it finished: sent behind a
+/// finish that may roll back, whose caller then goes on under the lock.
+async fn unlock_if_finished(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> {
+    let sql = format!(
+        "{UNLOCK} AND EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE id = $3 AND state = \
+         'finished')"
+    );
+    client
+        .run(&sql, &[&LOCK_CLASS, &(job as i32), &job])
+        .await
+        .map(drop)
+}
+
+/// Releases the job's lock as this session holds it: exclusive for a single process, shared
+/// for a crew's worker (`crate::crew`); releasing one not held would only warn.
+const UNLOCK: &str = "SELECT CASE WHEN l.mode = 'ExclusiveLock' \
+        THEN pg_advisory_unlock($1::int, $2::int) \
+        ELSE pg_advisory_unlock_shared($1::int, $2::int) END \
+     FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() \
+        AND l.classid = ($1::int::bigint)::oid AND l.objid = ($2::int::bigint)::oid \
+        AND l.objsubid = 2";
 
 /// Opens a new job's transaction with its row, and returns its id and the server's log
 /// position then: the first half of the job's start, whose second, [`record_files`], must
@@ -1489,13 +1502,11 @@ struct PlaceRow<'a> {
 /// relation that exists now, else one per file.
 fn one_relation_for_all<'a>(
     placements: &'a [Placement],
-    states: &std::collections::HashMap<String, Option<RelationState>>,
+    exists: &dyn Fn(&String) -> bool,
 ) -> Vec<PlaceRow<'a>> {
     let first = placements.first().map(|p| &p.relation);
     let shared = first.filter(|r| {
-        placements.len() > 1
-            && placements.iter().all(|p| &p.relation == *r)
-            && matches!(states.get(*r), Some(Some(_)))
+        placements.len() > 1 && placements.iter().all(|p| &p.relation == *r) && exists(r)
     });
     match shared {
         Some(relation) => vec![PlaceRow {
@@ -1519,11 +1530,15 @@ pub async fn finish(
     job: i64,
     placements: &[Placement],
 ) -> Result<(), tokio_postgres::Error> {
+    if finish_at_once(client, job, placements).await? {
+        return Ok(());
+    }
     let named: Vec<String> = placements.iter().map(|p| p.relation.clone()).collect();
     let states = relation_states(client, &named).await?;
     let (mut files, mut relations, mut ids, mut generations, mut has_rows) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for p in one_relation_for_all(placements, &states) {
+    let exists = |r: &String| matches!(states.get(r), Some(Some(_)));
+    for p in one_relation_for_all(placements, &exists) {
         let Some(Some(state)) = states.get(p.relation) else {
             continue;
         };
@@ -1544,6 +1559,77 @@ pub async fn finish(
         unlock(client, job)
     );
     done.and(committed).and(unlocked)
+}
+
+/// [`finish`] in one round trip, where every relation's name is one sluice quoted: each
+/// relation's state is read by the server in the transaction that records it (its look under
+/// the same bounded lock wait as [`has_rows`]'s). `false`, with nothing changed and the job's
+/// lock still held, where the server refused (a look the role may not make, or a lock that
+/// kept it from looking): the two-step way then records what it can tell.
+async fn finish_at_once(
+    client: &Client,
+    job: i64,
+    placements: &[Placement],
+) -> Result<bool, tokio_postgres::Error> {
+    let mut distinct: Vec<&String> = placements.iter().map(|p| &p.relation).collect();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.is_empty() || !distinct.iter().all(|r| quoted_name(r)) {
+        return Ok(false);
+    }
+    let rows = one_relation_for_all(placements, &|_| true);
+    let files: Vec<i32> = rows.iter().map(|p| p.file_or_all).collect();
+    let relations: Vec<&String> = rows.iter().map(|p| p.relation).collect();
+    let mut params: Vec<&dyn Param> = vec![&job, &files, &relations];
+    params.extend(distinct.iter().map(|r| r as &dyn Param));
+    let begin = format!("BEGIN; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'");
+    let places = places_read_by_the_server(&distinct);
+    let (done, committed, unlocked) = futures_util::join!(
+        async {
+            tokio::try_join!(
+                client.batch_execute(&begin),
+                client.run(
+                    "DELETE FROM sluice_ledger.job_places WHERE job = $1",
+                    &params[..1],
+                ),
+                client.run(&places, &params),
+                client.run(
+                    "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
+                        updated = now(), finished = now() WHERE id = $1",
+                    &params[..1],
+                )
+            )
+        },
+        client.batch_execute("COMMIT"),
+        unlock_if_finished(client, job)
+    );
+    match done {
+        // The server's refusal aborted the transaction, and the COMMIT rolled it back.
+        Err(e) if e.as_db_error().is_some() => {
+            committed?;
+            unlocked?;
+            Ok(false)
+        }
+        done => done.and(committed).and(unlocked).map(|_| true),
+    }
+}
+
+/// The `INSERT` of [`finish_at_once`]: the rows' files and relations (`$2`, `$3`), each
+/// relation's id and generation from the catalog (one that is not there now gets no row, as
+/// in [`finish`]), and whether it has a row, each looked at by the name it was given (`$4`
+/// on: `distinct`, in order, every one a name sluice quoted).
+fn places_read_by_the_server(distinct: &[&String]) -> String {
+    let looks: String = distinct
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!(" WHEN ${} THEN EXISTS (SELECT 1 FROM {r})", i + 4))
+        .collect();
+    format!(
+        "INSERT INTO sluice_ledger.job_places (job, file, relation, rel_id, generation, has_rows) \
+         SELECT $1, p.file, p.relation, c.oid::text, {GENERATION}, CASE p.relation{looks} END \
+         FROM unnest($2::int[], $3::text[]) AS p(file, relation) \
+         JOIN pg_class c ON c.oid = to_regclass(p.relation) ON CONFLICT DO NOTHING"
+    )
 }
 
 /// The statements of [`finish`], in the transaction it commits.

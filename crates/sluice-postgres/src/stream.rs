@@ -13,7 +13,7 @@ use crate::types::column::Column;
 use bytes::Bytes;
 use futures_util::SinkExt;
 use std::pin::Pin;
-use tokio_postgres::{Client, CopyInSink};
+use tokio_postgres::{Client, CopyInSink, Row, Statement};
 
 /// A server error, with the COPY record number it names when it names one.
 #[derive(Debug, Clone)]
@@ -61,16 +61,22 @@ impl ServerError {
                     constraint: db.constraint().map(str::to_string),
                 }
             }
-            None => ServerError {
-                message: crate::connect::chain(e),
-                detail: None,
-                hint: None,
-                sqlstate: String::new(),
-                record: None,
-                column: None,
-                context: None,
-                constraint: None,
-            },
+            None => ServerError::lost(crate::connect::chain(e)),
+        }
+    }
+
+    /// A failure of the connection (or of the task that waited on it), with no word from the
+    /// server: [`ServerError::is_connection`].
+    pub fn lost(message: String) -> ServerError {
+        ServerError {
+            message,
+            detail: None,
+            hint: None,
+            sqlstate: String::new(),
+            record: None,
+            column: None,
+            context: None,
+            constraint: None,
         }
     }
 
@@ -195,6 +201,38 @@ pub struct Stream {
     copies: std::sync::Mutex<std::collections::HashMap<String, tokio_postgres::Statement>>,
 }
 
+/// A stream's first questions (its backend's pid and start, the server's identity), and
+/// `copies` prepared: the prepared ones, by their text.
+async fn first_questions(
+    client: &Client,
+    copies: Vec<String>,
+) -> Result<(Row, String, Vec<(String, Statement)>), tokio_postgres::Error> {
+    let preparing: Vec<_> = copies
+        .into_iter()
+        .map(|sql| async move {
+            // A failed one aborts nothing (no transaction is open) and is prepared again on
+            // use, where its error is reported.
+            client.prepare(&sql).await.ok().map(|st| (sql, st))
+        })
+        .collect();
+    let prepared = futures_util::future::join_all(preparing);
+    let asked = async {
+        tokio::try_join!(
+            client.fetch_one(
+                "SELECT pid, backend_start::text FROM pg_stat_activity \
+                 WHERE pid = pg_backend_pid()",
+                &[],
+            ),
+            crate::catalog::server_identity(client)
+        )
+    };
+    // The COPYs first: the session's last statement, which `pg_stat_activity` shows while it
+    // waits, is then the identity's, not a COPY the load has not begun.
+    let (prepared, asked) = futures_util::join!(prepared, asked);
+    let (row, here) = asked?;
+    Ok((row, here, prepared.into_iter().flatten().collect()))
+}
+
 /// The savepoint taken before deferred checks fire, so that a conflict found by them leaves
 /// the stream's own rows readable for the message.
 const DEFERRED_SAVEPOINT: &str = "sluice_deferred_checks";
@@ -204,20 +242,28 @@ impl Stream {
     /// `identity`: every connection of one load must reach the same server, and a multi-host
     /// target could send a later one elsewhere.
     pub async fn open(info: &ConnInfo, identity: &str) -> Result<Stream, StreamOpenError> {
-        // Both go out together, behind the session's setup: no round trip of their own.
-        let connected = crate::connect::connect_asking(info, async |client: &Client| {
-            tokio::try_join!(
-                client.fetch_one(
-                    "SELECT pid, backend_start::text FROM pg_stat_activity \
-                     WHERE pid = pg_backend_pid()",
-                    &[],
-                ),
-                crate::catalog::server_identity(client)
-            )
+        Stream::open_preparing(info, identity, Default::default()).await
+    }
+
+    /// [`Stream::open`], with the COPY statements ([`copy_sql`]) that `copies` holds when the
+    /// session's setup is sent (it may be filled while the connection opens) prepared in the
+    /// same round trip: a stream opened ahead of the load then binds its first COPY right
+    /// behind its BEGIN, one round trip where it took three.
+    pub async fn open_preparing(
+        info: &ConnInfo,
+        identity: &str,
+        copies: std::sync::Arc<std::sync::OnceLock<Vec<String>>>,
+    ) -> Result<Stream, StreamOpenError> {
+        // All go out together, behind the session's setup: no round trip of their own.
+        // (A future boxed with its own copy of the list: an async closure that borrows what it
+        // holds makes the connection's future not provably `Send` for a spawn.)
+        let connected = crate::connect::connect_asking(info, |client: &Client| {
+            let known = copies.get().cloned().unwrap_or_default();
+            Box::pin(first_questions(client, known))
         })
         .await?;
         let (client, socket) = (connected.client, connected.socket);
-        let (row, here) = connected
+        let (row, here, prepared) = connected
             .first
             .map_err(|e| StreamOpenError::Server(ServerError::from_pg(&e)))?;
         let (pid, started): (i32, String) = (row.get(0), row.get(1));
@@ -231,7 +277,7 @@ impl Stream {
             socket,
             pid,
             started,
-            copies: Default::default(),
+            copies: std::sync::Mutex::new(prepared.into_iter().collect()),
         })
     }
 
@@ -305,6 +351,11 @@ impl Stream {
         &self.client
     }
 
+    /// The connection, shared with a task that outlives this borrow.
+    pub fn shared_client(&self) -> std::sync::Arc<Client> {
+        self.client.clone()
+    }
+
     /// The connection, for uses other than a load's stream.
     pub fn into_client(self) -> std::sync::Arc<Client> {
         self.client
@@ -345,11 +396,18 @@ impl Stream {
 
     /// Prepares these COPY statements ([`copy_sql`]) now, all in one round trip, for the
     /// chunks to come; sent outside a transaction, a failed one aborts nothing, and is
-    /// prepared again on use, where its error is reported (a COPY's parse checks nothing of
-    /// the table: its errors come when it runs).
+    /// prepared again on use, where its error is reported.
     pub async fn prepare_copies(&self, statements: Vec<String>) {
         futures_util::future::join_all(statements.into_iter().map(|sql| self.copy_statement(sql)))
             .await;
+    }
+
+    /// [`Stream::prepare_copies`] on a connection that then waits: the backend's pid is asked
+    /// again behind them, so that the session's last statement, which `pg_stat_activity` shows
+    /// while it waits, is not a COPY the load has not begun.
+    pub async fn prepare_copies_waiting(&self, statements: Vec<String>) {
+        let again = self.client.simple_query("SELECT pg_backend_pid()");
+        let ((), _) = futures_util::join!(self.prepare_copies(statements), again);
     }
 
     /// The prepared COPY statement `sql`, prepared on first use.

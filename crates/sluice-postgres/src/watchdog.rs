@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 /// How often the watchdog samples the load's backends.
 const SAMPLE: Duration = Duration::from_millis(200);
@@ -203,18 +203,17 @@ struct Waiting {
 /// returns those waiting on a lock, with who blocks them.
 async fn sample(
     client: &Client,
+    asked: &mut Option<Statement>,
     pids: &[i32],
     state: &Mutex<State>,
 ) -> Result<Vec<Waiting>, tokio_postgres::Error> {
-    let rows = client
-        .query(
-            "SELECT pid, wait_event_type::text, wait_event::text, coalesce(state, ''), \
-                    CASE WHEN wait_event_type = 'Lock' THEN pg_blocking_pids(pid) \
-                         ELSE '{}'::int[] END \
-             FROM pg_stat_activity WHERE pid = ANY($1)",
-            &[&pids],
-        )
-        .await?;
+    // Prepared once per connection: a statement named by its text is parsed anew each time,
+    // a round trip of its own (across a long path, the sample's length doubled).
+    let statement = match asked {
+        Some(s) => s.clone(),
+        None => asked.insert(client.prepare(SAMPLE_SQL).await?).clone(),
+    };
+    let rows = client.query(&statement, &[&pids]).await?;
     let mut waiting = Vec::new();
     let mut s = lock(state);
     let mut counts = [0u32; 6];
@@ -247,6 +246,29 @@ async fn sample(
     Ok(waiting)
 }
 
+/// One sample, with a warning (once) when the server leaves it unanswered for
+/// [`UNANSWERED_REPORT`]; it is still waited for after that.
+async fn sample_reporting(
+    client: &Client,
+    asked: &mut Option<Statement>,
+    pids: &[i32],
+    state: &Mutex<State>,
+    warn: &(dyn Fn(String) + Send + Sync),
+) -> Result<Vec<Waiting>, tokio_postgres::Error> {
+    let asking = sample(client, asked, pids, state);
+    tokio::pin!(asking);
+    if let Ok(r) = tokio::time::timeout(UNANSWERED_REPORT, &mut asking).await {
+        return r;
+    }
+    warn(format!(
+        "the server has not answered the watchdog's query for {} s: it may be frozen or \
+         overloaded; sluice keeps waiting (keepalives end a connection to a vanished host \
+         within about a minute)",
+        UNANSWERED_REPORT.as_secs()
+    ));
+    asking.await
+}
+
 async fn describe_session(client: &Client, pid: i32) -> String {
     match client
         .query_opt(
@@ -265,6 +287,11 @@ async fn describe_session(client: &Client, pid: i32) -> String {
         _ => format!("pid {pid}"),
     }
 }
+
+/// What one sample asks of the server about the streams' sessions.
+const SAMPLE_SQL: &str = "SELECT pid, wait_event_type::text, wait_event::text, \
+     coalesce(state, ''), CASE WHEN wait_event_type = 'Lock' THEN pg_blocking_pids(pid) \
+     ELSE '{}'::int[] END FROM pg_stat_activity WHERE pid = ANY($1)";
 
 /// A (waiter, blocker) pair seen again: its count of consecutive sightings, this one included.
 fn sighted(before: &[((i32, i32), u32)], pair: (i32, i32)) -> ((i32, i32), u32) {
@@ -289,6 +316,7 @@ async fn watch(
     // already ended (once each: one that does not go is then reported like any other).
     let mut orphans_seen: Vec<((i32, i32), u32)> = Vec::new();
     let mut ended: Vec<i32> = Vec::new();
+    let mut asked: Option<Statement> = None;
     loop {
         tokio::select! {
             _ = stop.notified() => return,
@@ -298,18 +326,11 @@ async fn watch(
         if pids.is_empty() {
             continue;
         }
-        let sampled = tokio::time::timeout(UNANSWERED_REPORT, sample(&client, &pids, &state)).await;
-        let sampled = match sampled {
-            Ok(r) => r,
-            Err(_) => {
-                warn(format!(
-                    "the server has not answered the watchdog's query for {} s: it may be \
-                     frozen or overloaded; sluice keeps waiting (keepalives end a connection \
-                     to a vanished host within about a minute)",
-                    UNANSWERED_REPORT.as_secs()
-                ));
-                sample(&client, &pids, &state).await
-            }
+        // A stop ends a sample in flight: the streams are done, and across a long path the
+        // load's commit would otherwise wait for the sample's round trip.
+        let sampled = tokio::select! {
+            _ = stop.notified() => return,
+            sampled = sample_reporting(&client, &mut asked, &pids, &state, &*warn) => sampled,
         };
         let waiting = match sampled {
             Ok(w) => w,
@@ -318,6 +339,7 @@ async fn watch(
                 // watchdog would let a conflict hang again, so connect anew and carry on.
                 if let Ok(c) = connect(&info).await {
                     client = c;
+                    asked = None;
                 }
                 continue;
             }

@@ -316,3 +316,74 @@ fn a_stream_cut_off_by_a_partition_does_not_wait_on_its_former_self() {
     assert_eq!(d.count("t"), 3_000_000);
     assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "3000000");
 }
+
+/// Resumes a backend stopped with SIGSTOP, whatever the test's outcome: a stopped backend
+/// would hold up the test server's shutdown.
+struct Stopped(i32);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a process id; no memory is shared.
+        unsafe {
+            libc::kill(self.0, libc::SIGCONT);
+        }
+    }
+}
+
+/// The watchdog's own session stops answering (its backend frozen with SIGSTOP) while the
+/// load waits on a lock held outside it: once the lock goes, the load finishes and exits 0
+/// with every row, its end not waiting for the watch's unanswered sample.
+#[test]
+fn a_frozen_watchdog_session_does_not_hold_up_the_loads_end() {
+    let d = db("faults_frozen_watch");
+    d.psql("CREATE TABLE t (id int)");
+    let body: String = (0..20_000).map(|i| format!("{i}\n")).collect();
+    let f = d.file("a.csv", body.as_bytes());
+    // A session outside the load holds the table for a few seconds, so that the load is still
+    // running (its streams waiting) when its watch is frozen.
+    let holder = d.open_session(
+        "holder",
+        "BEGIN; LOCK TABLE t IN SHARE MODE; SELECT pg_sleep(4); COMMIT;",
+    );
+    common::wait_until("the holder's lock", 60, || {
+        d.psql(
+            "SELECT count(*) FROM pg_locks WHERE relation = 't'::regclass AND mode = 'ShareLock' \
+             AND granted",
+        )
+        .trim()
+            == "1"
+    });
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", &d.url, "--table", "t", "--jobs", "2",
+    ])
+    .arg(&f)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let watch_pid = || {
+        d.psql(&format!(
+            "SELECT pid FROM pg_stat_activity WHERE datname = '{}' \
+             AND query LIKE 'SELECT pid, wait_event_type%'",
+            d.name
+        ))
+        .trim()
+        .parse::<i32>()
+        .ok()
+    };
+    common::wait_until("the watch's first sample", 60, || watch_pid().is_some());
+    let pid = watch_pid().unwrap();
+    // SAFETY: a signal to the server's backend process; no memory is shared.
+    unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+    }
+    let _resume = Stopped(pid);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the load ended before its watch was frozen: the test saw nothing"
+    );
+    let out = common::finish(child, 60);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 20_000);
+    holder.end();
+}

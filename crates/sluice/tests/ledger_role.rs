@@ -79,3 +79,42 @@ fn a_role_that_may_not_lock_the_table_is_told_readers_were_not_held_back() {
         ],
     );
 }
+
+/// A role that may insert into the table but not read it: the job's end cannot look at
+/// whether the table has rows (the server refuses the look in the transaction that records
+/// the job's end, which then rolls back), so it records the job finished with that left
+/// unknown, and lets the job go; the same command then finds the job finished and loads
+/// nothing again.
+#[test]
+fn a_role_that_may_not_read_the_table_still_finishes_its_job() {
+    let d = db("ledger_no_select");
+    d.psql("CREATE TABLE t (id int)");
+    d.psql(&format!(
+        "DROP ROLE IF EXISTS write_only; CREATE ROLE write_only LOGIN; \
+         GRANT CONNECT, CREATE ON DATABASE {} TO write_only; GRANT INSERT ON t TO write_only",
+        d.name
+    ));
+    let f = d.file("t.csv", b"1\n2\n3\n");
+    let url = d.url.replace("sluice@", "write_only@");
+    let load = || {
+        let mut c = sluice_cmd();
+        c.args(["load", "-q", "--target", &url, "--table", "t"])
+            .arg(&f);
+        run_bounded(c, 60)
+    };
+    let out = load();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        d.psql(
+            "SELECT j.state, p.relation, p.has_rows IS NULL FROM sluice_ledger.jobs j \
+             JOIN sluice_ledger.job_places p ON p.job = j.id"
+        )
+        .trim(),
+        "finished|\"public\".\"t\"|t"
+    );
+    let out = load();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_has(&err, &["nothing to load", "job 1 loaded"]);
+    assert_eq!(d.count("t"), 3);
+}
