@@ -540,8 +540,8 @@ impl Load<'_> {
     }
 
     /// [`Destination::open_early`], before the tables are described, with the streams' count as
-    /// far as it hangs on nothing the description says (`--jobs N` within the server's free
-    /// connections, or `auto`'s first stream). The plan's own count follows
+    /// far as it hangs on nothing the description says (`--jobs N`, or the default count,
+    /// within the server's free connections; `auto`'s first stream). The plan's own count follows
     /// ([`Load::open_ahead`]), and closes any beyond it (fewer chunks than `--jobs`, or a load
     /// that stages).
     fn open_early<D: Destination>(&self, dest: &D) {

@@ -187,8 +187,9 @@ struct Ahead {
     copies: std::sync::Arc<std::sync::OnceLock<Vec<String>>>,
 }
 
-/// The round trip from which the readers' gates' sessions that the streams' connections will
-/// not provide are opened with the streams', not at the commit: each is four or five round
+/// The round trip from which the streams' connections open before the tables are described
+/// ([`Destination::open_early`]), and the readers' gates' sessions that the streams'
+/// connections will not provide are opened with the streams', not at the commit: each is four or five round
 /// trips (TCP, authentication, the session's settings, the server's identity), and at the
 /// commit they are in series with the last row's visibility. Below it they cost less than the
 /// idle connections would hold.
@@ -528,14 +529,9 @@ impl PgDestination {
         &self,
         task: impl std::future::Future<Output = Result<(), DestinationError>> + Send + 'static,
     ) -> Result<Begun, DestinationError> {
-        use std::task::Poll;
-        let mut task = Box::pin(task);
-        let first = self.rt.block_on(std::future::poll_fn(|cx| {
-            Poll::Ready(task.as_mut().poll(cx))
-        }));
-        match first {
-            Poll::Ready(result) => result.map(|()| Begun::Settled),
-            Poll::Pending => Ok(Begun::Pending(self.rt.spawn(task))),
+        match self.rt.block_on(send_now(task)) {
+            Ok(result) => result.map(|()| Begun::Settled),
+            Err(pending) => Ok(Begun::Pending(pending)),
         }
     }
 
@@ -1027,7 +1023,7 @@ impl Destination for PgDestination {
             } {
                 if !s.client().is_closed() {
                     let pending = send_begin(&s, begin).await;
-                    return Ok((s, pending));
+                    return Ok((s, Some(pending)));
                 }
             }
             let s = open_begun(self.info.clone(), self.identity.clone(), &begin).await?;
@@ -1077,6 +1073,12 @@ impl Destination for PgDestination {
     fn open_ahead(&self, streams: usize) {
         let mut ahead = lock(&self.ahead);
         ahead.planned = streams;
+        // Opened for more streams than the plan runs (`--jobs` above the chunks, say).
+        while ahead.streams.len() > streams {
+            if let Some(extra) = ahead.streams.pop() {
+                extra.abort();
+            }
+        }
         let copies = self.copies_ahead();
         if !self.tables.is_empty() {
             // Those opened before the tables were known (by [`Destination::open_early`]) and
@@ -1088,12 +1090,6 @@ impl Destination for PgDestination {
                     let prepared = prepare_once_open(pending, copies.clone());
                     ahead.streams.push(self.rt.spawn(prepared));
                 }
-            }
-        }
-        // Opened for more streams than the plan runs (`--jobs` above the chunks, say).
-        while ahead.streams.len() > streams {
-            if let Some(extra) = ahead.streams.pop() {
-                extra.abort();
             }
         }
         while ahead.streams.len() < streams {
@@ -1646,24 +1642,34 @@ async fn record_held(
 /// A stream's BEGIN, sent and not yet answered ([`PgStream::begin_pending`]).
 type PendingBegin = tokio::task::JoinHandle<Result<(), ServerError>>;
 
-/// Sends stream `s`'s BEGIN (`begin`, [`crate::ledger::stream_begin`]) now, on its first poll,
-/// so that every later statement of the stream follows it on the connection; its answer is
-/// left to the runtime (`None`: it came at once).
-async fn send_begin(s: &Stream, begin: String) -> Option<PendingBegin> {
-    use std::future::Future;
+/// Polls `task` once, which writes its statements to the connection (tokio-postgres queues a
+/// request when it is first polled): its answer if it came at once, else the task, left to
+/// the runtime.
+async fn send_now<T: Send + 'static>(
+    task: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, tokio::task::JoinHandle<T>> {
     use std::task::Poll;
+    let mut task = Box::pin(task);
+    match std::future::poll_fn(|cx| Poll::Ready(task.as_mut().poll(cx))).await {
+        Poll::Ready(answer) => Ok(answer),
+        Poll::Pending => Err(tokio::spawn(task)),
+    }
+}
+
+/// Sends stream `s`'s BEGIN (`begin`, [`crate::ledger::stream_begin`]) now, so that every
+/// later statement of the stream follows it on the connection; its answer is left to the
+/// runtime.
+async fn send_begin(s: &Stream, begin: String) -> PendingBegin {
     let client = s.shared_client();
-    let mut task = Box::pin(async move {
+    let task = async move {
         client
             .batch_execute(&begin)
             .await
             .map_err(|e| ServerError::from_pg(&e))
-    });
-    let first = std::future::poll_fn(|cx| Poll::Ready(task.as_mut().poll(cx))).await;
-    match first {
-        Poll::Ready(Ok(())) => None,
-        Poll::Ready(Err(e)) => Some(tokio::spawn(async move { Err(e) })),
-        Poll::Pending => Some(tokio::spawn(task)),
+    };
+    match send_now(task).await {
+        Ok(answer) => tokio::spawn(async move { answer }),
+        Err(pending) => pending,
     }
 }
 
@@ -1673,19 +1679,33 @@ async fn prepare_once_open(
     opening: tokio::task::JoinHandle<Result<Stream, StreamOpenError>>,
     copies: Vec<String>,
 ) -> Result<Stream, StreamOpenError> {
-    let s = opening
+    // Aborted with this task ([`Ahead::close`]), the opening stops too.
+    let mut opening = AbortOnDrop(opening);
+    let s = (&mut opening.0)
         .await
         .map_err(|e| StreamOpenError::Server(ServerError::lost(e.to_string())))??;
     s.prepare_copies_waiting(copies).await;
     Ok(s)
 }
 
-/// The answer to a BEGIN sent ahead ([`send_begin`]); a task that failed to give it is a
-/// lost connection.
-async fn begin_answer(pending: PendingBegin) -> Result<(), ServerError> {
-    match pending.await {
-        Ok(answer) => answer,
-        Err(e) => Err(ServerError::lost(e.to_string())),
+/// A task that is aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The answer to a BEGIN sent ahead ([`send_begin`]), if one was; a task that failed to give
+/// it is a lost connection.
+async fn begin_answer(pending: Option<PendingBegin>) -> Result<(), ServerError> {
+    match pending {
+        None => Ok(()),
+        Some(p) => match p.await {
+            Ok(answer) => answer,
+            Err(e) => Err(ServerError::lost(e.to_string())),
+        },
     }
 }
 
@@ -2035,9 +2055,9 @@ pub struct PgStream<'a> {
     n: usize,
     stream: Stream,
     /// Its BEGIN, sent when a connection opened ahead became this stream and not awaited:
-    /// the first COPY's bind goes out right behind it, both answered in one round trip (a
-    /// round trip fewer before the first row, across a long path). Every other statement
-    /// waits for it first ([`PgStream::transaction_begun`]).
+    /// the first COPY's bind goes out right behind it, both answered in one round trip where
+    /// the COPY was prepared ahead (a round trip fewer before the first row, across a long
+    /// path). Every other statement waits for it first ([`PgStream::transaction_begun`]).
     begin_pending: Option<PendingBegin>,
     writer: Option<CopyWriter>,
     /// The connection's TCP figures when the COPY in progress started sending.
@@ -2060,13 +2080,32 @@ const LEDGER_BATCH: usize = 512;
 impl PgStream<'_> {
     /// Waits for the BEGIN sent as the stream opened ([`PgStream::begin_pending`]), once.
     fn transaction_begun(&mut self) -> Result<(), DestinationError> {
-        let Some(pending) = self.begin_pending.take() else {
-            return Ok(());
-        };
-        self.dest
+        let pending = self.begin_pending.take();
+        match self.dest.rt.block_on(begin_answer(pending)) {
+            Ok(()) => Ok(()),
+            Err(_) => self.begin_again(),
+        }
+    }
+
+    /// The BEGIN sent on a connection opened ahead failed (one that died while it waited, say):
+    /// a new connection, begun, takes its place, as [`PgDestination::open_stream`] opens one
+    /// where none was opened ahead; its error is the one to report.
+    fn begin_again(&mut self) -> Result<(), DestinationError> {
+        let (dest, n) = (self.dest, self.n);
+        let begin = crate::ledger::stream_begin(*lock(&dest.job));
+        let fresh = dest
             .rt
-            .block_on(begin_answer(pending))
-            .map_err(|e| self.dest.error(self.n, e))
+            .block_on(open_begun(dest.info.clone(), dest.identity.clone(), &begin))
+            .map_err(|e| dest.open_error(n, e))?;
+        if let Some(w) = lock(&dest.watchdog).as_ref() {
+            w.unregister(n, self.stream.pid, &self.stream.started);
+            w.register(n, fresh.pid);
+        }
+        let mut pids = lock(&dest.stream_pids);
+        pids.retain(|&p| p != self.stream.pid);
+        pids.push(fresh.pid);
+        self.stream = fresh;
+        Ok(())
     }
 
     /// The stream's session, its transaction begun: every statement but the first COPY's
@@ -2158,20 +2197,23 @@ impl DestinationStream for PgStream<'_> {
         };
         let pending = self.begin_pending.take();
         let (copy, began) = self.dest.rt.block_on(async {
-            // The bind goes out behind the BEGIN sent as the stream opened: one round trip
-            // answers both.
+            // The bind goes out behind the BEGIN sent as the stream opened: where its COPY
+            // was prepared ahead, one round trip answers both.
             let copy = self.stream.copy_in(&relation, &t.columns, t.binary, freeze);
-            let began = async {
-                match pending {
-                    Some(p) => begin_answer(p).await,
-                    None => Ok(()),
-                }
-            };
-            futures_util::join!(copy, began)
+            futures_util::join!(copy, begin_answer(pending))
         });
-        // A COPY whose BEGIN failed would run on its own and commit: dropping its writer
-        // unsent ends it with CopyFail, and nothing of it stays.
-        began.map_err(|e| self.dest.error(self.n, e))?;
+        let copy = match began {
+            Ok(()) => copy,
+            Err(_) => {
+                // A COPY whose BEGIN failed would run on its own and commit: dropping its
+                // writer unsent ends it with CopyFail, and nothing of it stays. A new
+                // connection, begun, runs it instead.
+                drop(copy);
+                self.begin_again()?;
+                let copying = self.stream.copy_in(&relation, &t.columns, t.binary, freeze);
+                self.dest.rt.block_on(copying)
+            }
+        };
         let w = copy.map_err(|e| self.dest.error(self.n, e))?;
         self.writer = Some(w);
         self.tcp_mark = self.stream.transport();

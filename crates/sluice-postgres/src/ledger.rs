@@ -1205,15 +1205,13 @@ async fn unlock(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> 
         .map(drop)
 }
 
-/// Releases the job's lock ([`unlock`]) only where its row says it finished: sent behind a
-/// finish that may roll back, whose caller then goes on under the lock.
+/// Releases the job's lock ([`unlock`]) only where the finish of [`finish_at_once`] committed
+/// (its [`FINISHED_MARK`]): sent behind a finish that may roll back, whose caller then goes on
+/// under the lock.
 async fn unlock_if_finished(client: &Client, job: i64) -> Result<(), tokio_postgres::Error> {
-    let sql = format!(
-        "{UNLOCK} AND EXISTS (SELECT 1 FROM sluice_ledger.jobs WHERE id = $3 AND state = \
-         'finished')"
-    );
+    let sql = format!("{UNLOCK} AND current_setting('{FINISHED_MARK}', true) = $3");
     client
-        .run(&sql, &[&LOCK_CLASS, &(job as i32), &job])
+        .run(&sql, &[&LOCK_CLASS, &(job as i32), &job.to_string()])
         .await
         .map(drop)
 }
@@ -1563,9 +1561,11 @@ pub async fn finish(
 
 /// [`finish`] in one round trip, where every relation's name is one sluice quoted: each
 /// relation's state is read by the server in the transaction that records it (its look under
-/// the same bounded lock wait as [`has_rows`]'s). `false`, with nothing changed and the job's
-/// lock still held, where the server refused (a look the role may not make, or a lock that
-/// kept it from looking): the two-step way then records what it can tell.
+/// the same bounded lock wait as [`has_rows`]'s, which here bounds the ledger's own statements
+/// too). `false`, with nothing changed and the job's lock still held, where the server refused
+/// (a look the role may not make, a relation gone since, or a lock that kept it from looking:
+/// the two-step way then waits for that lock again): the two-step way then records what it
+/// can tell.
 async fn finish_at_once(
     client: &Client,
     job: i64,
@@ -1582,42 +1582,56 @@ async fn finish_at_once(
     let relations: Vec<&String> = rows.iter().map(|p| p.relation).collect();
     let mut params: Vec<&dyn Param> = vec![&job, &files, &relations];
     params.extend(distinct.iter().map(|r| r as &dyn Param));
+    // The mark is cleared on its own, then set in the transaction: a rollback takes it back,
+    // so that the lock is released behind the COMMIT only where the COMMIT kept the finish.
+    let clear = format!("SELECT set_config('{FINISHED_MARK}', '', false)");
     let begin = format!("BEGIN; SET LOCAL lock_timeout = '{STATE_LOCK_WAIT}'");
+    let mark = format!("SELECT set_config('{FINISHED_MARK}', $1::text, false)");
     let places = places_read_by_the_server(&distinct);
     let (done, committed, unlocked) = futures_util::join!(
         async {
             tokio::try_join!(
+                client.batch_execute(&clear),
                 client.batch_execute(&begin),
-                client.run(
-                    "DELETE FROM sluice_ledger.job_places WHERE job = $1",
-                    &params[..1],
-                ),
+                client.run(FINISH_DELETE, &params[..1]),
                 client.run(&places, &params),
-                client.run(
-                    "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
-                        updated = now(), finished = now() WHERE id = $1",
-                    &params[..1],
-                )
+                client.run(FINISH_UPDATE, &params[..1]),
+                client.run(&mark, &params[..1])
             )
         },
         client.batch_execute("COMMIT"),
         unlock_if_finished(client, job)
     );
-    match done {
+    match (done, committed) {
         // The server's refusal aborted the transaction, and the COMMIT rolled it back.
-        Err(e) if e.as_db_error().is_some() => {
-            committed?;
-            unlocked?;
-            Ok(false)
+        (Err(e), Ok(())) if e.as_db_error().is_some() => unlocked.map(|()| false),
+        (done, committed) => {
+            let finished = done.and(committed).and(unlocked);
+            if finished.is_err() {
+                // The run is over either way: the job's lock goes, as in [`finish`].
+                let _ = unlock(client, job).await;
+            }
+            finished.map(|_| true)
         }
-        done => done.and(committed).and(unlocked).map(|_| true),
     }
 }
 
+/// A session setting that says the finish of [`finish_at_once`] committed: the job's id, set
+/// in its transaction.
+const FINISHED_MARK: &str = "sluice.finished_job";
+
+/// The job's places, cleared before they are written again.
+const FINISH_DELETE: &str = "DELETE FROM sluice_ledger.job_places WHERE job = $1";
+
+/// The job's row, finished.
+const FINISH_UPDATE: &str = "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
+    updated = now(), finished = now() WHERE id = $1";
+
 /// The `INSERT` of [`finish_at_once`]: the rows' files and relations (`$2`, `$3`), each
-/// relation's id and generation from the catalog (one that is not there now gets no row, as
-/// in [`finish`]), and whether it has a row, each looked at by the name it was given (`$4`
-/// on: `distinct`, in order, every one a name sluice quoted).
+/// relation's id and generation from the catalog, and whether it has a row, each looked at by
+/// the name it was given (`$4` on: `distinct`, in order, every one a name sluice quoted). A
+/// relation not there now fails the statement (its look names it), and [`finish`] takes the
+/// two-step way, which leaves it out.
 fn places_read_by_the_server(distinct: &[&String]) -> String {
     let looks: String = distinct
         .iter()
@@ -1639,10 +1653,7 @@ async fn finish_statements(
 ) -> Result<(), tokio_postgres::Error> {
     tokio::try_join!(
         client.batch_execute("BEGIN"),
-        client.run(
-            "DELETE FROM sluice_ledger.job_places WHERE job = $1",
-            &places[..1],
-        ),
+        client.run(FINISH_DELETE, &places[..1]),
         client.run(
             "INSERT INTO sluice_ledger.job_places \
                 (job, file, relation, rel_id, generation, has_rows) \
@@ -1650,11 +1661,7 @@ async fn finish_statements(
                 $6::boolean[]) ON CONFLICT DO NOTHING",
             places,
         ),
-        client.run(
-            "UPDATE sluice_ledger.jobs SET state = 'finished', message = NULL, \
-                updated = now(), finished = now() WHERE id = $1",
-            &places[..1],
-        )
+        client.run(FINISH_UPDATE, &places[..1])
     )
     .map(drop)
 }

@@ -154,6 +154,10 @@ impl Watchdog {
     /// Stops sampling and closes the side connection; returns what the sessions were doing.
     pub async fn stop(self) -> ServerWaits {
         self.stop.notify_one();
+        // Whatever it waits on (a sample, a reconnect, a session's description, a cancel): the
+        // streams are done, and across a long path the load's commit would otherwise wait for
+        // a round trip or two, or for as long as a frozen session does not answer.
+        self.task.abort();
         let _ = self.task.await;
         let mut waits = std::mem::take(&mut lock(&self.state).waits);
         waits.finish();
@@ -326,12 +330,7 @@ async fn watch(
         if pids.is_empty() {
             continue;
         }
-        // A stop ends a sample in flight: the streams are done, and across a long path the
-        // load's commit would otherwise wait for the sample's round trip.
-        let sampled = tokio::select! {
-            _ = stop.notified() => return,
-            sampled = sample_reporting(&client, &mut asked, &pids, &state, &*warn) => sampled,
-        };
+        let sampled = sample_reporting(&client, &mut asked, &pids, &state, &*warn).await;
         let waiting = match sampled {
             Ok(w) => w,
             Err(_) if client.is_closed() => {
@@ -343,7 +342,12 @@ async fn watch(
                 }
                 continue;
             }
-            Err(_) => continue,
+            Err(_) => {
+                // Prepared again next time: a statement the session lost (a pooler's DISCARD
+                // ALL, say) would fail every sample after.
+                asked = None;
+                continue;
+            }
         };
         let mut now_seen = Vec::new();
         let mut now_external = Vec::new();
