@@ -248,7 +248,7 @@ impl Stream {
     /// [`Stream::open`], with the COPY statements ([`copy_sql`]) that `copies` holds when the
     /// session's setup is sent (it may be filled while the connection opens) prepared in the
     /// same round trip: a stream opened ahead of the load then binds its first COPY right
-    /// behind its BEGIN, one round trip where it took three.
+    /// behind its BEGIN, one round trip where it took two.
     pub async fn open_preparing(
         info: &ConnInfo,
         identity: &str,
