@@ -693,15 +693,8 @@ impl Destination for PgDestination {
                     other => DestinationError::new(ErrorKind::Usage, other.to_string()),
                 })?;
                 let info = table_info(&table);
-                // A failed question is asked again when the engine asks.
-                match partitions {
-                    Ok(p) => self.partitions_ahead.insert(info.qualified.clone(), p),
-                    Err(_) => self.partitions_ahead.remove(&info.qualified),
-                };
-                match costs {
-                    Ok(c) => self.costs_ahead.insert(info.qualified.clone(), c),
-                    Err(_) => self.costs_ahead.remove(&info.qualified),
-                };
+                keep_ahead(&mut self.partitions_ahead, &info.qualified, partitions);
+                keep_ahead(&mut self.costs_ahead, &info.qualified, costs);
                 if !self
                     .described
                     .iter()
@@ -995,12 +988,9 @@ impl Destination for PgDestination {
         let names: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
         let ahead = &self.costs_ahead;
         self.on_client(|c| async move {
-            let asked = names.iter().map(|n| async {
-                match ahead.get(n) {
-                    Some(known) => Ok(known.clone()),
-                    None => crate::catalog::table_cost_rows(&c, n).await,
-                }
-            });
+            let asked = names
+                .iter()
+                .map(|n| read_ahead_or(ahead, n, crate::catalog::table_cost_rows(&c, n)));
             let rows = futures_util::future::try_join_all(asked).await;
             Ok(crate::catalog::costs_of(rows.map_err(db_error)?.concat()))
         })
@@ -1358,12 +1348,9 @@ impl Staging for PgDestination {
         let parents: Vec<String> = self.tables.iter().map(|t| t.table.qualified()).collect();
         let ahead = &self.partitions_ahead;
         let all = self.on_client(|c| async move {
-            let asked = parents.iter().map(|p| async {
-                match ahead.get(p) {
-                    Some(known) => Ok(known.clone()),
-                    None => stage::describe_partitions(&c, p).await,
-                }
-            });
+            let asked = parents
+                .iter()
+                .map(|p| read_ahead_or(ahead, p, stage::describe_partitions(&c, p)));
             Ok(futures_util::future::join_all(asked).await)
         })?;
         // Another table's failure is that table's to report, when it is asked about.
@@ -1637,6 +1624,31 @@ async fn record_held(
         held = rest;
     }
     Ok(())
+}
+
+/// Keeps what a table's description read ahead for `name` (its partitions, its costs), or,
+/// where the question failed, forgets it: it is asked again when the engine asks.
+fn keep_ahead<T, E>(
+    ahead: &mut std::collections::HashMap<String, T>,
+    name: &str,
+    read: Result<T, E>,
+) {
+    match read {
+        Ok(known) => ahead.insert(name.to_string(), known),
+        Err(_) => ahead.remove(name),
+    };
+}
+
+/// What was read ahead for `name` ([`keep_ahead`]), else the answer to `ask`, asked now.
+async fn read_ahead_or<T: Clone, E>(
+    ahead: &std::collections::HashMap<String, T>,
+    name: &str,
+    ask: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match ahead.get(name) {
+        Some(known) => Ok(known.clone()),
+        None => ask.await,
+    }
 }
 
 /// A stream's BEGIN, sent and not yet answered ([`PgStream::begin_pending`]).

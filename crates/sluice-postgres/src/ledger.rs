@@ -998,7 +998,20 @@ pub async fn relation_state(
 
 /// Whether relation `name` has a row.
 fn look_sql(name: &str) -> String {
-    format!("SELECT EXISTS (SELECT 1 FROM {name})")
+    format!("SELECT {}", look_of(name))
+}
+
+/// The expression that tells whether relation `name` has a row.
+fn look_of(name: &str) -> String {
+    format!("EXISTS (SELECT 1 FROM {name})")
+}
+
+/// Each name of `names` once, in order.
+fn distinct_names<'a>(names: impl Iterator<Item = &'a String>) -> Vec<&'a String> {
+    let mut distinct: Vec<&String> = names.collect();
+    distinct.sort();
+    distinct.dedup();
+    distinct
 }
 
 /// Runs `look` ([`look_sql`]) in a read-only transaction of its own whose lock waits are
@@ -1068,9 +1081,7 @@ async fn relation_states(
     client: &Client,
     relations: &[String],
 ) -> Result<States, tokio_postgres::Error> {
-    let mut distinct: Vec<&String> = relations.iter().collect();
-    distinct.sort();
-    distinct.dedup();
+    let distinct = distinct_names(relations.iter());
     let states =
         futures_util::future::join_all(distinct.iter().map(|r| relation_state(client, r))).await;
     distinct
@@ -1563,17 +1574,15 @@ pub async fn finish(
 /// relation's state is read by the server in the transaction that records it (its look under
 /// the same bounded lock wait as [`has_rows`]'s, which here bounds the ledger's own statements
 /// too). `false`, with nothing changed and the job's lock still held, where the server refused
-/// (a look the role may not make, a relation gone since, or a lock that kept it from looking:
-/// the two-step way then waits for that lock again): the two-step way then records what it
-/// can tell.
+/// (a look the role may not make, a relation gone since, or a lock that kept it from looking,
+/// which the two-step way then waits for again): the two-step way then records what it can
+/// tell.
 async fn finish_at_once(
     client: &Client,
     job: i64,
     placements: &[Placement],
 ) -> Result<bool, tokio_postgres::Error> {
-    let mut distinct: Vec<&String> = placements.iter().map(|p| &p.relation).collect();
-    distinct.sort();
-    distinct.dedup();
+    let distinct = distinct_names(placements.iter().map(|p| &p.relation));
     if distinct.is_empty() || !distinct.iter().all(|r| quoted_name(r)) {
         return Ok(false);
     }
@@ -1636,7 +1645,7 @@ fn places_read_by_the_server(distinct: &[&String]) -> String {
     let looks: String = distinct
         .iter()
         .enumerate()
-        .map(|(i, r)| format!(" WHEN ${} THEN EXISTS (SELECT 1 FROM {r})", i + 4))
+        .map(|(i, r)| format!(" WHEN ${} THEN {}", i + 4, look_of(r)))
         .collect();
     format!(
         "INSERT INTO sluice_ledger.job_places (job, file, relation, rel_id, generation, has_rows) \
