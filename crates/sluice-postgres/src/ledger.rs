@@ -64,6 +64,9 @@ const EARLIER_STREAMS_WAIT: std::time::Duration = std::time::Duration::from_secs
 const EARLIER_STREAMS_END: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a run waits for a job's lock held by a session busy in a statement.
 const BUSY_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a holder seen busy in a statement may then be idle, and still be waited for as
+/// one that ends with its statement (its session goes a moment after the statement does).
+const ENDING_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The statement a stream of job `job` runs first on its session: its shared lock on the job,
 /// then its transaction.
@@ -1134,10 +1137,14 @@ pub async fn placements(
 /// Takes job `job`'s lock for this session (until it ends), or says who holds it. A holder
 /// running a statement may be a killed sluice's session, which the server ends once that
 /// statement does (a publish, a COMMIT sent just before the kill): it is waited for, up to
-/// [`BUSY_HOLDER_WAIT`]. An idle holder is a live sluice (or one cut off from the server):
+/// [`BUSY_HOLDER_WAIT`]; once its statement is done, for [`ENDING_HOLDER_GRACE`] more, while
+/// its session goes. An idle holder is a live sluice (or one cut off from the server):
 /// refused at once. A holder gone between the two questions is asked again.
 pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
     let start = std::time::Instant::now();
+    // The holder last seen busy, and since when it has been idle.
+    let mut busy_pid: Option<i32> = None;
+    let mut idle_since: Option<std::time::Instant> = None;
     loop {
         let got: bool = client
             .fetch_one(
@@ -1151,7 +1158,19 @@ pub async fn take_lock(client: &Client, job: i64) -> Result<(), LedgerError> {
         }
         let holder = lock_holder(client, job).await?;
         let busy = holder.as_ref().is_none_or(|h| h.active);
-        if !busy || start.elapsed() >= BUSY_HOLDER_WAIT {
+        let ending = match &holder {
+            Some(h) if !h.active && busy_pid == Some(h.pid) => {
+                idle_since
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    < ENDING_HOLDER_GRACE
+            }
+            _ => false,
+        };
+        if let Some(h) = holder.as_ref().filter(|h| h.active) {
+            (busy_pid, idle_since) = (Some(h.pid), None);
+        }
+        if !(busy || ending) || start.elapsed() >= BUSY_HOLDER_WAIT {
             return Err(LedgerError::Refused(held_by(job, holder)));
         }
         let pause = if holder.is_some() { 100 } else { 10 };
