@@ -58,6 +58,13 @@ pub trait Host: Sync {
     fn commit_ends(&self) -> bool {
         false
     }
+
+    /// Whether the host stops at the named [`Event::Point`] (a test that kills or pauses the
+    /// load there). The load then makes sure the point falls where its name says: the commits
+    /// that otherwise go out together go in turn, with `commit` between the first and the rest.
+    fn stops_at(&self, _point: &str) -> bool {
+        false
+    }
 }
 
 /// A host that ignores everything: for callers that only want the result.

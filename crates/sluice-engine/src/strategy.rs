@@ -444,9 +444,9 @@ fn commit_prepared<D: Destination>(
     let _kept = ReadersHeld(dest);
     let ids = prepare_all(dest, streams, prefix)?;
     host.event(Event::Point("prepared"));
-    decide(dest, job, &ids)?;
+    let _held = decide_holding(dest, host, job, &ids)?;
     host.event(Event::Point("decided"));
-    commit_in_turn(dest, host, &ids, |n, e| {
+    commit_decided(dest, host, &ids, |n, e| {
         Failure::server_kind(
             ServerKind::Lost,
             format!(
@@ -460,9 +460,28 @@ fn commit_prepared<D: Destination>(
     })
 }
 
-/// Commits the decided prepared transactions `ids`, readers held back meanwhile: the first
-/// alone, the rest together (one more round trip, and a point between two commits where a
-/// test can look, or kill the load). `failed` words the failure of the id at its index.
+/// Records the decision to commit `ids` ([`decide`]) while the readers' hold starts: neither
+/// waits for the other, so across a long path they take one round trip, not two or three. The
+/// hold queues behind the prepared transactions' locks, which only the commits (or, when the
+/// decision fails, the rollbacks) release; either way it is let go when the returned guard
+/// drops.
+fn decide_holding<'a, D: Destination>(
+    dest: &'a D,
+    host: &dyn Host,
+    job: i64,
+    ids: &[String],
+) -> Result<ReadersHeld<'a, D>, Failure> {
+    std::thread::scope(|scope| {
+        let holding = scope.spawn(|| hold_readers(dest, host, ids, ids.len()));
+        let decided = decide(dest, job, ids);
+        // A hold whose thread panicked holds nothing more than the guard lets go.
+        let held = holding.join().unwrap_or_else(|_| ReadersHeld(dest));
+        decided.map(|()| held)
+    })
+}
+
+/// Commits the decided prepared transactions `ids`, readers held back meanwhile. `failed`
+/// words the failure of the id at its index.
 pub(crate) fn commit_in_turn<D: Destination>(
     dest: &D,
     host: &dyn Host,
@@ -470,12 +489,29 @@ pub(crate) fn commit_in_turn<D: Destination>(
     failed: impl Fn(usize, DestinationError) -> Failure,
 ) -> Result<(), Failure> {
     let _held = hold_readers(dest, host, ids, ids.len());
-    let (first, rest) = ids.split_at(ids.len().min(1));
+    commit_decided(dest, host, ids, failed)
+}
+
+/// Commits the decided prepared transactions `ids`, all sent together: one round trip. Where
+/// the host stops at the point `commit` (a test that kills or pauses the load between two
+/// commits), the first goes alone and the rest after that point.
+fn commit_decided<D: Destination>(
+    dest: &D,
+    host: &dyn Host,
+    ids: &[String],
+    failed: impl Fn(usize, DestinationError) -> Failure,
+) -> Result<(), Failure> {
+    let alone = match host.stops_at("commit") {
+        true => ids.len().min(1),
+        false => ids.len(),
+    };
+    let (first, rest) = ids.split_at(alone);
     dest.finish_all_prepared(first, true)
         .map_err(|(n, e)| failed(n, e))?;
-    if !rest.is_empty() {
-        host.event(Event::Point("commit"));
+    if rest.is_empty() {
+        return Ok(());
     }
+    host.event(Event::Point("commit"));
     dest.finish_all_prepared(rest, true)
         .map_err(|(n, e)| failed(first.len() + n, e))
 }

@@ -78,11 +78,13 @@ fn two_files(inputs: &Inputs, odd: &[(u32, &str)]) -> Vec<String> {
 }
 
 /// A host that keeps what it hears, and stops the "process" (a panic the test catches, which
-/// drops every stream as a kill would) at the named point.
+/// drops every stream as a kill would) at the named point, or only looks there (as a pause
+/// would).
 #[derive(Default)]
 struct Listener {
     heard: Mutex<Vec<String>>,
     stop_at: Option<&'static str>,
+    look_at: Option<&'static str>,
 }
 
 impl Host for Listener {
@@ -92,9 +94,14 @@ impl Host for Listener {
             Event::Notice(m) => format!("notice: {m}"),
             Event::Warning(m) => format!("warning: {m}"),
             Event::Point(p) if Some(p) == self.stop_at => panic!("stopped at {p}"),
+            Event::Point(p) if Some(p) == self.look_at => format!("looked at {p}"),
             _ => return,
         };
         self.heard.lock().unwrap().push(line);
+    }
+
+    fn stops_at(&self, point: &str) -> bool {
+        [self.stop_at, self.look_at].contains(&Some(point))
     }
 }
 
@@ -419,6 +426,30 @@ fn a_decided_prepared_commit_is_finished_by_a_restart_and_by_forget() {
     let store = table();
     let (result, _) = run(&store, &s, 0);
     assert!(matches!(result, Err(Failure::Usage(_))), "{result:?}");
+}
+
+/// The prepared streams commit together, one call (one round trip on a server), unless the
+/// host stops between two commits: then the first commits alone, the point comes, and the rest.
+#[test]
+fn prepared_streams_commit_together_unless_the_host_stops_between_them() {
+    let inputs = Inputs::new("together");
+    let mut s = spec(two_files(&inputs, &[]));
+    s.prepare = PrepareChoice::On;
+    let store = table();
+    run(&store, &s, 8).0.unwrap();
+    assert_eq!(store.lock().commit_batches, [2]);
+    exactly_once(&store, 0, 4000);
+    let store = table();
+    let host = Listener {
+        look_at: Some("commit"),
+        ..Listener::default()
+    };
+    let mut dest = Memory::connect(&store);
+    dest.prepare_slots = 8;
+    sluice_engine::load::load(&s, &mut dest, &host).unwrap();
+    assert!(host.heard("looked at commit"));
+    assert_eq!(store.lock().commit_batches, [1, 1]);
+    exactly_once(&store, 0, 4000);
 }
 
 /// The decision to commit reached the ledger, but its answer was lost: the load reads it back

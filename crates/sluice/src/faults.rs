@@ -20,17 +20,28 @@ static PAUSE_AT: OnceLock<Option<(String, u64)>> = OnceLock::new();
 
 /// Dies here, as `kill -9` would, or sleeps, if the test asked for this point.
 pub fn point(name: &str) {
-    let pause = PAUSE_AT.get_or_init(|| pause_at(&std::env::var("SLUICE_PAUSE_AT").ok()?));
-    if let Some((_, ms)) = pause.as_ref().filter(|(at, _)| at == name) {
+    if let Some((_, ms)) = pause().as_ref().filter(|(at, _)| at == name) {
         std::thread::sleep(std::time::Duration::from_millis(*ms));
     }
-    let at = KILL_AT.get_or_init(|| std::env::var("SLUICE_KILL_AT").ok());
-    if at.as_deref() == Some(name) {
+    if kill_at().as_deref() == Some(name) {
         // SAFETY: sending a signal to our own process.
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
     }
+}
+
+/// Whether a test asked to kill or pause the process at the point `name`.
+pub fn stops_at(name: &str) -> bool {
+    kill_at().as_deref() == Some(name) || pause().as_ref().is_some_and(|(at, _)| at == name)
+}
+
+fn pause() -> &'static Option<(String, u64)> {
+    PAUSE_AT.get_or_init(|| pause_at(&std::env::var("SLUICE_PAUSE_AT").ok()?))
+}
+
+fn kill_at() -> &'static Option<String> {
+    KILL_AT.get_or_init(|| std::env::var("SLUICE_KILL_AT").ok())
 }
 
 /// `point:milliseconds`.

@@ -68,6 +68,10 @@ impl Host for CliHost {
     fn commit_ends(&self) -> bool {
         crate::signals::leave_commit()
     }
+
+    fn stops_at(&self, point: &str) -> bool {
+        crate::faults::stops_at(point)
+    }
 }
 
 /// This machine's name, as `hostname` prints it, for a crew's ledger rows and messages.

@@ -131,6 +131,8 @@ pub struct State {
     staging: BTreeMap<String, StagedTable>,
     /// Stream commits so far.
     commits_seen: usize,
+    /// How many prepared transactions each call committed together, in turn.
+    pub commit_batches: Vec<usize>,
     clock: u64,
 }
 
@@ -721,6 +723,22 @@ impl Destination for Memory {
             if commit {
                 s.apply(p);
             }
+        }
+        Ok(())
+    }
+
+    /// As the default, and keeps how many went together.
+    fn finish_all_prepared(
+        &self,
+        ids: &[String],
+        commit: bool,
+    ) -> Result<(), (usize, DestinationError)> {
+        if commit && !ids.is_empty() {
+            self.store.lock().commit_batches.push(ids.len());
+        }
+        for id in ids {
+            self.finish_prepared(id, commit)
+                .expect("the store's finish never fails");
         }
         Ok(())
     }
