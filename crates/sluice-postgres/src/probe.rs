@@ -244,10 +244,12 @@ async fn one_stream(
     let table = quote_ident(&format!("sluice_probe_{}_{n}", std::process::id()));
     // A table of the session's own schema would be simplest, but the role may not create
     // there; pg_temp is always allowed, and logs and stores like a table. An unlogged or temp
-    // table would flatter the server, so a regular table is tried first.
-    client.batch_execute("BEGIN").await.map_err(server)?;
+    // table would flatter the server, so a regular table is tried first. The transaction
+    // begins in the same round trip: a refused CREATE leaves it open, at the savepoint.
     let created = client
-        .batch_execute(&format!("SAVEPOINT s; CREATE TABLE {table} ({COLUMNS})"))
+        .batch_execute(&format!(
+            "BEGIN; SAVEPOINT s; CREATE TABLE {table} ({COLUMNS})"
+        ))
         .await;
     let relation = match created {
         Ok(()) => table.clone(),
@@ -332,11 +334,14 @@ async fn one_stream(
             .await
             .map_err(server)?;
     }
-    copy.as_mut().finish().await.map_err(server)?;
-    let rate = Rate {
-        spent,
-        ..meter.rate(bytes, rows)
+    // The ROLLBACK goes out behind the COPY's end (the connection sends it after the COPY's
+    // last message): one round trip for both. The rate is taken when the COPY has ended.
+    let ended = async {
+        copy.as_mut().finish().await?;
+        Ok::<_, DbError>(meter.rate(bytes, rows))
     };
-    client.batch_execute("ROLLBACK").await.map_err(server)?;
-    Ok(rate)
+    let (ended, rolled_back) = futures_util::join!(ended, client.batch_execute("ROLLBACK"));
+    let rate = ended.map_err(server)?;
+    rolled_back.map_err(server)?;
+    Ok(Rate { spent, ..rate })
 }

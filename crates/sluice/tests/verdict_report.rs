@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{db, sluice_cmd, stderr, Db};
+use common::{assert_has, db, run_bounded, sluice_cmd, stderr, Db};
 use std::io::Write;
 use std::process::Stdio;
 
@@ -296,6 +296,44 @@ fn the_probe_measures_and_recommends_without_leaving_anything() {
     ] {
         assert!(text.contains(part), "{part}: {text}");
     }
+}
+
+/// A role that may not create tables in its schema (PostgreSQL 15's default for `public`)
+/// still has its path measured: the measurement's table, refused in the transaction's first
+/// round trip, is made a temporary one at the savepoint before it, and nothing stays behind.
+#[test]
+fn the_probe_measures_for_a_role_that_may_not_create_tables() {
+    let d = db("probe_weak");
+    d.psql(&format!(
+        "DROP ROLE IF EXISTS probe_weak; CREATE ROLE probe_weak LOGIN; \
+         GRANT CONNECT ON DATABASE {} TO probe_weak; REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+        d.name
+    ));
+    let url = d.url.replace("sluice@", "probe_weak@");
+    let mut c = sluice_cmd();
+    c.args([
+        "probe",
+        "--upload-only",
+        "--jobs",
+        "1,2",
+        "--seconds",
+        "0.2",
+        "--json",
+        "--target",
+        &url,
+    ]);
+    let out = run_bounded(c, 60);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let streams = p["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 2, "{p}");
+    for s in streams {
+        assert!(s["upload_mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert_has(
+        &d.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'sluice_probe%'"),
+        &["0"],
+    );
 }
 
 #[test]
