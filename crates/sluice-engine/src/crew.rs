@@ -214,7 +214,7 @@ fn commit_decided<D: Ledger>(
     all: &[String],
 ) -> Result<(), Failure> {
     host.event(Event::Point("decided"));
-    crate::strategy::commit_in_turn(dest, host, all, |n, e| {
+    crate::strategy::hold_and_commit(dest, host, all, |n, e| {
         Failure::server_kind(
             ServerKind::Lost,
             format!(

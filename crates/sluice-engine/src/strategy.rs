@@ -290,17 +290,19 @@ pub(crate) fn hold_readers<'a, D: Destination>(
     if commits < 2 {
         return ReadersHeld(dest);
     }
-    match dest.hold_readers(prepared) {
-        Ok(()) => ReadersHeld(dest),
-        Err(e) => {
-            host.event(Event::Warning(format!(
-                "readers of the load's tables could not be held back while its {commits} \
-                 transactions commit ({e}): a reader's query in those milliseconds may see \
-                 some of them committed and not the others"
-            )));
-            ReadersHeld(dest)
-        }
+    if let Err(e) = dest.hold_readers(prepared) {
+        warn_unheld(host, commits, &e);
     }
+    ReadersHeld(dest)
+}
+
+/// Says that readers could not be held back while `commits` transactions commit, and why.
+fn warn_unheld(host: &dyn Host, commits: usize, e: &DestinationError) {
+    host.event(Event::Warning(format!(
+        "readers of the load's tables could not be held back while its {commits} \
+         transactions commit ({e}): a reader's query in those milliseconds may see \
+         some of them committed and not the others"
+    )));
 }
 
 /// Plain COMMITs, one stream after another: a crash between the first and the last leaves some
@@ -446,7 +448,7 @@ fn commit_prepared<D: Destination>(
     host.event(Event::Point("prepared"));
     let _held = decide_holding(dest, host, job, &ids)?;
     host.event(Event::Point("decided"));
-    commit_decided(dest, host, &ids, |n, e| {
+    commit_all_prepared(dest, host, &ids, |n, e| {
         Failure::server_kind(
             ServerKind::Lost,
             format!(
@@ -460,11 +462,11 @@ fn commit_prepared<D: Destination>(
     })
 }
 
-/// Records the decision to commit `ids` ([`decide`]) while the readers' hold starts: neither
-/// waits for the other, so across a long path they take one round trip, not two or three. The
-/// hold queues behind the prepared transactions' locks, which only the commits (or, when the
-/// decision fails, the rollbacks) release; either way it is let go when the returned guard
-/// drops.
+/// Records the decision to commit `ids` ([`decide`]) while the readers' hold starts (on
+/// PostgreSQL neither waits for the other, so across a long path they take one round trip, not
+/// two or three). The hold queues behind the prepared transactions' locks, which only the
+/// commits (or, when the decision fails, the rollbacks) release; either way it is let go when
+/// the returned guard drops. A hold that failed is said only when the commits go ahead.
 fn decide_holding<'a, D: Destination>(
     dest: &'a D,
     host: &dyn Host,
@@ -472,30 +474,41 @@ fn decide_holding<'a, D: Destination>(
     ids: &[String],
 ) -> Result<ReadersHeld<'a, D>, Failure> {
     std::thread::scope(|scope| {
-        let holding = scope.spawn(|| hold_readers(dest, host, ids, ids.len()));
+        let holding = (ids.len() >= 2).then(|| scope.spawn(|| dest.hold_readers(ids)));
         let decided = decide(dest, job, ids);
-        // A hold whose thread panicked holds nothing more than the guard lets go.
-        let held = holding.join().unwrap_or_else(|_| ReadersHeld(dest));
-        decided.map(|()| held)
+        let held = ReadersHeld(dest);
+        let hold = holding.map(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(DestinationError::new(
+                    ErrorKind::Other,
+                    "the hold stopped on a bug in sluice",
+                ))
+            })
+        });
+        decided?;
+        if let Some(Err(e)) = hold {
+            warn_unheld(host, ids.len(), &e);
+        }
+        Ok(held)
     })
 }
 
 /// Commits the decided prepared transactions `ids`, readers held back meanwhile. `failed`
 /// words the failure of the id at its index.
-pub(crate) fn commit_in_turn<D: Destination>(
+pub(crate) fn hold_and_commit<D: Destination>(
     dest: &D,
     host: &dyn Host,
     ids: &[String],
     failed: impl Fn(usize, DestinationError) -> Failure,
 ) -> Result<(), Failure> {
     let _held = hold_readers(dest, host, ids, ids.len());
-    commit_decided(dest, host, ids, failed)
+    commit_all_prepared(dest, host, ids, failed)
 }
 
 /// Commits the decided prepared transactions `ids`, all sent together: one round trip. Where
 /// the host stops at the point `commit` (a test that kills or pauses the load between two
 /// commits), the first goes alone and the rest after that point.
-fn commit_decided<D: Destination>(
+fn commit_all_prepared<D: Destination>(
     dest: &D,
     host: &dyn Host,
     ids: &[String],

@@ -114,10 +114,20 @@ impl Listener {
 /// One "process": a connection to the store, a load, and what it said.
 fn run(store: &Arc<Store>, spec: &LoadSpec, slots: u32) -> (Result<Report, Failure>, Listener) {
     let host = Listener::default();
+    let result = run_with(store, spec, slots, &host);
+    (result, host)
+}
+
+/// The same, heard by `host`.
+fn run_with(
+    store: &Arc<Store>,
+    spec: &LoadSpec,
+    slots: u32,
+    host: &Listener,
+) -> Result<Report, Failure> {
     let mut dest = Memory::connect(store);
     dest.prepare_slots = slots;
-    let result = sluice_engine::load::load(spec, &mut dest, &host);
-    (result, host)
+    sluice_engine::load::load(spec, &mut dest, host)
 }
 
 /// The same, stopped at `point`: whatever it left is what a kill leaves.
@@ -444,12 +454,44 @@ fn prepared_streams_commit_together_unless_the_host_stops_between_them() {
         look_at: Some("commit"),
         ..Listener::default()
     };
-    let mut dest = Memory::connect(&store);
-    dest.prepare_slots = 8;
-    sluice_engine::load::load(&s, &mut dest, &host).unwrap();
+    run_with(&store, &s, 8, &host).unwrap();
     assert!(host.heard("looked at commit"));
     assert_eq!(store.lock().commit_batches, [1, 1]);
     exactly_once(&store, 0, 4000);
+}
+
+/// The second of the commits sent together is lost: the load fails naming that stream, with
+/// the first's rows committed; the same command commits the rest, exactly once.
+#[test]
+fn a_commit_lost_inside_the_batch_is_named_and_completed_by_the_same_load() {
+    let inputs = Inputs::new("batch_lost");
+    let mut s = spec(two_files(&inputs, &[]));
+    s.prepare = PrepareChoice::On;
+    let store = table();
+    store.arm(Faults {
+        fail_prepared_commit: Some(1),
+        ..Faults::default()
+    });
+    match run(&store, &s, 8).0 {
+        Err(Failure::Server(f)) => {
+            assert_eq!(f.kind, ServerKind::Lost, "{}", f.message);
+            assert!(
+                f.message.contains("committing prepared stream 2 of 2"),
+                "{}",
+                f.message
+            );
+        }
+        other => panic!("expected a lost commit, got {other:?}"),
+    }
+    assert_eq!(store.lock().commit_batches, [2]);
+    let first = store.count("t");
+    assert!(first > 0 && first < 4000, "one stream committed: {first}");
+    assert_eq!(store.prepared(), 1);
+    let (result, host) = run(&store, &s, 8);
+    result.unwrap();
+    assert!(host.heard("as it had decided"), "{:?}", host.heard.lock());
+    exactly_once(&store, 0, 4000);
+    assert_eq!(store.prepared(), 0);
 }
 
 /// The decision to commit reached the ledger, but its answer was lost: the load reads it back

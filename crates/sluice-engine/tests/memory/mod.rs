@@ -108,6 +108,9 @@ pub struct Faults {
     pub full_at: Option<String>,
     /// The `n`-th stream commit (0-based, counted over the store's life) loses its connection.
     pub fail_commit: Option<usize>,
+    /// The `n`-th prepared transaction committed (0-based, counted over the store's life) is
+    /// not: its connection is lost, and it stays prepared.
+    pub fail_prepared_commit: Option<usize>,
     /// The commit decision is recorded, but its answer is lost (the connection drops).
     pub decision_answer_lost: bool,
     /// The role may not keep a ledger: opening it is refused.
@@ -133,6 +136,8 @@ pub struct State {
     commits_seen: usize,
     /// How many prepared transactions each call committed together, in turn.
     pub commit_batches: Vec<usize>,
+    /// Prepared transactions committed (or failed to be) so far.
+    prepared_commits_seen: usize,
     clock: u64,
 }
 
@@ -736,11 +741,28 @@ impl Destination for Memory {
         if commit && !ids.is_empty() {
             self.store.lock().commit_batches.push(ids.len());
         }
-        for id in ids {
+        // Every id is tried, whatever an earlier one did; the first error is the answer.
+        let mut first = None;
+        for (n, id) in ids.iter().enumerate() {
+            if commit {
+                let mut s = self.store.lock();
+                let seen = s.prepared_commits_seen;
+                s.prepared_commits_seen += 1;
+                if s.faults.fail_prepared_commit == Some(seen) {
+                    first.get_or_insert((
+                        n,
+                        DestinationError::new(
+                            ErrorKind::Connection,
+                            "the connection was lost before COMMIT PREPARED",
+                        ),
+                    ));
+                    continue;
+                }
+            }
             self.finish_prepared(id, commit)
                 .expect("the store's finish never fails");
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     fn prepared(&self, prefix: &str) -> Result<Vec<String>, DestinationError> {
