@@ -462,9 +462,9 @@ fn commit_prepared<D: Destination>(
     })
 }
 
-/// Records the decision to commit `ids` ([`decide`]) while the readers' hold starts (on
-/// PostgreSQL neither waits for the other, so across a long path they take one round trip, not
-/// two or three). The hold queues behind the prepared transactions' locks, which only the
+/// Records the decision to commit `ids` ([`decide`]) while the readers' hold starts (where the
+/// destination lets neither wait for the other, across a long path they take one round trip,
+/// not two or three). The hold queues behind the prepared transactions' locks, which only the
 /// commits (or, when the decision fails, the rollbacks) release; either way it is let go when
 /// the returned guard drops. A hold that failed is said only when the commits go ahead.
 fn decide_holding<'a, D: Destination>(
