@@ -287,13 +287,22 @@ pub(crate) fn hold_readers<'a, D: Destination>(
     prepared: &[String],
     commits: usize,
 ) -> ReadersHeld<'a, D> {
-    if commits < 2 {
-        return ReadersHeld(dest);
-    }
-    if let Err(e) = dest.hold_readers(prepared) {
+    if let Err(e) = try_hold(dest, prepared, commits) {
         warn_unheld(host, commits, &e);
     }
     ReadersHeld(dest)
+}
+
+/// The destination's hold before `commits` transactions commit; one commit needs none.
+fn try_hold<D: Destination>(
+    dest: &D,
+    prepared: &[String],
+    commits: usize,
+) -> Result<(), DestinationError> {
+    match commits < 2 {
+        true => Ok(()),
+        false => dest.hold_readers(prepared),
+    }
 }
 
 /// Says that readers could not be held back while `commits` transactions commit, and why.
@@ -474,19 +483,17 @@ fn decide_holding<'a, D: Destination>(
     ids: &[String],
 ) -> Result<ReadersHeld<'a, D>, Failure> {
     std::thread::scope(|scope| {
-        let holding = (ids.len() >= 2).then(|| scope.spawn(|| dest.hold_readers(ids)));
+        let holding = scope.spawn(|| try_hold(dest, ids, ids.len()));
         let decided = decide(dest, job, ids);
         let held = ReadersHeld(dest);
-        let hold = holding.map(|h| {
-            h.join().unwrap_or_else(|_| {
-                Err(DestinationError::new(
-                    ErrorKind::Other,
-                    "the hold stopped on a bug in sluice",
-                ))
-            })
+        let hold = holding.join().unwrap_or_else(|_| {
+            Err(DestinationError::new(
+                ErrorKind::Other,
+                "the hold stopped on a bug in sluice",
+            ))
         });
         decided?;
-        if let Some(Err(e)) = hold {
+        if let Err(e) = hold {
             warn_unheld(host, ids.len(), &e);
         }
         Ok(held)
