@@ -210,3 +210,95 @@ fn nothing_to_load_is_said_once_on_stderr() {
         stderr(&out)
     );
 }
+
+/// Blocks of `sluice_ledger.job_file_runs`' TOAST table read so far (a job's arrays of paths,
+/// sizes and fingerprints live there once a run names a few hundred files), once every other
+/// session of the database has ended and flushed its statistics.
+fn ledger_toast_blocks(d: &Db) -> u64 {
+    common::wait_until("the load's sessions to end", 30, || {
+        d.psql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .trim()
+            == "0"
+    });
+    d.psql(
+        "SELECT coalesce(toast_blks_read, 0) + coalesce(toast_blks_hit, 0) \
+         FROM pg_statio_all_tables WHERE relid = 'sluice_ledger.job_file_runs'::regclass",
+    )
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+#[test]
+fn a_rerun_reads_the_newest_job_that_loaded_the_files_not_the_whole_history() {
+    // A nightly reload (TRUNCATE, then the same command) must not slow down night after
+    // night: each rerun used to unfold every earlier job's records of the same files.
+    let d = db("rerun_history");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let files: Vec<PathBuf> = (0..400)
+        .map(|i| d.file(&format!("file-with-a-long-name-{i:04}.csv"), &rows(i, 1)))
+        .collect();
+    let rerun = |d: &Db| {
+        d.psql("TRUNCATE t");
+        let (code, err) = load(d, "t", &files, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_has(&err, &["t is empty", "loading its 400 file(s) again"]);
+        assert_eq!(d.count("t"), 400);
+    };
+    assert_eq!(load(&d, "t", &files, &[]).0, 0);
+    rerun(&d);
+    // The third run, with two earlier jobs of these files, against the eighth, with seven.
+    let before = ledger_toast_blocks(&d);
+    rerun(&d);
+    let third = ledger_toast_blocks(&d) - before;
+    for _ in 0..4 {
+        rerun(&d);
+    }
+    let before = ledger_toast_blocks(&d);
+    rerun(&d);
+    let eighth = ledger_toast_blocks(&d) - before;
+    assert!(
+        third > 0,
+        "the runs' arrays are not in TOAST: the test measures nothing"
+    );
+    assert!(
+        eighth <= third,
+        "the eighth run read {eighth} blocks of the ledger's file records, the third {third}"
+    );
+    let jobs = d.psql("SELECT count(*) FROM sluice_ledger.jobs WHERE state = 'finished'");
+    assert_eq!(jobs.trim(), "8");
+}
+
+#[test]
+fn a_file_loaded_as_it_is_now_by_an_older_job_than_the_newest_few_is_still_found() {
+    // The walk through the ledger goes newest first, a few jobs at a time; a file is known by
+    // its content, so a file put back as it was is found in the job that loaded it then.
+    let d = db("rerun_walk");
+    let files = plain(&d);
+    let first = std::fs::read(&files[0]).unwrap();
+    let modified = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
+    assert_eq!(load(&d, "t", &files, &[]).0, 0);
+    // Jobs 2 to 6 each load another version of a.csv (b.csv unchanged, skipped).
+    for job in 2..=6u32 {
+        std::fs::write(&files[0], rows(job * 1000, 500)).unwrap();
+        let (code, err) = load(&d, "t", &files, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_has(&err, &["job 1 loaded"]);
+    }
+    assert_eq!(d.count("t"), 1000 + 5 * 500);
+    // a.csv as job 1 loaded it: same bytes, same modification time.
+    std::fs::write(&files[0], &first).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&files[0])
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    let (code, err) = load(&d, "t", &files, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_has(&err, &["nothing to load", "job 1 loaded"]);
+    assert_eq!(d.count("t"), 1000 + 5 * 500);
+}
