@@ -29,7 +29,23 @@ pub struct FileRecord {
     pub fingerprint: String,
 }
 
+/// What names a file in the ledger: its path, table, size, modification time, fingerprint and
+/// settings (its table's id aside, which [`FileRecord::table_id`] checks apart).
+pub type FileIdentity<'a> = (&'a str, &'a str, i64, i64, &'a str, &'a str);
+
 impl FileRecord {
+    /// What names this file in the ledger.
+    pub fn identity(&self) -> FileIdentity<'_> {
+        (
+            self.path.as_str(),
+            self.table.as_str(),
+            self.size as i64,
+            self.modified_ns,
+            self.fingerprint.as_str(),
+            self.settings.as_str(),
+        )
+    }
+
     /// What differs between the file as recorded (`self`) and as it is now, in words, or
     /// `None` when it is the same file.
     pub fn changes(&self, now: &FileRecord) -> Option<String> {

@@ -18,8 +18,8 @@ use crate::catalog::{quote_ident, split_name, table_identity};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Value};
 use sluice_core::ledger::{
-    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
-    RelationState,
+    ChunkRecord, FileIdentity, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement,
+    PlacementCheck, RelationState,
 };
 
 const CREATE: &[&str] = &[
@@ -235,38 +235,163 @@ pub async fn job_chunks(conn: &mut Conn, job: i64) -> Result<Vec<ChunkRecord>, m
 }
 
 /// For each file, the finished job that most recently loaded that very file.
+///
+/// The newest few finished jobs ([`FIRST_LOOK`]) are asked first, 500 paths at a time: a
+/// nightly reload of the same files (or of a few tables in turn) finds them all there, whatever
+/// the ledger's history. The files they do not have are then looked for in the older jobs that
+/// recorded their paths, newest first, in batches of 2, 4, ... (at most 64) jobs, until every
+/// file has its job. (One question per file made a list of
+/// 5,000 small files wait 5,000 round trips, and each read every earlier job's record of its
+/// path.)
 pub async fn loaded_by(
     conn: &mut Conn,
     files: &[FileRecord],
 ) -> Result<Vec<Option<LoadedBy>>, mysql_async::Error> {
-    let mut out = Vec::with_capacity(files.len());
-    for f in files {
-        let found: Option<(i64, String, i64)> = conn
-            .exec_first(
-                "SELECT j.id, DATE_FORMAT(j.finished, '%Y-%m-%d %H:%i:%s'), f.n \
-                 FROM sluice_ledger_job_files f JOIN sluice_ledger_jobs j \
-                   ON j.id = f.job AND j.state = 'finished' \
-                 WHERE f.path = ? AND f.tbl = ? AND f.size = ? AND f.modified_ns = ? \
-                   AND f.fingerprint = ? AND f.settings = ? \
-                 ORDER BY j.finished DESC, j.id DESC LIMIT 1",
-                (
-                    &f.path,
-                    &f.table,
-                    f.size as i64,
-                    f.modified_ns,
-                    &f.fingerprint,
-                    &f.settings,
+    let finished: Vec<i64> = conn
+        .query(
+            "SELECT id FROM sluice_ledger_jobs WHERE state = 'finished' \
+             ORDER BY finished DESC, id DESC",
+        )
+        .await?;
+    let mut found: Vec<Option<LoadedBy>> = vec![None; files.len()];
+    let (newest, older) = finished.split_at(FIRST_LOOK.min(finished.len()));
+    if newest.is_empty() {
+        return Ok(found);
+    }
+    look_in_jobs(conn, newest, files, &mut found).await?;
+    let older = match found.iter().any(Option::is_none) && !older.is_empty() {
+        true => jobs_recording(conn, &unfound_paths(files, &found), older).await?,
+        false => Vec::new(),
+    };
+    let (mut next, mut batch) = (0, 2);
+    while next < older.len() && found.iter().any(Option::is_none) {
+        let these = &older[next..(next + batch).min(older.len())];
+        look_in_jobs(conn, these, files, &mut found).await?;
+        next += these.len();
+        batch = (batch * 2).min(64);
+    }
+    Ok(found)
+}
+
+/// How many of the newest finished jobs the first look asks. The server passes over the path
+/// index's entries of other jobs without reading their rows, so this costs the rows of these
+/// jobs that name the files, and no more.
+const FIRST_LOOK: usize = 4;
+
+/// The paths of the files that have no job yet, each once.
+fn unfound_paths<'a>(files: &'a [FileRecord], found: &[Option<LoadedBy>]) -> Vec<&'a str> {
+    let mut paths: Vec<&str> = (files.iter().zip(found))
+        .filter(|(_, found)| found.is_none())
+        .map(|(f, _)| f.path.as_str())
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    paths
+}
+
+/// Gives each file without a job yet its newest record in `jobs` (newest first), if any.
+async fn look_in_jobs(
+    conn: &mut Conn,
+    jobs: &[i64],
+    files: &[FileRecord],
+    found: &mut [Option<LoadedBy>],
+) -> Result<(), mysql_async::Error> {
+    let mut rows = Vec::new();
+    for some in unfound_paths(files, found).chunks(LOOKUP_BATCH) {
+        rows.extend(records_in_jobs(conn, jobs, some).await?);
+    }
+    // Newest first: a file's first record here is its newest in these jobs.
+    rows.sort_by_key(|r| jobs.iter().position(|&j| j == r.6));
+    let newest = newest_records(&rows);
+    for (f, slot) in files.iter().zip(found.iter_mut()) {
+        if slot.is_none() {
+            *slot = newest.get(&f.identity()).cloned();
+        }
+    }
+    Ok(())
+}
+
+/// Those of `jobs` (newest first) that recorded any of `paths`.
+async fn jobs_recording(
+    conn: &mut Conn,
+    paths: &[&str],
+    jobs: &[i64],
+) -> Result<Vec<i64>, mysql_async::Error> {
+    let mut recording = std::collections::HashSet::new();
+    for some in paths.chunks(LOOKUP_BATCH) {
+        let found: Vec<i64> = conn
+            .exec(
+                format!(
+                    "SELECT DISTINCT job FROM sluice_ledger_job_files \
+                     FORCE INDEX (job_files_path) WHERE path IN ({})",
+                    vec!["?"; some.len()].join(", ")
                 ),
+                Params::Positional(some.iter().map(|&p| Value::from(p)).collect()),
             )
             .await?;
-        out.push(found.map(|(job, finished, n)| LoadedBy {
-            job,
-            finished,
-            file: n as u32,
-        }));
+        recording.extend(found);
     }
-    Ok(out)
+    Ok(jobs
+        .iter()
+        .copied()
+        .filter(|j| recording.contains(j))
+        .collect())
 }
+
+/// A file's path, table, size, modification time, fingerprint and settings, then the job that
+/// recorded it, when that job finished, and the file's number in it.
+type FileRow = (String, String, i64, i64, String, String, i64, String, i64);
+
+/// The records of `paths` in jobs `jobs`. The path index holds each entry's job (the primary
+/// key's first column), so the server passes over other jobs' entries without reading their
+/// rows.
+async fn records_in_jobs(
+    conn: &mut Conn,
+    jobs: &[i64],
+    paths: &[&str],
+) -> Result<Vec<FileRow>, mysql_async::Error> {
+    let job_marks = vec!["?"; jobs.len()].join(", ");
+    let path_marks = vec!["?"; paths.len()].join(", ");
+    let params = (jobs.iter().map(|&j| Value::from(j)))
+        .chain(paths.iter().map(|&p| Value::from(p)))
+        .collect();
+    conn.exec(
+        format!(
+            "SELECT f.path, f.tbl, f.size, f.modified_ns, f.fingerprint, f.settings, j.id, \
+                DATE_FORMAT(j.finished, '%Y-%m-%d %H:%i:%s'), f.n \
+             FROM sluice_ledger_job_files f FORCE INDEX (job_files_path) \
+             JOIN sluice_ledger_jobs j ON j.id = f.job \
+             WHERE f.job IN ({job_marks}) AND f.path IN ({path_marks})"
+        ),
+        Params::Positional(params),
+    )
+    .await
+}
+
+/// Each identity of `rows` with its first row's job.
+fn newest_records(rows: &[FileRow]) -> std::collections::HashMap<FileIdentity<'_>, LoadedBy> {
+    let mut newest = std::collections::HashMap::new();
+    for r in rows {
+        let id = (
+            r.0.as_str(),
+            r.1.as_str(),
+            r.2,
+            r.3,
+            r.4.as_str(),
+            r.5.as_str(),
+        );
+        newest.entry(id).or_insert_with(|| LoadedBy {
+            job: r.6,
+            finished: r.7.clone(),
+            file: r.8 as u32,
+        });
+    }
+    newest
+}
+
+/// How many paths one question of [`loaded_by`] names, and rows one `INSERT` of [`finish`]
+/// sends.
+const LOOKUP_BATCH: usize = 500;
 
 /// How long the rerun's look into a table waits for another session's lock on it (`LOCK
 /// TABLES ... WRITE`, DDL running or waiting on it): `lock_wait_timeout` is a year by default.
@@ -583,21 +708,30 @@ pub async fn finish(
     let done = async {
         conn.exec_drop("DELETE FROM sluice_ledger_job_places WHERE job = ?", (job,))
             .await?;
-        for p in placements {
-            let Some(Some(state)) = states.get(&p.relation) else {
-                continue;
-            };
+        // Many rows to a statement: one a file made a job of 5,000 small files wait 5,000
+        // round trips at its end.
+        let known: Vec<_> = (placements.iter())
+            .filter_map(|p| Some((p, states.get(&p.relation)?.as_ref()?)))
+            .collect();
+        for batch in known.chunks(LOOKUP_BATCH) {
+            let mut params: Vec<Value> = Vec::with_capacity(batch.len() * 6);
+            for (p, state) in batch {
+                params.extend([
+                    Value::from(job),
+                    Value::from(p.file as i64),
+                    Value::from(p.relation.as_str()),
+                    Value::from(state.id.as_str()),
+                    Value::from(state.generation.as_deref()),
+                    Value::from(state.has_rows),
+                ]);
+            }
             conn.exec_drop(
-                "INSERT IGNORE INTO sluice_ledger_job_places \
-                    (job, file, relation, rel_id, generation, has_rows) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    job,
-                    p.file as i64,
-                    &p.relation,
-                    &state.id,
-                    &state.generation,
-                    state.has_rows,
+                format!(
+                    "INSERT IGNORE INTO sluice_ledger_job_places \
+                        (job, file, relation, rel_id, generation, has_rows) VALUES {}",
+                    vec!["(?, ?, ?, ?, ?, ?)"; batch.len()].join(", ")
                 ),
+                Params::Positional(params),
             )
             .await?;
         }

@@ -35,8 +35,8 @@
 
 use crate::onetrip::{OneTrip, Param};
 use sluice_core::ledger::{
-    ChunkRecord, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement, PlacementCheck,
-    RelationState,
+    ChunkRecord, FileIdentity, FileRecord, Job, JobSpec, JobState, LoadedBy, Placement,
+    PlacementCheck, RelationState,
 };
 use tokio_postgres::Client;
 
@@ -989,22 +989,13 @@ pub(crate) fn first_records<'r, F: std::borrow::Borrow<FileRecord>>(
     files: &[F],
     rows: impl IntoIterator<Item = &'r tokio_postgres::Row>,
 ) -> Vec<Option<&'r tokio_postgres::Row>> {
-    type Identity<'a> = (&'a str, &'a str, i64, i64, &'a str, &'a str);
-    let mut wanted: std::collections::HashMap<Identity, Vec<usize>> = Default::default();
+    let mut wanted: std::collections::HashMap<FileIdentity, Vec<usize>> = Default::default();
     for (i, f) in files.iter().map(std::borrow::Borrow::borrow).enumerate() {
-        let id = (
-            f.path.as_str(),
-            f.table.as_str(),
-            f.size as i64,
-            f.modified_ns,
-            f.fingerprint.as_str(),
-            f.settings.as_str(),
-        );
-        wanted.entry(id).or_default().push(i);
+        wanted.entry(f.identity()).or_default().push(i);
     }
     let mut out = vec![None; files.len()];
     for r in rows {
-        let id: Identity = (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+        let id: FileIdentity = (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
         for &i in wanted.get(&id).into_iter().flatten() {
             out[i].get_or_insert(r);
         }

@@ -250,6 +250,53 @@ fn a_rerun_skips_what_the_ledger_says_is_loaded() {
     assert!(listed.contains("finished"), "{listed}");
 }
 
+/// A list of more files than one ledger question names (500): the rerun finds each file's job,
+/// a file changed since is loaded again alone, and after a TRUNCATE every file loads again.
+#[test]
+fn a_rerun_of_many_files_finds_each_one_and_loads_only_the_changed() {
+    let d = mdb("rerun_many");
+    d.sql("CREATE TABLE t (i int NOT NULL, s varchar(20))");
+    let files: Vec<_> = (0..1200)
+        .map(|i| d.file(&format!("f{i:04}.txt"), format!("{i}\tf{i}\n").as_bytes()))
+        .collect();
+    let pattern = d.dir.join("f*.txt");
+    let args = ["--table", "t", "--format", "text", "--jobs", "2"];
+    let load = || {
+        let mut a = args.to_vec();
+        a.push(pattern.to_str().unwrap());
+        d.load(&a, &[], 120)
+    };
+    assert_ok(&load());
+    assert_eq!(d.count("t"), 1200);
+    let places = d.sql("SELECT COUNT(*) FROM sluice_ledger_job_places WHERE job = 1");
+    assert_eq!(places.trim(), "1200");
+    let again = load();
+    assert_ok(&again);
+    assert_has(
+        &stderr(&again),
+        &["nothing to load", "skipping 1200 file(s) job 1 loaded"],
+    );
+    std::fs::write(&files[700], b"100700\tchanged\n").unwrap();
+    let changed = load();
+    assert_ok(&changed);
+    assert_has(&stderr(&changed), &["skipping 1199 file(s) job 1 loaded"]);
+    assert_eq!(d.count("t"), 1201);
+    assert_eq!(d.count("t WHERE s = 'changed'"), 1);
+    d.sql("TRUNCATE TABLE t");
+    let reload = load();
+    assert_ok(&reload);
+    assert_has(
+        &stderr(&reload),
+        &[
+            "is empty, although job 1 loaded",
+            "loading its 1199 file(s) again",
+            "job 2 loaded",
+            "loading its 1 file(s) again",
+        ],
+    );
+    assert_eq!(d.count("t"), 1200);
+}
+
 /// Two runs of one command started at the same moment record one job: the run held between
 /// its look and its record (`SLUICE_PAUSE_AT=looked`) looks again and finds the other's job,
 /// finished (it loads nothing) or still running (held after its start: it is refused).
