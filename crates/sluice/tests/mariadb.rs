@@ -297,6 +297,54 @@ fn a_rerun_of_many_files_finds_each_one_and_loads_only_the_changed() {
     assert_eq!(d.count("t"), 1200);
 }
 
+/// The walk through the ledger past its first look (the four newest jobs): a file put back as
+/// the first of six jobs loaded it is found in that job, in the older jobs' batches.
+#[test]
+fn a_file_put_back_as_an_old_job_loaded_it_is_found_past_the_newest_jobs() {
+    let d = mdb("rerun_walk");
+    d.sql("CREATE TABLE t (i int NOT NULL, s varchar(20))");
+    let rows = |from: u32| -> Vec<u8> {
+        (from..from + 10)
+            .flat_map(|i| format!("{i}\trow {i}\n").into_bytes())
+            .collect()
+    };
+    let a = d.file("a.txt", &rows(0));
+    let b = d.file("b.txt", &rows(10));
+    let first = std::fs::read(&a).unwrap();
+    let modified = std::fs::metadata(&a).unwrap().modified().unwrap();
+    let args = [
+        "--table",
+        "t",
+        "--format",
+        "text",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ];
+    assert_ok(&d.load(&args, &[], 60));
+    // Jobs 2 to 6 each load another version of a.txt (b.txt unchanged, skipped).
+    for job in 2..=6u32 {
+        std::fs::write(&a, rows(job * 100)).unwrap();
+        let out = d.load(&args, &[], 60);
+        assert_ok(&out);
+        assert_has(&stderr(&out), &["job 1 loaded"]);
+    }
+    assert_eq!(d.count("t"), 20 + 5 * 10);
+    std::fs::write(&a, &first).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    let again = d.load(&args, &[], 60);
+    assert_ok(&again);
+    assert_has(
+        &stderr(&again),
+        &["nothing to load", "skipping 2 file(s) job 1 loaded"],
+    );
+    assert_eq!(d.count("t"), 20 + 5 * 10);
+}
+
 /// Two runs of one command started at the same moment record one job: the run held between
 /// its look and its record (`SLUICE_PAUSE_AT=looked`) looks again and finds the other's job,
 /// finished (it loads nothing) or still running (held after its start: it is refused).

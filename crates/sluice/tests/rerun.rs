@@ -264,8 +264,10 @@ fn a_rerun_reads_the_newest_job_that_loaded_the_files_not_the_whole_history() {
         third > 0,
         "the runs' arrays are not in TOAST: the test measures nothing"
     );
+    // A block or two of slack: each run also writes its job's arrays into the same TOAST
+    // table, and where the previous job's left off moves the count by one.
     assert!(
-        eighth <= third,
+        eighth <= third + 2,
         "the eighth run read {eighth} blocks of the ledger's file records, the third {third}"
     );
     let jobs = d.psql("SELECT count(*) FROM sluice_ledger.jobs WHERE state = 'finished'");
