@@ -240,9 +240,8 @@ pub async fn job_chunks(conn: &mut Conn, job: i64) -> Result<Vec<ChunkRecord>, m
 /// nightly reload of the same files (or of a few tables in turn) finds them all there, whatever
 /// the ledger's history. The files they do not have are then looked for in the older jobs that
 /// recorded their paths, newest first, in batches of 2, 4, ... (at most 64) jobs, until every
-/// file has its job. (One question per file made a list of
-/// 5,000 small files wait 5,000 round trips, and each read every earlier job's record of its
-/// path.)
+/// file has its job. (One question per file made a list of 5,000 small files wait 5,000 round
+/// trips, and each read every earlier job's record of its path.)
 pub async fn loaded_by(
     conn: &mut Conn,
     files: &[FileRecord],
