@@ -916,8 +916,8 @@ pub async fn loaded_by(
             .iter()
             .filter(|r| r.get::<_, Option<&str>>(0).is_some());
         let known = first_records(&pending, matched);
-        let mut slots = found.iter_mut().filter(|f| f.is_none());
-        for (slot, r) in (&mut slots).zip(known) {
+        let slots = found.iter_mut().filter(|f| f.is_none());
+        for (slot, r) in slots.zip(known) {
             *slot = r.map(|r| LoadedBy {
                 job: r.get(6),
                 finished: r.get(7),

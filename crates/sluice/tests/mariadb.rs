@@ -329,13 +329,8 @@ fn a_file_put_back_as_an_old_job_loaded_it_is_found_past_the_newest_jobs() {
         assert_has(&stderr(&out), &["job 1 loaded"]);
     }
     assert_eq!(d.count("t"), 20 + 5 * 10);
-    std::fs::write(&a, &first).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&a)
-        .unwrap()
-        .set_modified(modified)
-        .unwrap();
+    // a.txt as job 1 loaded it: same bytes, same modification time.
+    common::put_back(&a, &first, modified);
     let again = d.load(&args, &[], 60);
     assert_ok(&again);
     assert_has(

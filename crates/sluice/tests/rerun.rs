@@ -292,13 +292,7 @@ fn a_file_loaded_as_it_is_now_by_an_older_job_than_the_newest_few_is_still_found
     }
     assert_eq!(d.count("t"), 1000 + 5 * 500);
     // a.csv as job 1 loaded it: same bytes, same modification time.
-    std::fs::write(&files[0], &first).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&files[0])
-        .unwrap()
-        .set_modified(modified)
-        .unwrap();
+    common::put_back(&files[0], &first, modified);
     let (code, err) = load(&d, "t", &files, &[]);
     assert_eq!(code, 0, "{err}");
     assert_has(&err, &["nothing to load", "job 1 loaded"]);

@@ -561,6 +561,18 @@ pub fn until_two_streams_say(
     panic!("no load of two files ran on two streams (none said {said:?})");
 }
 
+/// Writes `content` back into `path` with modification time `modified`: the file as an
+/// earlier load saw it (the ledger knows a file by its size, time and content).
+pub fn put_back(path: &Path, content: &[u8], modified: std::time::SystemTime) {
+    std::fs::write(path, content).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+}
+
 /// `from..to` as CSV lines `id,row id`.
 pub fn rows(from: u32, to: u32) -> String {
     (from..to).map(|i| format!("{i},row {i}\n")).collect()
