@@ -1062,7 +1062,7 @@ impl DestinationStream for MariaDbStream<'_> {
         let _guard = self.dest.rt.enter();
         let load = self
             .stream
-            .load(&relation, &columns)
+            .load(&relation, &columns, self.dest.watched.clone())
             .map_err(|e| self.dest.error(e))?;
         self.load = Some(load);
         Ok(())

@@ -19,15 +19,21 @@
 //! - **The session is sluice's**: `sql_mode` is the server's own minus `NO_BACKSLASH_ESCAPES`
 //!   (so the statement's `ESCAPED BY '\\'` means one backslash), so that the strict-mode
 //!   rules that apply are the server's configured ones.
+//! - **A LOAD only writes**, so the driver notices that the server ended the session (`KILL`,
+//!   a restart) only when a write fails, which can take the kernel minutes. The watch notices
+//!   it in the process list (`watchdog.rs`, [`Vanished`](crate::watchdog::Vanished)); sending
+//!   and finishing give the LOAD up then, as a lost connection.
 
 use crate::catalog::quote_ident;
 use crate::connect::{connect, ConnectError};
 use crate::conninfo::ConnInfo;
+use crate::watchdog::Watched;
 use crate::xa::{self, Xid};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -131,6 +137,10 @@ pub struct Load {
     task: Option<JoinHandle<(Conn, Result<Outcome, ServerError>)>>,
     /// Records sent (lines of the canonical stream).
     pub records: u64,
+    /// Where the watch says that the session has left the server.
+    watched: Arc<Watched>,
+    /// The session's id.
+    id: u32,
 }
 
 /// What a LOAD did, by the server's count.
@@ -195,8 +205,13 @@ impl Stream {
     }
 
     /// Starts `LOAD DATA LOCAL INFILE` into `relation`'s `columns`; the data follows through
-    /// [`Load::send`].
-    pub fn load(&mut self, relation: &str, columns: &[String]) -> Result<Load, ServerError> {
+    /// [`Load::send`]. `watched` says when the session has left the server.
+    pub fn load(
+        &mut self,
+        relation: &str,
+        columns: &[String],
+        watched: Arc<Watched>,
+    ) -> Result<Load, ServerError> {
         let mut conn = self.conn.take().ok_or_else(|| {
             ServerError::client("this stream's connection was given up after a failed LOAD")
         })?;
@@ -210,6 +225,8 @@ impl Stream {
             tx: Some(tx),
             task: Some(task),
             records: 0,
+            watched,
+            id: self.id,
         })
     }
 
@@ -218,10 +235,21 @@ impl Stream {
     /// error (its transaction still open); after a failure of the data or a trapped warning
     /// it is kept too, since the transaction (never committed) can still be rolled back to a
     /// savepoint, and is rolled back whole when the stream is dropped.
+    ///
+    /// When the session has left the server, the LOAD is given up (its connection closed on
+    /// this side) and the error is a lost connection.
     pub async fn finish(&mut self, mut load: Load) -> Result<u64, ServerError> {
         drop(load.tx.take());
-        let task = load.task.take().expect("a LOAD is finished once");
-        let (conn, result) = match task.await {
+        let mut task = load.task.take().expect("a LOAD is finished once");
+        let ended = tokio::select! {
+            biased;
+            ended = &mut task => ended,
+            _ = load.watched.vanished.wait(load.id) => {
+                task.abort();
+                return Err(vanished(load.id));
+            }
+        };
+        let (conn, result) = match ended {
             Ok(r) => r,
             Err(e) => return Err(ServerError::client(format!("the LOAD's task failed: {e}"))),
         };
@@ -364,15 +392,30 @@ fn check_outcome(o: &Outcome, sent: u64) -> Result<u64, ServerError> {
     Ok(o.affected)
 }
 
+/// The error of a LOAD whose session left the server while it ran.
+fn vanished(id: u32) -> ServerError {
+    ServerError {
+        lost: true,
+        ..ServerError::client(format!(
+            "the server ended session {id} in the middle of its LOAD DATA LOCAL: the session \
+             is no longer in the server's process list (a KILL, a restart, or a timeout such \
+             as net_read_timeout ends one so)"
+        ))
+    }
+}
+
 impl Load {
-    /// Sends one buffer of whole records. `Err` means the statement ended early: finish the
-    /// load for the server's reason.
+    /// Sends one buffer of whole records. `Err` means the statement ended early, or its
+    /// session left the server: finish the load for the reason.
     pub async fn send(&mut self, data: Vec<u8>) -> Result<(), ()> {
         self.records += memchr_count(&data);
         let Some(tx) = self.tx.as_ref() else {
             return Err(());
         };
-        tx.send(Ok(Bytes::from(data))).await.map_err(|_| ())
+        tokio::select! {
+            sent = tx.send(Ok(Bytes::from(data))) => sent.map_err(|_| ()),
+            _ = self.watched.vanished.wait(self.id) => Err(()),
+        }
     }
 }
 

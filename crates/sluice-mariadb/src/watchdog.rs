@@ -14,6 +14,13 @@
 //! file` (InnoDB: `inserting`). MariaDB shows no wait events by default (its Performance
 //! Schema is off), so a busy statement is one class: on CPU or in its data files, which it
 //! does not tell apart.
+//!
+//! The samples also notice a stream's session that has left the server (ended by `KILL`, a
+//! restart or one of its timeouts) while the stream still counts on it ([`Vanished`]). A
+//! `LOAD DATA LOCAL` only writes: its driver learns that the server has gone only when a write
+//! fails, and when the server stopped reading with its socket's window shut, the kernel
+//! keeps that write waiting for about two minutes. The watch tells the stream within a
+//! sample, and the stream gives its LOAD up as a lost connection, which the engine retries.
 
 use crate::connect::connect;
 use crate::conninfo::ConnInfo;
@@ -22,7 +29,7 @@ use sluice_core::destination::{Activity, ServerWaits};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// How often the lock waits are read.
 pub const INTERVAL: Duration = Duration::from_millis(200);
@@ -47,6 +54,44 @@ pub struct Watched {
     pub done: Mutex<HashSet<u32>>,
     /// What the streams' sessions were doing, sample by sample.
     pub waits: Mutex<ServerWaits>,
+    /// The streams' sessions that have left the server.
+    pub vanished: Vanished,
+}
+
+/// The sessions of the load's streams that are no longer on the server while their stream
+/// still counts on them. A stream's session is registered once it is connected, so one
+/// missing from the process list has gone (one marked `Killed` may be a `KILL QUERY`, such as
+/// the watch's own, and is not). Only when the server's ids are the driver's: a proxy between
+/// sluice and the server may hand out ids of its own (the watch checks its own with
+/// `CONNECTION_ID()`).
+#[derive(Default)]
+pub struct Vanished {
+    ids: Mutex<HashSet<u32>>,
+    changed: Notify,
+}
+
+impl Vanished {
+    fn mark(&self, id: u32) {
+        lock(&self.ids).insert(id);
+        self.changed.notify_waiters();
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
+        lock(&self.ids).contains(&id)
+    }
+
+    /// Returns once session `id` is gone (at once if it already is).
+    pub async fn wait(&self, id: u32) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.contains(id) {
+                return;
+            }
+            changed.await;
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -78,6 +123,14 @@ impl Watched {
         let mut waits = std::mem::take(&mut *lock(&self.waits));
         waits.finish();
         waits
+    }
+
+    /// Session `id` has left the server: its stream's waits end, if it is still the load's.
+    fn vanish(&self, id: u32) {
+        let ours = lock(&self.streams).contains_key(&id) && !lock(&self.done).contains(&id);
+        if ours {
+            self.vanished.mark(id);
+        }
     }
 
     /// The connections to sample now.
@@ -125,14 +178,18 @@ impl Watch {
             let mut seen: HashMap<u64, u64> = HashMap::new();
             let (started, mut innodb) = (Instant::now(), true);
             let mut locked = LockedSince::default();
+            let ids_are_the_servers = ids_are_the_servers(&mut conn).await;
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(INTERVAL) => {}
                 }
-                if let Some(sessions) = sample(&mut conn, &watched, started, &mut innodb).await {
+                if let Some(sampled) = sample(&mut conn, &watched, started, &mut innodb).await {
+                    if ids_are_the_servers {
+                        sampled.note_vanished(&watched);
+                    }
                     locked
-                        .seen(&sessions, &watched)
+                        .seen(&sampled.sessions, &watched)
                         .into_iter()
                         .for_each(|r| warn(r));
                 }
@@ -232,18 +289,46 @@ const ROW_LOCK: &str = "row lock wait";
 
 type SessionRow = (u64, String, String, String, String);
 
-/// One sample of the streams' sessions into the tally; each session's class and name, `None`
-/// when the sample failed. Without the `PROCESS` privilege InnoDB's transactions are not
-/// readable (`innodb` turns false) and the process list alone is read.
+/// Whether the server knows this connection by the id the driver was given (no proxy in
+/// between that numbers its own connections).
+async fn ids_are_the_servers(conn: &mut mysql_async::Conn) -> bool {
+    let id = conn.id();
+    matches!(
+        conn.query_first::<u64, _>("SELECT CONNECTION_ID()").await,
+        Ok(Some(server)) if server == u64::from(id)
+    )
+}
+
+/// One sample: the sessions asked about, and what each found was doing.
+#[derive(Default)]
+struct Sampled {
+    asked: Vec<u32>,
+    sessions: Vec<(u32, Activity, String)>,
+}
+
+impl Sampled {
+    /// The sessions asked about and not found have vanished.
+    fn note_vanished(&self, watched: &Watched) {
+        for &id in &self.asked {
+            if !self.sessions.iter().any(|(s, _, _)| *s == id) {
+                watched.vanish(id);
+            }
+        }
+    }
+}
+
+/// One sample of the streams' sessions into the tally; `None` when the sample failed.
+/// Without the `PROCESS` privilege InnoDB's transactions are not readable (`innodb` turns
+/// false) and the process list alone is read.
 async fn sample(
     conn: &mut mysql_async::Conn,
     watched: &Watched,
     started: Instant,
     innodb: &mut bool,
-) -> Option<Vec<(u32, Activity, String)>> {
+) -> Option<Sampled> {
     let ids = watched.sampled();
     if ids.is_empty() {
-        return Some(Vec::new());
+        return Some(Sampled::default());
     }
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
     let query = |with_innodb: bool| match with_innodb {
@@ -271,17 +356,20 @@ async fn sample(
     };
     let mut counts = [0u32; Activity::ALL.len()];
     let mut waits = lock(&watched.waits);
-    let mut sessions = Vec::new();
+    let mut sampled = Sampled {
+        asked: ids,
+        ..Sampled::default()
+    };
     for (id, command, state, trx, operation) in rows {
         let (class, name) = activity(&command, &state, &trx, &operation);
         waits.add(class, &name);
         if let Some(i) = Activity::ALL.iter().position(|a| *a == class) {
             counts[i] += 1;
         }
-        sessions.push((id as u32, class, name));
+        sampled.sessions.push((id as u32, class, name));
     }
     waits.series.push((started.elapsed().as_secs_f64(), counts));
-    Some(sessions)
+    Some(sampled)
 }
 
 /// The class of what a session was doing, and its name for it, from the process list's
@@ -368,6 +456,52 @@ mod tests {
         );
         assert!(long_wait(2, 11, ROW_LOCK).contains("innodb_lock_wait_timeout"));
         assert!(long_wait(1, 10, "Waiting for table metadata lock").contains("keeps waiting"));
+    }
+
+    #[test]
+    fn a_loading_session_missing_from_the_sample_has_vanished_and_no_other() {
+        let watched = Watched::default();
+        for (n, id) in [(0, 11), (1, 12), (2, 13)] {
+            watched.register(n, id);
+        }
+        watched.stream_done(2);
+        let sampled = Sampled {
+            asked: vec![11, 12, 13, 14],
+            sessions: vec![(11, Activity::Cpu, "Reading file".into())],
+        };
+        sampled.note_vanished(&watched);
+        // 12 is gone; 13's stream is done and 14 is no stream's: neither is waited on.
+        let gone: Vec<u32> = (11..=14)
+            .filter(|&id| watched.vanished.contains(id))
+            .collect();
+        assert_eq!(gone, [12]);
+    }
+
+    #[test]
+    fn a_wait_on_a_session_ends_when_it_vanishes_and_not_before() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let watched = Arc::new(Watched::default());
+        watched.register(0, 7);
+        rt.block_on(async {
+            let waiting = tokio::spawn({
+                let w = watched.clone();
+                async move { w.vanished.wait(7).await }
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(!waiting.is_finished());
+            watched.vanish(7);
+            tokio::time::timeout(Duration::from_secs(5), waiting)
+                .await
+                .expect("the wait ends once the session has vanished")
+                .unwrap();
+            // Once gone, a new wait (the LOAD's finish) returns at once.
+            tokio::time::timeout(Duration::from_secs(5), watched.vanished.wait(7))
+                .await
+                .unwrap();
+        });
     }
 
     #[test]
