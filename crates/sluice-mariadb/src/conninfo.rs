@@ -32,6 +32,9 @@ pub struct ConnInfo {
     pub ssl_mode: SslMode,
     /// The certificate authority file (PEM) `VERIFY_CA` and `VERIFY_IDENTITY` trust.
     pub ssl_ca: Option<PathBuf>,
+    /// How long the server may answer nothing during a load before its streams are given up
+    /// as lost connections (`answer-timeout=` seconds in the URI; 0 for never).
+    pub answer_timeout: Option<std::time::Duration>,
     /// What the user should know about how the target was found (`MYSQL_PWD` is insecure, an
     /// option file was ignored).
     pub warnings: Vec<String>,
@@ -58,6 +61,10 @@ impl fmt::Display for ConnInfo {
         }
         if let Some(ca) = &self.ssl_ca {
             query.push(format!("ssl-ca={}", ca.display()));
+        }
+        if self.answer_timeout != Some(ANSWER_TIMEOUT) {
+            let secs = self.answer_timeout.map_or(0, |t| t.as_secs());
+            query.push(format!("answer-timeout={secs}"));
         }
         if !query.is_empty() {
             write!(f, "?{}", query.join("&"))?;
@@ -160,6 +167,7 @@ struct Partial {
     socket: Option<String>,
     ssl_mode: Option<SslMode>,
     ssl_ca: Option<PathBuf>,
+    answer_timeout: Option<u64>,
 }
 
 impl Partial {
@@ -173,9 +181,14 @@ impl Partial {
             socket: self.socket.or(other.socket),
             ssl_mode: self.ssl_mode.or(other.ssl_mode),
             ssl_ca: self.ssl_ca.or(other.ssl_ca),
+            answer_timeout: self.answer_timeout.or(other.answer_timeout),
         }
     }
 }
+
+/// How long the server may answer nothing during a load, by default: as long as the
+/// PostgreSQL destination's `tcp_user_timeout` lets unacknowledged data wait.
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Whether a target string names a MariaDB/MySQL server.
 pub fn is_mariadb_target(target: &str) -> bool {
@@ -211,6 +224,11 @@ impl ConnInfo {
             socket: p.socket,
             ssl_mode: p.ssl_mode.unwrap_or_default(),
             ssl_ca: p.ssl_ca,
+            answer_timeout: match p.answer_timeout {
+                Some(0) => None,
+                Some(s) => Some(std::time::Duration::from_secs(s)),
+                None => Some(ANSWER_TIMEOUT),
+            },
             warnings,
         })
     }
@@ -299,10 +317,15 @@ fn parse_uri(target: &str) -> Result<Partial, String> {
                 p.ssl_mode = Some(SslMode::parse(&percent_decode(v)?)?)
             }
             "ssl-ca" | "ssl_ca" => p.ssl_ca = Some(PathBuf::from(percent_decode(v)?)),
+            "answer-timeout" | "answer_timeout" => {
+                p.answer_timeout = Some(v.parse().map_err(|_| {
+                    format!("answer-timeout={v:?} is not a number of seconds (0 for never)")
+                })?)
+            }
             other => {
                 return Err(format!(
-                    "unknown URI parameter {other:?} (sluice knows socket=, ssl-mode= and \
-                     ssl-ca=)"
+                    "unknown URI parameter {other:?} (sluice knows socket=, ssl-mode=, ssl-ca= \
+                     and answer-timeout=)"
                 ))
             }
         }
@@ -500,6 +523,20 @@ mod tests {
                 .unwrap_err()
                 .contains("VERIFY_IDENTITY")
         );
+    }
+
+    #[test]
+    fn answer_timeout_is_two_minutes_unless_the_uri_says_otherwise() {
+        let c = ConnInfo::resolve("mariadb://h/d", &env(&[])).unwrap();
+        assert_eq!(c.answer_timeout, Some(ANSWER_TIMEOUT));
+        assert_eq!(c.to_string(), "mariadb://root@h:3306/d");
+        let c = ConnInfo::resolve("mariadb://h/d?answer-timeout=30", &env(&[])).unwrap();
+        assert_eq!(c.answer_timeout, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(c.to_string(), "mariadb://root@h:3306/d?answer-timeout=30");
+        let c = ConnInfo::resolve("mariadb://h/d?answer-timeout=0", &env(&[])).unwrap();
+        assert_eq!(c.answer_timeout, None);
+        let bad = ConnInfo::resolve("mariadb://h/d?answer-timeout=soon", &env(&[]));
+        assert!(bad.unwrap_err().contains("number of seconds"));
     }
 
     #[test]

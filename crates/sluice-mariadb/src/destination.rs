@@ -935,9 +935,24 @@ impl Ledger for MariaDbDestination {
         state: JobState,
         message: Option<&str>,
     ) -> Result<(), DestinationError> {
+        // A job that did not finish may end here because the server stopped answering: its
+        // record is not waited for past the bound (the next run finds the job interrupted).
+        let bound = match state {
+            JobState::Finished => None,
+            _ => Some(crate::connect::CONNECT_TIMEOUT),
+        };
         self.on_own(|rt, c| {
-            rt.block_on(crate::ledger::end(c, job, state, message))
-                .map_err(|e| self.db_error(e))
+            let ended = crate::ledger::end(c, job, state, message);
+            match bound {
+                None => rt.block_on(ended).map_err(|e| self.db_error(e)),
+                Some(b) => match rt.block_on(async { tokio::time::timeout(b, ended).await }) {
+                    Ok(r) => r.map_err(|e| self.db_error(e)),
+                    Err(_) => Err(DestinationError::new(
+                        ErrorKind::Connection,
+                        format!("the server did not answer within {} s", b.as_secs()),
+                    )),
+                },
+            }
         })
         .inspect(|_| self.released(job))
     }

@@ -27,7 +27,7 @@
 use crate::catalog::quote_ident;
 use crate::connect::{connect, ConnectError};
 use crate::conninfo::ConnInfo;
-use crate::watchdog::Watched;
+use crate::watchdog::{Gone, Watched};
 use crate::xa::{self, Xid};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -244,9 +244,9 @@ impl Stream {
         let ended = tokio::select! {
             biased;
             ended = &mut task => ended,
-            _ = load.watched.vanished.wait(load.id) => {
+            how = load.watched.vanished.wait(load.id) => {
                 task.abort();
-                return Err(vanished(load.id));
+                return Err(vanished(load.id, how));
             }
         };
         let (conn, result) = match ended {
@@ -392,15 +392,23 @@ fn check_outcome(o: &Outcome, sent: u64) -> Result<u64, ServerError> {
     Ok(o.affected)
 }
 
-/// The error of a LOAD whose session left the server while it ran.
-fn vanished(id: u32) -> ServerError {
-    ServerError {
-        lost: true,
-        ..ServerError::client(format!(
+/// The error of a LOAD whose session was found gone while it ran.
+fn vanished(id: u32, how: Gone) -> ServerError {
+    let message = match how {
+        Gone::Left => format!(
             "the server ended session {id} in the middle of its LOAD DATA LOCAL: the session \
              is no longer in the server's process list (a KILL, a restart, or a timeout such \
              as net_read_timeout ends one so)"
-        ))
+        ),
+        Gone::Silent(secs) => format!(
+            "the server has answered nothing for {secs} s during session {id}'s LOAD DATA \
+             LOCAL (stopped, or cut off by the network): the session is given up \
+             (answer-timeout= in the target sets this bound)"
+        ),
+    };
+    ServerError {
+        lost: true,
+        ..ServerError::client(message)
     }
 }
 

@@ -64,30 +64,43 @@ pub struct Watched {
 /// the watch's own, and is not). Only when the server's ids are the driver's: a proxy between
 /// sluice and the server may hand out ids of its own (the watch checks its own with
 /// `CONNECTION_ID()`).
+///
+/// A server that answers nothing for the target's `answer-timeout` has, for the load, lost
+/// every stream's session too ([`Gone::Silent`]).
 #[derive(Default)]
 pub struct Vanished {
-    ids: Mutex<HashSet<u32>>,
+    ids: Mutex<HashMap<u32, Gone>>,
     changed: Notify,
 }
 
+/// How a session was found gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// It is no longer in the server's process list.
+    Left,
+    /// The server has answered nothing for this many seconds.
+    Silent(u64),
+}
+
 impl Vanished {
-    fn mark(&self, id: u32) {
-        lock(&self.ids).insert(id);
+    fn mark(&self, id: u32, how: Gone) {
+        lock(&self.ids).entry(id).or_insert(how);
         self.changed.notify_waiters();
     }
 
-    pub fn contains(&self, id: u32) -> bool {
-        lock(&self.ids).contains(&id)
+    /// How session `id` was found gone, if it was.
+    pub fn get(&self, id: u32) -> Option<Gone> {
+        lock(&self.ids).get(&id).copied()
     }
 
-    /// Returns once session `id` is gone (at once if it already is).
-    pub async fn wait(&self, id: u32) {
+    /// Returns how session `id` was found gone, once it is (at once if it already is).
+    pub async fn wait(&self, id: u32) -> Gone {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.contains(id) {
-                return;
+            if let Some(how) = self.get(id) {
+                return how;
             }
             changed.await;
         }
@@ -125,11 +138,11 @@ impl Watched {
         waits
     }
 
-    /// Session `id` has left the server: its stream's waits end, if it is still the load's.
-    fn vanish(&self, id: u32) {
+    /// Session `id` is gone: its stream's waits end, if it is still the load's.
+    fn vanish(&self, id: u32, how: Gone) {
         let ours = lock(&self.streams).contains_key(&id) && !lock(&self.done).contains(&id);
         if ours {
-            self.vanished.mark(id);
+            self.vanished.mark(id, how);
         }
     }
 
@@ -173,59 +186,51 @@ impl Watch {
     ) -> Result<Watch, crate::connect::ConnectError> {
         let mut conn = connect(info).await?;
         let (stop, mut stopped) = watch::channel(false);
+        let info = info.clone();
         let task = tokio::spawn(async move {
-            // A wait seen twice in a row is a conflict: one seen once may be passing.
-            let mut seen: HashMap<u64, u64> = HashMap::new();
-            let (started, mut innodb) = (Instant::now(), true);
-            let mut locked = LockedSince::default();
-            let ids_are_the_servers = ids_are_the_servers(&mut conn).await;
+            let mut looker = Looker {
+                ids_are_the_servers: ids_are_the_servers(&mut conn).await,
+                watched,
+                warn,
+                seen: HashMap::new(),
+                started: Instant::now(),
+                innodb: true,
+                locked: LockedSince::default(),
+            };
+            let mut silence = Silence::new(info.answer_timeout);
+            let mut conn = Some(conn);
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(INTERVAL) => {}
                 }
-                if let Some(sampled) = sample(&mut conn, &watched, started, &mut innodb).await {
-                    if ids_are_the_servers {
-                        sampled.note_vanished(&watched);
-                    }
-                    locked
-                        .seen(&sampled.sessions, &watched)
-                        .into_iter()
-                        .for_each(|r| warn(r));
-                }
-                let Ok(rows) = conn.query::<WaitRow, _>(LOCK_WAITS).await else {
-                    continue;
+                let answered = match conn.as_mut() {
+                    Some(c) => matches!(
+                        tokio::time::timeout(ANSWER_WITHIN, looker.look(c)).await,
+                        Ok(Ok(()))
+                    ),
+                    None => false,
                 };
-                let mut now = HashMap::new();
-                for (waiter, blocker, index, data) in rows {
-                    let ids = {
-                        let s = lock(&watched.streams);
-                        (
-                            s.get(&(waiter as u32)).copied(),
-                            s.get(&(blocker as u32)).copied(),
-                        )
-                    };
-                    let (Some(w), Some(b)) = ids else { continue };
-                    if w == b {
-                        continue;
-                    }
-                    now.insert(waiter, blocker);
-                    if seen.get(&waiter) != Some(&blocker) {
-                        continue;
-                    }
-                    lock(&watched.conflicts).insert(
-                        w,
-                        Conflict {
-                            blocker: b,
-                            index: index.unwrap_or_default().trim_matches('`').to_string(),
-                            key: data.as_deref().map(key_values).unwrap_or_default(),
-                        },
-                    );
-                    let _ = conn.query_drop(format!("KILL QUERY {waiter}")).await;
+                if answered {
+                    end_former(conn.as_mut(), silence.answered()).await;
+                    continue;
                 }
-                seen = now;
+                silence.tell(&looker);
+                // Its state after a look cut short is unknown: a new connection, if the
+                // server takes one soon enough for the silence to be told on time. A server
+                // that completes a handshake is answering, if slowly.
+                conn = match tokio::time::timeout(ANSWER_WITHIN, connect(&info)).await {
+                    Ok(Ok(c)) => Some(c),
+                    _ => None,
+                };
+                match conn {
+                    Some(_) => end_former(conn.as_mut(), silence.answered()).await,
+                    None => silence.tell(&looker),
+                }
             }
-            let _ = conn.disconnect().await;
+            if let Some(c) = conn {
+                let _ = c.disconnect().await;
+            }
         });
         Ok(Watch { stop, task })
     }
@@ -234,6 +239,165 @@ impl Watch {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
+}
+
+/// How long one look (a sample and the lock waits) may take before the server counts as
+/// silent for it.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long the server may answer nothing before the watch says so.
+const SILENCE_REPORT: Duration = Duration::from_secs(10);
+
+/// The watch's state between looks.
+struct Looker {
+    watched: Arc<Watched>,
+    warn: Arc<dyn Fn(String) + Send + Sync>,
+    ids_are_the_servers: bool,
+    /// A wait seen twice in a row is a conflict: one seen once may be passing.
+    seen: HashMap<u64, u64>,
+    started: Instant,
+    /// Whether InnoDB's transactions are readable (the `PROCESS` privilege).
+    innodb: bool,
+    locked: LockedSince,
+}
+
+impl Looker {
+    /// One look: what the sessions do (and which have left), then the lock waits between
+    /// streams. `Err` when the connection failed.
+    async fn look(&mut self, conn: &mut mysql_async::Conn) -> Result<(), ()> {
+        let watched = self.watched.clone();
+        if let Some(sampled) = sample(conn, &watched, self.started, &mut self.innodb).await? {
+            if self.ids_are_the_servers {
+                sampled.note_vanished(&watched);
+            }
+            for report in self.locked.seen(&sampled.sessions, &watched) {
+                (self.warn)(report);
+            }
+        }
+        let rows = match conn.query::<WaitRow, _>(LOCK_WAITS).await {
+            Ok(rows) => rows,
+            Err(mysql_async::Error::Server(_)) => return Ok(()),
+            Err(_) => return Err(()),
+        };
+        let mut now = HashMap::new();
+        for (waiter, blocker, index, data) in rows {
+            let ids = {
+                let s = lock(&watched.streams);
+                (
+                    s.get(&(waiter as u32)).copied(),
+                    s.get(&(blocker as u32)).copied(),
+                )
+            };
+            let (Some(w), Some(b)) = ids else { continue };
+            if w == b {
+                continue;
+            }
+            now.insert(waiter, blocker);
+            if self.seen.get(&waiter) != Some(&blocker) {
+                continue;
+            }
+            lock(&watched.conflicts).insert(
+                w,
+                Conflict {
+                    blocker: b,
+                    index: index.unwrap_or_default().trim_matches('`').to_string(),
+                    key: data.as_deref().map(key_values).unwrap_or_default(),
+                },
+            );
+            let _ = conn.query_drop(format!("KILL QUERY {waiter}")).await;
+        }
+        self.seen = now;
+        Ok(())
+    }
+}
+
+/// Since when the server has answered the watch nothing, and what was done about it. A server
+/// that stops answering (stopped, or cut off by the network with its side of the connections
+/// still up) leaves every stream's write waiting for as long as the kernel keeps the
+/// connection: forever when the server's kernel still acknowledges. After `bound`, the streams
+/// are given up as lost connections, which the engine retries.
+struct Silence {
+    last_answer: Instant,
+    bound: Option<Duration>,
+    reported: bool,
+    /// The sessions given up, once the bound has passed.
+    given_up: Option<Vec<u32>>,
+}
+
+impl Silence {
+    fn new(bound: Option<Duration>) -> Silence {
+        Silence {
+            last_answer: Instant::now(),
+            bound,
+            reported: false,
+            given_up: None,
+        }
+    }
+
+    /// The server answered: the clock starts again. The sessions given up during the
+    /// silence, which can never commit (sluice has closed its side), are returned to be
+    /// ended, so that their locks do not hold up the streams that redo their work.
+    fn answered(&mut self) -> Vec<u32> {
+        let given_up = self.given_up.take().unwrap_or_default();
+        *self = Silence::new(self.bound);
+        given_up
+    }
+
+    /// Warns of the silence so far, and gives the streams up past the bound.
+    fn tell(&mut self, looker: &Looker) {
+        if let Some(report) = self.unanswered(&looker.watched) {
+            (looker.warn)(report);
+        }
+    }
+
+    /// A look went unanswered: what to tell the user, if anything, and the streams given up
+    /// once the bound has passed.
+    fn unanswered(&mut self, watched: &Watched) -> Option<String> {
+        let silent = self.last_answer.elapsed();
+        if let Some(bound) = self
+            .bound
+            .filter(|b| silent >= *b && self.given_up.is_none())
+        {
+            self.reported = true;
+            let ids = watched.sampled();
+            for &id in &ids {
+                watched.vanish(id, Gone::Silent(bound.as_secs()));
+            }
+            self.given_up = Some(ids);
+            return Some(format!(
+                "the server has answered nothing for {} s: sluice gives its streams' \
+                 connections up as lost (retried within --retries); answer-timeout= in the \
+                 target sets this bound ({} s)",
+                silent.as_secs(),
+                bound.as_secs()
+            ));
+        }
+        if silent < SILENCE_REPORT || self.reported {
+            return None;
+        }
+        self.reported = true;
+        let next = match self.bound {
+            Some(b) => format!(
+                "after {} s sluice gives the streams up as lost connections",
+                b.as_secs()
+            ),
+            None => "sluice keeps waiting (answer-timeout=0)".to_string(),
+        };
+        Some(format!(
+            "the server has answered nothing for {} s (stopped, overloaded, or cut off by the \
+             network): {next}",
+            silent.as_secs()
+        ))
+    }
+}
+
+/// Ends the sessions given up while the server was silent (`KILL`; one already gone is an
+/// error to ignore).
+async fn end_former(conn: Option<&mut mysql_async::Conn>, ids: Vec<u32>) {
+    let Some(conn) = conn else { return };
+    for id in ids {
+        let _ = conn.query_drop(format!("KILL {id}")).await;
     }
 }
 
@@ -311,24 +475,24 @@ impl Sampled {
     fn note_vanished(&self, watched: &Watched) {
         for &id in &self.asked {
             if !self.sessions.iter().any(|(s, _, _)| *s == id) {
-                watched.vanish(id);
+                watched.vanish(id, Gone::Left);
             }
         }
     }
 }
 
-/// One sample of the streams' sessions into the tally; `None` when the sample failed.
-/// Without the `PROCESS` privilege InnoDB's transactions are not readable (`innodb` turns
-/// false) and the process list alone is read.
+/// One sample of the streams' sessions into the tally; `None` when the server refused it,
+/// `Err` when the connection failed. Without the `PROCESS` privilege InnoDB's transactions
+/// are not readable (`innodb` turns false) and the process list alone is read.
 async fn sample(
     conn: &mut mysql_async::Conn,
     watched: &Watched,
     started: Instant,
     innodb: &mut bool,
-) -> Option<Sampled> {
+) -> Result<Option<Sampled>, ()> {
     let ids = watched.sampled();
     if ids.is_empty() {
-        return Some(Sampled::default());
+        return Ok(Some(Sampled::default()));
     }
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
     let query = |with_innodb: bool| match with_innodb {
@@ -350,9 +514,10 @@ async fn sample(
         Ok(rows) => rows,
         Err(mysql_async::Error::Server(e)) if e.code == 1227 => {
             *innodb = false;
-            return None;
+            return Ok(None);
         }
-        Err(_) => return None,
+        Err(mysql_async::Error::Server(_)) => return Ok(None),
+        Err(_) => return Err(()),
     };
     let mut counts = [0u32; Activity::ALL.len()];
     let mut waits = lock(&watched.waits);
@@ -369,7 +534,7 @@ async fn sample(
         sampled.sessions.push((id as u32, class, name));
     }
     waits.series.push((started.elapsed().as_secs_f64(), counts));
-    Some(sampled)
+    Ok(Some(sampled))
 }
 
 /// The class of what a session was doing, and its name for it, from the process list's
@@ -472,9 +637,55 @@ mod tests {
         sampled.note_vanished(&watched);
         // 12 is gone; 13's stream is done and 14 is no stream's: neither is waited on.
         let gone: Vec<u32> = (11..=14)
-            .filter(|&id| watched.vanished.contains(id))
+            .filter(|&id| watched.vanished.get(id).is_some())
             .collect();
         assert_eq!(gone, [12]);
+        assert_eq!(watched.vanished.get(12), Some(Gone::Left));
+    }
+
+    /// A silence `secs` long so far, under `bound`.
+    fn silent_for(secs: u64, bound: Option<Duration>) -> Silence {
+        let mut s = Silence::new(bound);
+        s.last_answer = Instant::now() - Duration::from_secs(secs);
+        s
+    }
+
+    #[test]
+    fn a_silent_server_is_reported_then_its_streams_given_up_once() {
+        let watched = Watched::default();
+        watched.register(0, 21);
+        watched.register(1, 22);
+        let bound = Some(Duration::from_secs(120));
+        assert_eq!(silent_for(3, bound).unanswered(&watched), None);
+        let mut s = silent_for(11, bound);
+        let report = s.unanswered(&watched).unwrap();
+        assert!(
+            report.contains("after 120 s sluice gives the streams up"),
+            "{report}"
+        );
+        assert_eq!(s.unanswered(&watched), None, "reported once");
+        assert_eq!(watched.vanished.get(21), None);
+        s.last_answer = Instant::now() - Duration::from_secs(121);
+        let report = s.unanswered(&watched).unwrap();
+        assert!(
+            report.contains("gives its streams' connections up"),
+            "{report}"
+        );
+        assert_eq!(watched.vanished.get(21), Some(Gone::Silent(120)));
+        assert_eq!(watched.vanished.get(22), Some(Gone::Silent(120)));
+        assert_eq!(s.unanswered(&watched), None, "given up once");
+        // An answer starts the clock again, and names the sessions given up, to be ended;
+        // answer-timeout=0 never gives up.
+        let mut given_up = s.answered();
+        given_up.sort();
+        assert_eq!(given_up, [21, 22]);
+        assert_eq!(s.unanswered(&watched), None);
+        let mut never = silent_for(100_000, None);
+        assert!(never
+            .unanswered(&watched)
+            .unwrap()
+            .contains("keeps waiting"));
+        assert_eq!(never.unanswered(&watched), None);
     }
 
     #[test]
@@ -492,7 +703,7 @@ mod tests {
             });
             tokio::time::sleep(Duration::from_millis(20)).await;
             assert!(!waiting.is_finished());
-            watched.vanish(7);
+            watched.vanish(7, Gone::Left);
             tokio::time::timeout(Duration::from_secs(5), waiting)
                 .await
                 .expect("the wait ends once the session has vanished")

@@ -53,8 +53,9 @@ pub struct LoadArgs {
     /// Connection: a URI (postgresql://user@host:5432/db) or key=value string; libpq's PG*
     /// variables and ~/.pgpass fill the gaps. Without it, sluice's private cluster is used.
     /// mariadb://user@host:3306/db (or mysql://) loads into MariaDB, with ~/.my.cnf's [client]
-    /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps; not on MariaDB yet:
-    /// --workers.
+    /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps (URI parameters: socket=,
+    /// ssl-mode=, ssl-ca=, answer-timeout= seconds a silent server is waited on, 120 by
+    /// default); not on MariaDB yet: --workers.
     #[arg(long, short = 't', value_name = "URL")]
     pub target: Option<String>,
 

@@ -1,0 +1,168 @@
+//! A MariaDB server that stops answering in the middle of a load: its process stopped with
+//! SIGSTOP, so its kernel still takes the connections and acknowledges what fits in their
+//! buffers, and no write or read of sluice's ever fails. The load must not wait forever: the
+//! watch gives the streams up once the server has answered nothing for the target's
+//! `answer-timeout=`; the retries find no server, the load fails (exit 5) with nothing
+//! committed, and the same command loads every row once when the server is back. A server
+//! that comes back while the retries wait is ridden out: the sessions given up are ended, and
+//! the load finishes with every row once.
+//!
+//! A binary of its own: it stops its server, which would hold up any other test sharing it
+//! (and its two tests take turns).
+
+mod common;
+
+use common::mariadb::{maria, mdb};
+use common::{sluice_cmd, stderr, wait_until};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The tests stop the one server in turn.
+static TURN: Mutex<()> = Mutex::new(());
+
+/// Sends the server's process `signal`.
+fn signal(pid: &str, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {signal} {pid}");
+}
+
+/// Resumes the stopped server whatever the test's outcome: a stopped server would hold up
+/// the binary's end.
+struct Resume(String);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        signal(&self.0, "-CONT");
+    }
+}
+
+/// Waits for `child`, failing the test (a hang) after `secs` seconds.
+fn wait_bounded(mut child: Child, secs: u64) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the load still ran after {secs} s (a hang):\n{}",
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The server's process id.
+fn server_pid() -> String {
+    let pid_file = maria().cluster.dir.join("mariadb.pid");
+    std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A million rows of `id,v`.
+fn big_file(db: &common::mariadb::MDb) -> std::path::PathBuf {
+    let text: String = (0..ROWS)
+        .map(|i| format!("{i},a value long enough to keep the load busy for a while\n"))
+        .collect();
+    db.file("big.csv", text.as_bytes())
+}
+
+const ROWS: u64 = 1_000_000;
+
+/// `sluice load` of `file` into `t` through `target`, two streams, `retries` retries.
+fn load(target: &str, file: &Path, retries: &str) -> Command {
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", target, "--table", "t", "--jobs", "2",
+    ])
+    .args(["--retries", retries])
+    .arg(file)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
+}
+
+/// Waits until a `LOAD DATA` of `db` runs, then stops the server.
+fn stop_the_server_mid_load(db: &common::mariadb::MDb) -> Resume {
+    wait_until("a LOAD DATA under way", 120, || {
+        let loading = db.sql(&format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = '{}' AND INFO LIKE 'LOAD DATA%'",
+            db.name
+        ));
+        loading.trim() != "0"
+    });
+    let pid = server_pid();
+    let stopped = Resume(pid.clone());
+    signal(&pid, "-STOP");
+    stopped
+}
+
+#[test]
+fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let db = mdb("silent");
+    db.sql("CREATE TABLE t (id int, v varchar(80))");
+    let f = big_file(&db);
+    let target = format!("{}?answer-timeout=10", db.url);
+    let child = load(&target, &f, "1").spawn().unwrap();
+    let stopped = stop_the_server_mid_load(&db);
+    // The bound (10 s) and a look cut short (5 s), one retry's connection attempt (15 s) and
+    // the failed job's record (15 s at most): well inside this test's bound.
+    let out = wait_bounded(child, 150);
+    drop(stopped);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    common::assert_has(
+        &err,
+        &[
+            "the server has answered nothing for",
+            "answer-timeout= in the target sets this bound (10 s)",
+            "lost its connection",
+            "nothing was committed",
+        ],
+    );
+    assert_eq!(db.count("t"), 0);
+
+    let again = wait_bounded(load(&target, &f, "1").spawn().unwrap(), 120);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(db.count("t"), ROWS);
+    assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+}
+
+/// The server comes back while the retries wait: the load finishes, every row once (the
+/// sessions given up are ended when the server answers again).
+#[test]
+fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let db = mdb("silent_while");
+    db.sql("CREATE TABLE t (id int, v varchar(80))");
+    let f = big_file(&db);
+    let target = format!("{}?answer-timeout=5", db.url);
+    let child = load(&target, &f, "5").spawn().unwrap();
+    let stopped = stop_the_server_mid_load(&db);
+    // Past the bound and a look cut short, so that the streams are given up.
+    std::thread::sleep(Duration::from_secs(14));
+    drop(stopped);
+    let out = wait_bounded(child, 240);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    common::assert_has(
+        &err,
+        &[
+            "the server has answered nothing for",
+            "lost its connection",
+            "retry 1 of 5",
+        ],
+    );
+    assert_eq!(db.count("t"), ROWS);
+    assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+}
