@@ -936,10 +936,10 @@ impl Ledger for MariaDbDestination {
         message: Option<&str>,
     ) -> Result<(), DestinationError> {
         // A job that did not finish may end here because the server stopped answering: its
-        // record is not waited for past the bound (the next run finds the job interrupted).
+        // record is not waited for past the bound (the next run resumes the job either way).
         let bound = match state {
             JobState::Finished => None,
-            _ => Some(crate::connect::CONNECT_TIMEOUT),
+            _ => Some(RECORD_WITHIN),
         };
         self.on_own(|rt, c| {
             let ended = crate::ledger::end(c, job, state, message);
@@ -949,7 +949,11 @@ impl Ledger for MariaDbDestination {
                     Ok(r) => r.map_err(|e| self.db_error(e)),
                     Err(_) => Err(DestinationError::new(
                         ErrorKind::Connection,
-                        format!("the server did not answer within {} s", b.as_secs()),
+                        format!(
+                            "the server did not answer within {} s; check that it runs and \
+                             answers (mariadb -e 'SELECT 1')",
+                            b.as_secs()
+                        ),
                     )),
                 },
             }
@@ -1020,6 +1024,9 @@ impl Drop for MariaDbStream<'_> {
         self.dest.watched.unregister(self.stream.id);
     }
 }
+
+/// How long the record of a job that did not finish is waited for.
+const RECORD_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Chunk records a stream holds before it inserts them anyway.
 const LEDGER_BATCH: usize = 512;

@@ -245,7 +245,10 @@ impl Stream {
             biased;
             ended = &mut task => ended,
             how = load.watched.vanished.wait(load.id) => {
+                // The task's connection closes on this side; its transaction, never
+                // committed (every LOAD runs inside one), is the server's to roll back.
                 task.abort();
+                load.watched.vanished.abandoned(load.id, how);
                 return Err(vanished(load.id, how));
             }
         };

@@ -71,6 +71,9 @@ pub struct Watched {
 pub struct Vanished {
     ids: Mutex<HashMap<u32, Gone>>,
     changed: Notify,
+    /// The sessions whose LOAD a stream gave up for the server's silence: once the server
+    /// answers again, the watch ends them (they can never commit).
+    abandoned: Mutex<Vec<u32>>,
 }
 
 /// How a session was found gone.
@@ -91,6 +94,23 @@ impl Vanished {
     /// How session `id` was found gone, if it was.
     pub fn get(&self, id: u32) -> Option<Gone> {
         lock(&self.ids).get(&id).copied()
+    }
+
+    /// A stream gave session `id`'s LOAD up (its side of the connection closed).
+    pub fn abandoned(&self, id: u32, how: Gone) {
+        if matches!(how, Gone::Silent(_)) {
+            lock(&self.abandoned).push(id);
+        }
+    }
+
+    fn take_abandoned(&self) -> Vec<u32> {
+        std::mem::take(&mut *lock(&self.abandoned))
+    }
+
+    /// A session id is the load's anew (a server restarted numbers from the start again), or
+    /// no longer: it carries no earlier mark.
+    fn forget(&self, id: u32) {
+        lock(&self.ids).remove(&id);
     }
 
     /// Returns how session `id` was found gone, once it is (at once if it already is).
@@ -114,11 +134,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Watched {
     /// Stream `n` now runs on server connection `id`.
     pub fn register(&self, n: usize, id: u32) {
+        self.vanished.forget(id);
         lock(&self.streams).insert(id, n);
     }
 
     pub fn unregister(&self, id: u32) {
         lock(&self.streams).remove(&id);
+        self.vanished.forget(id);
     }
 
     /// Stream `n` has no more work: its session is no longer sampled.
@@ -189,10 +211,16 @@ impl Watch {
         let info = info.clone();
         let task = tokio::spawn(async move {
             let mut looker = Looker {
-                ids_are_the_servers: ids_are_the_servers(&mut conn).await,
+                ids_are_the_servers: tokio::time::timeout(
+                    ANSWER_WITHIN,
+                    ids_are_the_servers(&mut conn),
+                )
+                .await
+                .unwrap_or(false),
                 watched,
                 warn,
                 seen: HashMap::new(),
+                seen_sessions: HashSet::new(),
                 started: Instant::now(),
                 innodb: true,
                 locked: LockedSince::default(),
@@ -204,28 +232,27 @@ impl Watch {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(INTERVAL) => {}
                 }
-                let answered = match conn.as_mut() {
+                let mut answered = match conn.as_mut() {
                     Some(c) => matches!(
                         tokio::time::timeout(ANSWER_WITHIN, looker.look(c)).await,
                         Ok(Ok(()))
                     ),
                     None => false,
                 };
-                if answered {
-                    end_former(conn.as_mut(), silence.answered()).await;
-                    continue;
+                if !answered {
+                    // Its state after a look cut short is unknown: a new connection, if the
+                    // server takes one soon enough for the silence to be told on time.
+                    let (new, answered_now) = reconnect(&info).await;
+                    conn = new;
+                    answered = answered_now;
                 }
-                silence.tell(&looker);
-                // Its state after a look cut short is unknown: a new connection, if the
-                // server takes one soon enough for the silence to be told on time. A server
-                // that completes a handshake is answering, if slowly.
-                conn = match tokio::time::timeout(ANSWER_WITHIN, connect(&info)).await {
-                    Ok(Ok(c)) => Some(c),
-                    _ => None,
-                };
-                match conn {
-                    Some(_) => end_former(conn.as_mut(), silence.answered()).await,
-                    None => silence.tell(&looker),
+                match (answered, conn.as_mut()) {
+                    (true, Some(c)) => {
+                        silence.answered();
+                        end_former(c, looker.watched.vanished.take_abandoned()).await;
+                    }
+                    (true, None) => silence.answered(),
+                    (false, _) => silence.tell(&looker),
                 }
             }
             if let Some(c) = conn {
@@ -235,10 +262,18 @@ impl Watch {
         Ok(Watch { stop, task })
     }
 
-    /// Ends the watch.
+    /// Ends the watch: at once, or at its next step (a look and a reconnect take at most
+    /// `2 * ANSWER_WITHIN`); past that it is aborted, so that it marks or ends nothing after
+    /// the load.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(2 * ANSWER_WITHIN, self.task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
     }
 }
 
@@ -256,6 +291,8 @@ struct Looker {
     ids_are_the_servers: bool,
     /// A wait seen twice in a row is a conflict: one seen once may be passing.
     seen: HashMap<u64, u64>,
+    /// The streams' sessions found on the server so far.
+    seen_sessions: HashSet<u32>,
     started: Instant,
     /// Whether InnoDB's transactions are readable (the `PROCESS` privilege).
     innodb: bool,
@@ -269,7 +306,7 @@ impl Looker {
         let watched = self.watched.clone();
         if let Some(sampled) = sample(conn, &watched, self.started, &mut self.innodb).await? {
             if self.ids_are_the_servers {
-                sampled.note_vanished(&watched);
+                sampled.note_vanished(&watched, &mut self.seen_sessions);
             }
             for report in self.locked.seen(&sampled.sessions, &watched) {
                 (self.warn)(report);
@@ -312,6 +349,17 @@ impl Looker {
     }
 }
 
+/// A new connection for the watch, and whether the server answered the attempt: a session,
+/// or a refusal of its own (too many connections, a blocked host, a refused port: the server
+/// or its machine speaks), as against no answer within `ANSWER_WITHIN`.
+async fn reconnect(info: &ConnInfo) -> (Option<mysql_async::Conn>, bool) {
+    match tokio::time::timeout(ANSWER_WITHIN, connect(info)).await {
+        Ok(Ok(c)) => (Some(c), true),
+        Ok(Err(crate::connect::ConnectError::Failed { .. })) => (None, true),
+        Ok(Err(crate::connect::ConnectError::Timeout { .. })) | Err(_) => (None, false),
+    }
+}
+
 /// Since when the server has answered the watch nothing, and what was done about it. A server
 /// that stops answering (stopped, or cut off by the network with its side of the connections
 /// still up) leaves every stream's write waiting for as long as the kernel keeps the
@@ -321,8 +369,7 @@ struct Silence {
     last_answer: Instant,
     bound: Option<Duration>,
     reported: bool,
-    /// The sessions given up, once the bound has passed.
-    given_up: Option<Vec<u32>>,
+    given_up: bool,
 }
 
 impl Silence {
@@ -331,17 +378,13 @@ impl Silence {
             last_answer: Instant::now(),
             bound,
             reported: false,
-            given_up: None,
+            given_up: false,
         }
     }
 
-    /// The server answered: the clock starts again. The sessions given up during the
-    /// silence, which can never commit (sluice has closed its side), are returned to be
-    /// ended, so that their locks do not hold up the streams that redo their work.
-    fn answered(&mut self) -> Vec<u32> {
-        let given_up = self.given_up.take().unwrap_or_default();
+    /// The server answered: the clock starts again.
+    fn answered(&mut self) {
         *self = Silence::new(self.bound);
-        given_up
     }
 
     /// Warns of the silence so far, and gives the streams up past the bound.
@@ -355,16 +398,12 @@ impl Silence {
     /// once the bound has passed.
     fn unanswered(&mut self, watched: &Watched) -> Option<String> {
         let silent = self.last_answer.elapsed();
-        if let Some(bound) = self
-            .bound
-            .filter(|b| silent >= *b && self.given_up.is_none())
-        {
+        if let Some(bound) = self.bound.filter(|b| silent >= *b && !self.given_up) {
             self.reported = true;
-            let ids = watched.sampled();
-            for &id in &ids {
+            self.given_up = true;
+            for id in watched.sampled() {
                 watched.vanish(id, Gone::Silent(bound.as_secs()));
             }
-            self.given_up = Some(ids);
             return Some(format!(
                 "the server has answered nothing for {} s: sluice gives its streams' \
                  connections up as lost (retried within --retries); answer-timeout= in the \
@@ -392,10 +431,10 @@ impl Silence {
     }
 }
 
-/// Ends the sessions given up while the server was silent (`KILL`; one already gone is an
-/// error to ignore).
-async fn end_former(conn: Option<&mut mysql_async::Conn>, ids: Vec<u32>) {
-    let Some(conn) = conn else { return };
+/// Ends the sessions whose LOAD was given up while the server was silent (`KILL`; one
+/// already gone is an error to ignore), so that their locks do not hold up the streams that
+/// redo their work. Only those: a session the mark caught in a COMMIT or DDL went on.
+async fn end_former(conn: &mut mysql_async::Conn, ids: Vec<u32>) {
     for id in ids {
         let _ = conn.query_drop(format!("KILL {id}")).await;
     }
@@ -471,10 +510,17 @@ struct Sampled {
 }
 
 impl Sampled {
-    /// The sessions asked about and not found have vanished.
-    fn note_vanished(&self, watched: &Watched) {
-        for &id in &self.asked {
-            if !self.sessions.iter().any(|(s, _, _)| *s == id) {
+    /// The sessions asked about and not found have vanished, where the watch is known to see
+    /// the streams' server: the session was found before (`seen`), or a sibling is found now.
+    /// Where none ever is (a balancer put the watch on another node of a cluster), nothing is
+    /// declared gone.
+    fn note_vanished(&self, watched: &Watched, seen: &mut HashSet<u32>) {
+        let found = |id: &u32| self.sessions.iter().any(|(s, _, _)| s == id);
+        let (present, missing): (Vec<u32>, Vec<u32>) = self.asked.iter().partition(|id| found(id));
+        let siblings_here = !present.is_empty();
+        seen.extend(present);
+        for id in missing {
+            if seen.remove(&id) || siblings_here {
                 watched.vanish(id, Gone::Left);
             }
         }
@@ -634,13 +680,40 @@ mod tests {
             asked: vec![11, 12, 13, 14],
             sessions: vec![(11, Activity::Cpu, "Reading file".into())],
         };
-        sampled.note_vanished(&watched);
+        sampled.note_vanished(&watched, &mut HashSet::new());
         // 12 is gone; 13's stream is done and 14 is no stream's: neither is waited on.
         let gone: Vec<u32> = (11..=14)
             .filter(|&id| watched.vanished.get(id).is_some())
             .collect();
         assert_eq!(gone, [12]);
         assert_eq!(watched.vanished.get(12), Some(Gone::Left));
+    }
+
+    #[test]
+    fn where_no_stream_is_ever_found_none_is_declared_gone() {
+        let watched = Watched::default();
+        watched.register(0, 11);
+        watched.register(1, 12);
+        let mut seen = HashSet::new();
+        let none_found = Sampled {
+            asked: vec![11, 12],
+            sessions: Vec::new(),
+        };
+        // The watch on another node of a cluster: it never finds the streams.
+        none_found.note_vanished(&watched, &mut seen);
+        assert_eq!(watched.vanished.get(11), None);
+        // Once found, a session that goes missing has gone, siblings or not.
+        let found = Sampled {
+            asked: vec![11, 12],
+            sessions: vec![(11, Activity::Cpu, String::new())],
+        };
+        found.note_vanished(&watched, &mut seen);
+        assert_eq!(watched.vanished.get(12), Some(Gone::Left));
+        none_found.note_vanished(&watched, &mut seen);
+        assert_eq!(watched.vanished.get(11), Some(Gone::Left));
+        // A registration anew (a restarted server's numbers) carries no earlier mark.
+        watched.register(0, 11);
+        assert_eq!(watched.vanished.get(11), None);
     }
 
     /// A silence `secs` long so far, under `bound`.
@@ -674,11 +747,12 @@ mod tests {
         assert_eq!(watched.vanished.get(21), Some(Gone::Silent(120)));
         assert_eq!(watched.vanished.get(22), Some(Gone::Silent(120)));
         assert_eq!(s.unanswered(&watched), None, "given up once");
-        // An answer starts the clock again, and names the sessions given up, to be ended;
-        // answer-timeout=0 never gives up.
-        let mut given_up = s.answered();
-        given_up.sort();
-        assert_eq!(given_up, [21, 22]);
+        // A LOAD given up for it is ended once the server answers; an answer starts the clock
+        // again; answer-timeout=0 never gives up.
+        watched.vanished.abandoned(21, Gone::Silent(120));
+        watched.vanished.abandoned(22, Gone::Left);
+        assert_eq!(watched.vanished.take_abandoned(), [21]);
+        s.answered();
         assert_eq!(s.unanswered(&watched), None);
         let mut never = silent_for(100_000, None);
         assert!(never
