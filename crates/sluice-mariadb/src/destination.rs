@@ -101,6 +101,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MariaDbDestination {
+    /// A new stream session starts only once the sessions given up during a silence of the
+    /// server are gone (`watchdog.rs`, [`Vanished`](crate::watchdog::Vanished)): at once when
+    /// there were none, and at most [`FORMERS_WITHIN`].
+    fn wait_for_former_sessions(&self) {
+        let gone = self.rt.block_on(async {
+            tokio::time::timeout(FORMERS_WITHIN, self.watched.vanished.formers_gone()).await
+        });
+        if gone.is_err() {
+            (self.warn)(format!(
+                "sessions this load gave up while the server was silent are still on the \
+                 server after {} s; the streams go on, and may wait on their locks (SHOW \
+                 PROCESSLIST names them)",
+                FORMERS_WITHIN.as_secs()
+            ));
+        }
+    }
+
     /// Connects, and reads the server's version and free connection slots.
     pub fn open(
         info: &ConnInfo,
@@ -502,6 +519,7 @@ impl Destination for MariaDbDestination {
             .rt
             .block_on(Stream::open(&self.info, self.next_branch()?))
             .map_err(|e| self.open_error(e))?;
+        self.wait_for_former_sessions();
         self.watched.register(n, stream.id);
         Ok(MariaDbStream {
             dest: self,
@@ -1024,6 +1042,9 @@ impl Drop for MariaDbStream<'_> {
         self.dest.watched.unregister(self.stream.id);
     }
 }
+
+/// How long a new stream session waits for the sessions given up during a silence to go.
+const FORMERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long the record of a job that did not finish is waited for.
 const RECORD_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);

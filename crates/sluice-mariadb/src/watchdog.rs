@@ -71,9 +71,13 @@ pub struct Watched {
 pub struct Vanished {
     ids: Mutex<HashMap<u32, Gone>>,
     changed: Notify,
-    /// The sessions whose LOAD a stream gave up for the server's silence: once the server
-    /// answers again, the watch ends them (they can never commit).
-    abandoned: Mutex<Vec<u32>>,
+    /// The sessions whose LOAD a stream gave up for the server's silence and that may still
+    /// be on the server: once it answers again, the watch ends them (they can never commit),
+    /// and a stream's new session waits until they are gone (their rows' locks would hold up
+    /// the redo, and their rollback leaves locks on gaps the streams then wait on each other
+    /// for).
+    former: Mutex<HashSet<u32>>,
+    former_gone: Notify,
 }
 
 /// How a session was found gone.
@@ -99,12 +103,31 @@ impl Vanished {
     /// A stream gave session `id`'s LOAD up (its side of the connection closed).
     pub fn abandoned(&self, id: u32, how: Gone) {
         if matches!(how, Gone::Silent(_)) {
-            lock(&self.abandoned).push(id);
+            lock(&self.former).insert(id);
         }
     }
 
-    fn take_abandoned(&self) -> Vec<u32> {
-        std::mem::take(&mut *lock(&self.abandoned))
+    fn former(&self) -> Vec<u32> {
+        lock(&self.former).iter().copied().collect()
+    }
+
+    /// Former session `id` is no longer on the server (or, after a restart, never was).
+    fn former_ended(&self, id: u32) {
+        lock(&self.former).remove(&id);
+        self.former_gone.notify_waiters();
+    }
+
+    /// Returns once no session given up is left on the server (at once if none is).
+    pub async fn formers_gone(&self) {
+        loop {
+            let gone = self.former_gone.notified();
+            tokio::pin!(gone);
+            gone.as_mut().enable();
+            if lock(&self.former).is_empty() {
+                return;
+            }
+            gone.await;
+        }
     }
 
     /// A session id is the load's anew (a server restarted numbers from the start again), or
@@ -221,6 +244,10 @@ impl Watch {
                 warn,
                 seen: HashMap::new(),
                 seen_sessions: HashSet::new(),
+                server_started: tokio::time::timeout(ANSWER_WITHIN, server_started(&mut conn))
+                    .await
+                    .ok()
+                    .flatten(),
                 started: Instant::now(),
                 innodb: true,
                 locked: LockedSince::default(),
@@ -249,7 +276,7 @@ impl Watch {
                 match (answered, conn.as_mut()) {
                     (true, Some(c)) => {
                         silence.answered();
-                        end_former(c, looker.watched.vanished.take_abandoned()).await;
+                        end_former(c, &looker.watched.vanished, looker.server_started).await;
                     }
                     (true, None) => silence.answered(),
                     (false, _) => silence.tell(&looker),
@@ -293,6 +320,8 @@ struct Looker {
     seen: HashMap<u64, u64>,
     /// The streams' sessions found on the server so far.
     seen_sessions: HashSet<u32>,
+    /// When the server started, as the watch began.
+    server_started: Option<i64>,
     started: Instant,
     /// Whether InnoDB's transactions are readable (the `PROCESS` privilege).
     innodb: bool,
@@ -431,13 +460,44 @@ impl Silence {
     }
 }
 
-/// Ends the sessions whose LOAD was given up while the server was silent (`KILL`; one
-/// already gone is an error to ignore), so that their locks do not hold up the streams that
-/// redo their work. Only those: a session the mark caught in a COMMIT or DDL went on.
-async fn end_former(conn: &mut mysql_async::Conn, ids: Vec<u32>) {
-    for id in ids {
-        let _ = conn.query_drop(format!("KILL {id}")).await;
+/// Ends the sessions whose LOAD was given up while the server was silent (`KILL`, look
+/// after look, until the server no longer knows the id), so that their locks do not hold up
+/// the streams that redo their work. Only those: a session the mark caught in a COMMIT or DDL
+/// went on. A server that restarted (`started` differs) took them down, and its ids are
+/// others' now: none is ended.
+async fn end_former(conn: &mut mysql_async::Conn, vanished: &Vanished, started: Option<i64>) {
+    let former = vanished.former();
+    if former.is_empty() {
+        return;
     }
+    let restarted = match (started, server_started(conn).await) {
+        (Some(then), Some(now)) => (now - then).abs() > 2,
+        _ => false,
+    };
+    for id in former {
+        let gone = restarted
+            || matches!(
+                conn.query_drop(format!("KILL {id}")).await,
+                Err(mysql_async::Error::Server(e)) if e.code == UNKNOWN_THREAD
+            );
+        if gone {
+            vanished.former_ended(id);
+        }
+    }
+}
+
+/// MariaDB's "Unknown thread id" (`ER_NO_SUCH_THREAD`).
+const UNKNOWN_THREAD: u16 = 1094;
+
+/// When the server started, in Unix seconds (to a second or so): a restart changes it.
+async fn server_started(conn: &mut mysql_async::Conn) -> Option<i64> {
+    conn.query_first::<i64, _>(
+        "SELECT CAST(UNIX_TIMESTAMP() - VARIABLE_VALUE AS SIGNED) \
+         FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
+    )
+    .await
+    .ok()
+    .flatten()
 }
 
 /// How long a stream waits on a lock another session holds before the watch says so.
@@ -747,11 +807,11 @@ mod tests {
         assert_eq!(watched.vanished.get(21), Some(Gone::Silent(120)));
         assert_eq!(watched.vanished.get(22), Some(Gone::Silent(120)));
         assert_eq!(s.unanswered(&watched), None, "given up once");
-        // A LOAD given up for it is ended once the server answers; an answer starts the clock
-        // again; answer-timeout=0 never gives up.
+        // A LOAD given up for it is a former session to end once the server answers; an
+        // answer starts the clock again; answer-timeout=0 never gives up.
         watched.vanished.abandoned(21, Gone::Silent(120));
         watched.vanished.abandoned(22, Gone::Left);
-        assert_eq!(watched.vanished.take_abandoned(), [21]);
+        assert_eq!(watched.vanished.former(), [21]);
         s.answered();
         assert_eq!(s.unanswered(&watched), None);
         let mut never = silent_for(100_000, None);
@@ -785,6 +845,19 @@ mod tests {
             // Once gone, a new wait (the LOAD's finish) returns at once.
             tokio::time::timeout(Duration::from_secs(5), watched.vanished.wait(7))
                 .await
+                .unwrap();
+            // A session given up for a silence holds new sessions back until it has ended.
+            watched.vanished.abandoned(7, Gone::Silent(120));
+            let held = tokio::spawn({
+                let w = watched.clone();
+                async move { w.vanished.formers_gone().await }
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(!held.is_finished());
+            watched.vanished.former_ended(7);
+            tokio::time::timeout(Duration::from_secs(5), held)
+                .await
+                .expect("new sessions go on once the former one has ended")
                 .unwrap();
         });
     }
