@@ -233,25 +233,7 @@ impl Watch {
         let (stop, mut stopped) = watch::channel(false);
         let info = info.clone();
         let task = tokio::spawn(async move {
-            let mut looker = Looker {
-                ids_are_the_servers: tokio::time::timeout(
-                    ANSWER_WITHIN,
-                    ids_are_the_servers(&mut conn),
-                )
-                .await
-                .unwrap_or(false),
-                watched,
-                warn,
-                seen: HashMap::new(),
-                seen_sessions: HashSet::new(),
-                server_started: tokio::time::timeout(ANSWER_WITHIN, server_started(&mut conn))
-                    .await
-                    .ok()
-                    .flatten(),
-                started: Instant::now(),
-                innodb: true,
-                locked: LockedSince::default(),
-            };
+            let mut looker = Looker::new(&mut conn, watched, warn).await;
             let mut silence = Silence::new(info.answer_timeout);
             let mut conn = Some(conn);
             loop {
@@ -329,6 +311,28 @@ struct Looker {
 }
 
 impl Looker {
+    /// The watch's state, with what its first connection tells of the server (each question
+    /// bounded: a server silent from the start is the loop's to find).
+    async fn new(
+        conn: &mut mysql_async::Conn,
+        watched: Arc<Watched>,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+    ) -> Looker {
+        let ids = tokio::time::timeout(ANSWER_WITHIN, ids_are_the_servers(conn)).await;
+        let started = tokio::time::timeout(ANSWER_WITHIN, server_started(conn)).await;
+        Looker {
+            ids_are_the_servers: ids.unwrap_or(false),
+            server_started: started.ok().flatten(),
+            watched,
+            warn,
+            seen: HashMap::new(),
+            seen_sessions: HashSet::new(),
+            started: Instant::now(),
+            innodb: true,
+            locked: LockedSince::default(),
+        }
+    }
+
     /// One look: what the sessions do (and which have left), then the lock waits between
     /// streams. `Err` when the connection failed.
     async fn look(&mut self, conn: &mut mysql_async::Conn) -> Result<(), ()> {
