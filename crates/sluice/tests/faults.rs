@@ -317,19 +317,6 @@ fn a_stream_cut_off_by_a_partition_does_not_wait_on_its_former_self() {
     assert_eq!(d.psql("SELECT count(DISTINCT id) FROM t").trim(), "3000000");
 }
 
-/// Resumes a backend stopped with SIGSTOP, whatever the test's outcome: a stopped backend
-/// would hold up the test server's shutdown.
-struct Stopped(i32);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        // SAFETY: a signal to a process id; no memory is shared.
-        unsafe {
-            libc::kill(self.0, libc::SIGCONT);
-        }
-    }
-}
-
 /// The watchdog's own session stops answering (its backend frozen with SIGSTOP) while the
 /// load waits on a lock held outside it: once the lock goes, the load finishes and exits 0
 /// with every row, its end not waiting for the watch's unanswered sample.
@@ -373,11 +360,7 @@ fn a_frozen_watchdog_session_does_not_hold_up_the_loads_end() {
     };
     common::wait_until("the watch's first sample", 60, || watch_pid().is_some());
     let pid = watch_pid().unwrap();
-    // SAFETY: a signal to the server's backend process; no memory is shared.
-    unsafe {
-        libc::kill(pid, libc::SIGSTOP);
-    }
-    let _resume = Stopped(pid);
+    let _resume = common::Stopped::stop(pid);
     assert!(
         child.try_wait().unwrap().is_none(),
         "the load ended before its watch was frozen: the test saw nothing"

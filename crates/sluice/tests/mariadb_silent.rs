@@ -13,58 +13,23 @@
 mod common;
 
 use common::mariadb::{maria, mdb};
-use common::{sluice_cmd, stderr, wait_until};
+use common::{finish, sluice_cmd, stderr, wait_until, Stopped};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The tests stop the one server in turn.
 static TURN: Mutex<()> = Mutex::new(());
 
-/// Sends the server's process `signal`.
-fn signal(pid: &str, signal: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([signal, pid])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {signal} {pid}");
-}
-
-/// Resumes the stopped server whatever the test's outcome: a stopped server would hold up
-/// the binary's end.
-struct Resume(String);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        signal(&self.0, "-CONT");
-    }
-}
-
-/// Waits for `child`, failing the test (a hang) after `secs` seconds.
-fn wait_bounded(mut child: Child, secs: u64) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "the load still ran after {secs} s (a hang):\n{}",
-                stderr(&out)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// The server's process id.
-fn server_pid() -> String {
+fn server_pid() -> i32 {
     let pid_file = maria().cluster.dir.join("mariadb.pid");
     std::fs::read_to_string(pid_file)
         .unwrap()
         .trim()
-        .to_string()
+        .parse()
+        .unwrap()
 }
 
 /// A million rows of `id,v`.
@@ -91,7 +56,7 @@ fn load(target: &str, file: &Path, retries: &str) -> Command {
 }
 
 /// Waits until a `LOAD DATA` of `db` runs, then stops the server.
-fn stop_the_server_mid_load(db: &common::mariadb::MDb) -> Resume {
+fn stop_the_server_mid_load(db: &common::mariadb::MDb) -> Stopped {
     wait_until("a LOAD DATA under way", 120, || {
         let loading = db.sql(&format!(
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
@@ -100,10 +65,7 @@ fn stop_the_server_mid_load(db: &common::mariadb::MDb) -> Resume {
         ));
         loading.trim() != "0"
     });
-    let pid = server_pid();
-    let stopped = Resume(pid.clone());
-    signal(&pid, "-STOP");
-    stopped
+    Stopped::stop(server_pid())
 }
 
 #[test]
@@ -117,7 +79,7 @@ fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once()
     let stopped = stop_the_server_mid_load(&db);
     // The bound (10 s) and a look cut short (5 s), one retry's connection attempt (15 s) and
     // the failed job's record (15 s at most): well inside this test's bound.
-    let out = wait_bounded(child, 150);
+    let out = finish(child, 150);
     drop(stopped);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(5), "{err}");
@@ -132,7 +94,7 @@ fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once()
     );
     assert_eq!(db.count("t"), 0);
 
-    let again = wait_bounded(load(&target, &f, "1").spawn().unwrap(), 120);
+    let again = finish(load(&target, &f, "1").spawn().unwrap(), 120);
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(db.count("t"), ROWS);
     assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
@@ -154,7 +116,7 @@ fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
     // Past the bound and a look cut short, so that the streams are given up.
     std::thread::sleep(Duration::from_secs(14));
     drop(stopped);
-    let out = wait_bounded(child, 240);
+    let out = finish(child, 240);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     common::assert_has(

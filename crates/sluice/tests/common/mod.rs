@@ -421,7 +421,6 @@ pub fn test_authority(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
     (params.self_signed(&key).unwrap(), key)
 }
 
-/// Waits for a spawned sluice, failing the test after `secs` seconds (a hang), with what it
 /// Whether a reader's counts (polled every 100 ms, the last after the load ended) saw nothing
 /// of a job of `total` rows, then all of it: a job's commits run while readers are held back,
 /// and a publish switches every staging table in at once, so that no poll sees some of the
@@ -434,6 +433,7 @@ pub fn none_then_all(seen: &[u64], total: u64) -> bool {
     seen[..first_all].iter().all(|&n| n == 0) && seen[first_all..].iter().all(|&n| n == total)
 }
 
+/// Waits for a spawned sluice, failing the test after `secs` seconds (a hang), with what it
 /// printed.
 pub fn finish(mut child: std::process::Child, secs: u64) -> Output {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
@@ -559,6 +559,28 @@ pub fn until_two_streams_say(
         }
     }
     panic!("no load of two files ran on two streams (none said {said:?})");
+}
+
+/// A process stopped with SIGSTOP (a server, or one backend of it) that is resumed when this
+/// is dropped, whatever the test's outcome: a stopped server would hold up the test's end.
+pub struct Stopped(i32);
+
+impl Stopped {
+    pub fn stop(pid: i32) -> Stopped {
+        // SAFETY: a signal to a process id; no memory is shared.
+        let sent = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(sent, 0, "SIGSTOP to {pid}");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(self.0, libc::SIGCONT);
+        }
+    }
 }
 
 /// Writes `content` back into `path` with modification time `modified`: the file as an
