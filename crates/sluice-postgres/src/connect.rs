@@ -255,17 +255,26 @@ pub async fn connect_asking<T>(
                 prepared?;
                 Ok::<_, String>((opened, first))
             };
-            let result = match info.connect_timeout {
-                Some(secs) => tokio::time::timeout(Duration::from_secs(secs), attempt)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(format!(
-                            "timeout expired after {secs} s (connect_timeout): the server did \
-                             not complete the startup"
-                        ))
-                    }),
-                None => attempt.await,
+            let bounded = async {
+                match info.connect_timeout {
+                    Some(secs) => tokio::time::timeout(Duration::from_secs(secs), attempt)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(format!(
+                                "timeout expired after {secs} s (connect_timeout): the server \
+                                 did not complete the startup"
+                            ))
+                        }),
+                    None => attempt.await,
+                }
             };
+            // A load that has given its silent server up gives its new connections up too.
+            let result = info
+                .ends
+                .cut(bounded, || {
+                    Err("the server answers nothing: sluice gave the connection up".to_string())
+                })
+                .await;
             match result {
                 Ok(((client, socket), first)) => {
                     return Ok(Connected {
@@ -305,7 +314,7 @@ async fn open(
         .connect(NoTls)
         .await
         .map_err(|e| startup_error(e, info, h))?;
-    tokio::spawn(conn);
+    tokio::spawn(info.ends.end(conn));
     Ok((client, None))
 }
 
@@ -336,7 +345,7 @@ async fn open_tcp(
             .connect_raw(stream, NoTls)
             .await
             .map_err(|e| startup_error(e, info, h))?;
-        tokio::spawn(conn);
+        tokio::spawn(info.ends.end(conn));
         return Ok((client, socket));
     }
     let mut make = made_tls(info, tls)?;
@@ -349,7 +358,7 @@ async fn open_tcp(
         .connect_raw(stream, connector)
         .await
         .map_err(|e| startup_error(e, info, h))?;
-    tokio::spawn(conn);
+    tokio::spawn(info.ends.end(conn));
     Ok((client, socket))
 }
 

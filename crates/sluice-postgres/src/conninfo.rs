@@ -244,6 +244,9 @@ pub struct ConnInfo {
     pub socket_buffer: Option<usize>,
     /// Warnings met while resolving (an unsafe `.pgpass`), for the caller to print.
     pub warnings: Vec<String>,
+    /// What ends the connections when a load gives its silent server up
+    /// ([`crate::silence`]); nothing, outside a load. Not part of what the target is.
+    pub ends: crate::silence::Ends,
 }
 
 impl fmt::Debug for ConnInfo {
@@ -414,6 +417,7 @@ impl ConnInfo {
             liveness: Liveness::from_params(&params)?,
             socket_buffer: None,
             warnings: Vec::new(),
+            ends: crate::silence::Ends::default(),
         };
         if info.password.is_none() {
             let passfile = params

@@ -18,6 +18,7 @@ use crate::connect::{connect, connect_asking, ConnectError};
 use crate::conninfo::ConnInfo;
 use crate::onetrip::OneTrip;
 use crate::oracle::Oracle;
+use crate::silence::Silence;
 use crate::stage::{self, PublishError, Staged, TablePartitions};
 use crate::stream::{CopyWriter, ServerError, Stream, StreamOpenError};
 use crate::types::binary::{split_lines, split_tuples, HEADER, TRAILER};
@@ -89,6 +90,8 @@ pub struct PgDestination {
     described: Vec<Table>,
     tables: Vec<CopyTarget>,
     watchdog: Mutex<Option<Watchdog>>,
+    /// The load's waits on the server, given up when it answers nothing for too long.
+    silence: Arc<Silence>,
     warn: Arc<dyn Fn(String) + Send + Sync>,
     /// This load's id, carried by its staging tables' names.
     load_id: u32,
@@ -239,10 +242,13 @@ impl PgDestination {
             .thread_name("sluice-net")
             .build()
             .map_err(OpenError::Runtime)?;
+        let silence = Silence::new(silence_bound(target), warn.clone());
+        let mut target = target.clone();
+        target.ends = silence.ends();
         let (info, client, identity, session, free, rtt) = rt.block_on(async {
             // Independent questions, pipelined behind the session's setup: no round trip of
             // their own across a long path, where they would take four.
-            let connected = connect_asking(target, |client: &Client| {
+            let connected = connect_asking(&target, |client: &Client| {
                 Box::pin(async move {
                     tokio::join!(server_identity(client), session(client), free_slots(client))
                 })
@@ -257,6 +263,7 @@ impl PgDestination {
             let rtt = socket.as_ref().and_then(crate::network::kernel_round_trip);
             Ok::<_, OpenError>((info, client, identity, session, free, rtt))
         })?;
+        rt.block_on(async { silence.watch(&info) });
         if session.server_encoding != "UTF8" && session.server_encoding != "SQL_ASCII" {
             return Err(OpenError::Unsupported(format!(
                 "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
@@ -275,6 +282,7 @@ impl PgDestination {
             described: Vec::new(),
             tables: Vec::new(),
             watchdog: Mutex::new(None),
+            silence,
             warn,
             load_id: load_id(),
             partitions: Mutex::new(Vec::new()),
@@ -359,7 +367,7 @@ impl PgDestination {
     /// The median time of `n` round trips (`SELECT 1`) on the load's own connection.
     pub fn round_trip(&self, n: usize) -> Result<std::time::Duration, String> {
         let client = lock(&self.client).clone();
-        self.rt.block_on(async {
+        self.block_on(async {
             let mut times = Vec::with_capacity(n.max(1));
             for _ in 0..n.max(1) {
                 let t = std::time::Instant::now();
@@ -512,12 +520,20 @@ impl PgDestination {
     }
 
     /// Runs `f` on the load's own connection.
+    /// Runs `f` on the load's runtime, counted as a wait on the server: a server that answers
+    /// nothing for too long meanwhile is given up, and `f` ends as a lost connection
+    /// ([`crate::silence`]).
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        let _waiting = self.silence.waiting();
+        self.rt.block_on(f)
+    }
+
     fn on_client<T, F, Fut>(&self, f: F) -> Result<T, DestinationError>
     where
         F: FnOnce(Arc<Client>) -> Fut,
         Fut: std::future::Future<Output = Result<T, DestinationError>>,
     {
-        self.rt.block_on(async {
+        self.block_on(async {
             let c = self.live().await?;
             f(c).await
         })
@@ -529,7 +545,7 @@ impl PgDestination {
         &self,
         task: impl std::future::Future<Output = Result<(), DestinationError>> + Send + 'static,
     ) -> Result<Begun, DestinationError> {
-        match self.rt.block_on(send_now(task)) {
+        match self.block_on(send_now(task)) {
             Ok(result) => result.map(|()| Begun::Settled),
             Err(pending) => Ok(Begun::Pending(pending)),
         }
@@ -542,7 +558,7 @@ impl PgDestination {
             let Begun::Pending(task) = std::mem::replace(&mut *begun, Begun::Settled) else {
                 unreachable!("matched just above")
             };
-            let answer = self.rt.block_on(task).unwrap_or_else(|e| {
+            let answer = self.block_on(task).unwrap_or_else(|e| {
                 Err(DestinationError::new(
                     ErrorKind::Connection,
                     format!("recording the job's files in the ledger: {e}"),
@@ -844,11 +860,11 @@ impl Destination for PgDestination {
             .iter()
             .map(|id| format!("{verb} PREPARED {}", stage::quote_literal(id)))
             .collect();
-        let client = self.rt.block_on(self.live()).map_err(|e| (0, e))?;
+        let client = self.block_on(self.live()).map_err(|e| (0, e))?;
         // Behind the commits, in their round trip: the log position and the settings the
         // load's end asks for next ([`Destination::log_position`]). (Not the tables' states:
         // a look at a table would queue behind the readers' gates, which wait for this.)
-        let (results, after) = self.rt.block_on(async {
+        let (results, after) = self.block_on(async {
             futures_util::join!(
                 futures_util::future::join_all(
                     statements.iter().map(|sql| client.batch_execute(sql)),
@@ -942,7 +958,7 @@ impl Destination for PgDestination {
                 false => Vec::new(),
             },
         };
-        let held = self.rt.block_on(async {
+        let held = self.block_on(async {
             let client = self.live().await?;
             crate::readers::hold(&client, own, &writers, |n| self.gate_sessions(n), version)
                 .await
@@ -960,7 +976,7 @@ impl Destination for PgDestination {
         };
         // A new connection if the load's own was lost (a failed COMMIT PREPARED): a gate
         // still waiting must be cancelled, or it holds readers until its bound.
-        let early = self.rt.block_on(async {
+        let early = self.block_on(async {
             match self.live().await {
                 Ok(client) => gates.release(&client).await,
                 Err(e) => vec![format!("cancelling the readers' gates: {e}")],
@@ -1002,7 +1018,7 @@ impl Destination for PgDestination {
     fn open_stream(&self, n: usize) -> Result<PgStream<'_>, DestinationError> {
         self.streams_opened.store(true, Ordering::Relaxed);
         let ahead = lock(&self.ahead).streams.pop();
-        let opened = self.rt.block_on(async {
+        let opened = self.block_on(async {
             // One opened ahead, if it made it and is still connected (a long wait, for a
             // crew's other workers, may outlast a server's idle timeout); else (it failed, or
             // none was) one now, whose error is the one to report.
@@ -1107,7 +1123,6 @@ impl Destination for PgDestination {
     fn watch(&self, streams: usize) -> Result<(), DestinationError> {
         let ahead = lock(&self.ahead).watch.take();
         let w = self
-            .rt
             .block_on(async {
                 let client = match ahead {
                     Some(pending) => match pending.await {
@@ -1134,13 +1149,12 @@ impl Destination for PgDestination {
         if let Some(read) = lock(&self.settings_read).take() {
             return read;
         }
-        self.rt
-            .block_on(async {
-                // The load's own connection: a new one costs a handshake and a few round trips.
-                let client = self.live().await.ok()?;
-                server_settings(&client).await.ok()
-            })
-            .unwrap_or_default()
+        self.block_on(async {
+            // The load's own connection: a new one costs a handshake and a few round trips.
+            let client = self.live().await.ok()?;
+            server_settings(&client).await.ok()
+        })
+        .unwrap_or_default()
     }
 
     fn stream_done(&self, n: usize) {
@@ -1157,13 +1171,13 @@ impl Destination for PgDestination {
         self.close_ahead();
         let w = lock(&self.watchdog).take();
         match w {
-            Some(w) => self.rt.block_on(w.stop()),
+            Some(w) => self.block_on(w.stop()),
             None => ServerWaits::default(),
         }
     }
 
     fn key_columns(&self, index: &str) -> Option<Vec<String>> {
-        self.rt.block_on(async {
+        self.block_on(async {
             // A side connection: the stream that failed is in an aborted transaction.
             let client = connect(&self.info).await.ok()?;
             index_key(&client, index).await.map(|(_, cols)| cols)
@@ -1386,14 +1400,13 @@ impl Staging for PgDestination {
         let seq = self.stage_seq.fetch_add(1, Ordering::Relaxed);
         lock(&self.staging_streams).insert(stream.n);
         let staging = stage::staging_name(self.load_id, seq);
-        self.rt
-            .block_on(stage::create_staging(
-                stream.session()?.client(),
-                &parent,
-                &detail,
-                &staging,
-            ))
-            .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
+        self.block_on(stage::create_staging(
+            stream.session()?.client(),
+            &parent,
+            &detail,
+            &staging,
+        ))
+        .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))?;
         stream.stage = Some(self.staged(table, detail, staging, true));
         stream.stage_table = Some(table);
         Ok(())
@@ -1429,7 +1442,7 @@ impl Staging for PgDestination {
             }),
             _ => None,
         };
-        let result = self.rt.block_on(async {
+        let result = self.block_on(async {
             if let Some(meta) = &meta {
                 stage::mark(client, &staged.staging, &staged.partition, meta).await?;
             }
@@ -1500,8 +1513,7 @@ impl Staging for PgDestination {
     fn abandon_stage(&self, stream: &mut PgStream<'_>) -> Result<(), DestinationError> {
         stream.stage = None;
         stream.stage_table = None;
-        self.rt
-            .block_on(stream.session()?.client().batch_execute("ROLLBACK; BEGIN"))
+        self.block_on(stream.session()?.client().batch_execute("ROLLBACK; BEGIN"))
             .map_err(|e| self.error(stream.n, ServerError::from_pg(&e)))
     }
 
@@ -1518,7 +1530,6 @@ impl Staging for PgDestination {
     fn switch_in(&self, stream: &mut PgStream<'_>) -> Result<PublishTimes, DestinationError> {
         let staged = lock(&self.staged).clone();
         let times = self
-            .rt
             .block_on(stage::switch_in(
                 stream.session()?.client(),
                 &staged,
@@ -1569,7 +1580,7 @@ impl PgDestination {
         analyzed: &[String],
         parallel: usize,
     ) {
-        let gathered = self.rt.block_on(stage::analyze_parents(
+        let gathered = self.block_on(stage::analyze_parents(
             &self.info,
             parents,
             analyzed,
@@ -1605,6 +1616,15 @@ impl PgDestination {
 }
 
 /// Readying the staging area failed: the role's to fix, or the server's.
+/// How long the server may answer nothing before the load gives it up: the target's
+/// `tcp_user_timeout`, the bound it sets on data the server's kernel never acknowledges, also
+/// bounds a server whose kernel acknowledges while it answers nothing; 0 (the system's) sets
+/// none.
+fn silence_bound(target: &ConnInfo) -> Option<std::time::Duration> {
+    let ms = target.liveness.tcp_user_timeout_ms;
+    (ms > 0).then(|| std::time::Duration::from_millis(ms))
+}
+
 fn prepare_error(e: stage::PrepareError) -> DestinationError {
     match e {
         stage::PrepareError::Db(e) => db_error(e),
@@ -2093,7 +2113,7 @@ impl PgStream<'_> {
     /// Waits for the BEGIN sent as the stream opened ([`PgStream::begin_pending`]), once.
     fn transaction_begun(&mut self) -> Result<(), DestinationError> {
         let pending = self.begin_pending.take();
-        match self.dest.rt.block_on(begin_answer(pending)) {
+        match self.dest.block_on(begin_answer(pending)) {
             Ok(()) => Ok(()),
             Err(_) => self.begin_again(),
         }
@@ -2106,7 +2126,6 @@ impl PgStream<'_> {
         let (dest, n) = (self.dest, self.n);
         let begin = crate::ledger::stream_begin(*lock(&dest.job));
         let fresh = dest
-            .rt
             .block_on(open_begun(dest.info.clone(), dest.identity.clone(), &begin))
             .map_err(|e| dest.open_error(n, e))?;
         if let Some(w) = lock(&dest.watchdog).as_ref() {
@@ -2157,7 +2176,7 @@ impl PgStream<'_> {
         self.transaction_begun()?;
         let held = std::mem::take(&mut self.ledger);
         let (dest, n, stream) = (self.dest, self.n, &self.stream);
-        let (recorded, then) = dest.rt.block_on(async {
+        let (recorded, then) = dest.block_on(async {
             futures_util::join!(record_held(stream.client(), held), then(stream))
         });
         recorded.map_err(|e| dest.error(n, ServerError::from_pg(&e)))?;
@@ -2169,7 +2188,6 @@ impl PgStream<'_> {
         self.transaction_begun()?;
         let held = std::mem::take(&mut self.ledger);
         self.dest
-            .rt
             .block_on(record_held(self.stream.client(), held))
             .map_err(|e| self.dest.error(self.n, ServerError::from_pg(&e)))
     }
@@ -2191,8 +2209,7 @@ impl Drop for PgStream<'_> {
 impl PgStream<'_> {
     fn execute(&mut self, sql: &str) -> Result<(), DestinationError> {
         let (dest, n) = (self.dest, self.n);
-        dest.rt
-            .block_on(self.session()?.execute(sql))
+        dest.block_on(self.session()?.execute(sql))
             .map_err(|e| dest.error(n, e))
     }
 }
@@ -2208,7 +2225,7 @@ impl DestinationStream for PgStream<'_> {
             _ => (t.table.qualified(), false),
         };
         let pending = self.begin_pending.take();
-        let (copy, began) = self.dest.rt.block_on(async {
+        let (copy, began) = self.dest.block_on(async {
             // The bind goes out behind the BEGIN sent as the stream opened: where its COPY
             // was prepared ahead, one round trip answers both.
             let copy = self.stream.copy_in(&relation, &t.columns, t.binary, freeze);
@@ -2223,7 +2240,7 @@ impl DestinationStream for PgStream<'_> {
                 drop(copy);
                 self.begin_again()?;
                 let copying = self.stream.copy_in(&relation, &t.columns, t.binary, freeze);
-                self.dest.rt.block_on(copying)
+                self.dest.block_on(copying)
             }
         };
         let w = copy.map_err(|e| self.dest.error(self.n, e))?;
@@ -2239,11 +2256,11 @@ impl DestinationStream for PgStream<'_> {
                 "no COPY in progress",
             ));
         };
-        if let Err(send_err) = self.dest.rt.block_on(w.send(Bytes::from(data))) {
+        if let Err(send_err) = self.dest.block_on(w.send(Bytes::from(data))) {
             // A failed send usually means the server rejected the COPY: finishing it returns
             // the server's own error, with the record it names.
             let e = match self.writer.take() {
-                Some(w) => self.dest.rt.block_on(w.finish()).err().unwrap_or(send_err),
+                Some(w) => self.dest.block_on(w.finish()).err().unwrap_or(send_err),
                 None => send_err,
             };
             return Err(self.dest.error(self.n, e));
@@ -2258,7 +2275,7 @@ impl DestinationStream for PgStream<'_> {
                 "no COPY in progress",
             ));
         };
-        let finished = self.dest.rt.block_on(w.finish());
+        let finished = self.dest.block_on(w.finish());
         self.count_copy();
         finished.map_err(|e| self.dest.error(self.n, e))
     }
@@ -2290,7 +2307,6 @@ impl DestinationStream for PgStream<'_> {
             // transaction can see.
             if let Some((columns, values)) = self
                 .dest
-                .rt
                 .block_on(self.stream.deferred_conflict_key(&index, &tid))
             {
                 err.key = Some(ErrorKey { columns, values });
@@ -2334,14 +2350,13 @@ impl DestinationStream for PgStream<'_> {
         chunks: &[ChunkRecord],
     ) -> Result<Vec<Claim>, DestinationError> {
         let (dest, n) = (self.dest, self.n);
-        dest.rt
-            .block_on(crate::crew::claim(
-                self.session()?.client(),
-                job,
-                worker,
-                chunks,
-            ))
-            .map_err(|e| dest.error(n, ServerError::from_pg(&e)))
+        dest.block_on(crate::crew::claim(
+            self.session()?.client(),
+            job,
+            worker,
+            chunks,
+        ))
+        .map_err(|e| dest.error(n, ServerError::from_pg(&e)))
     }
 
     fn commit(mut self) -> Result<(), DestinationError> {

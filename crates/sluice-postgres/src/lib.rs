@@ -16,6 +16,7 @@
 //! - [`stream`]: one connection's transaction of COPYs, committed only when the caller says so;
 //! - [`oracle`]: asking the server to convert a value sluice cannot parse itself;
 //! - [`watchdog`]: spotting two streams of one load waiting on each other;
+//! - [`silence`]: a bound on a server that stops answering while the load waits on it;
 //! - [`cluster`]: a private PostgreSQL cluster in a directory, for tests and `sluice demo`.
 
 pub mod admin;
@@ -33,6 +34,7 @@ pub(crate) mod onetrip;
 pub mod oracle;
 pub mod probe;
 pub mod readers;
+pub mod silence;
 pub mod stage;
 pub mod stream;
 pub mod types;

@@ -52,6 +52,8 @@ pub struct LoadArgs {
 
     /// Connection: a URI (postgresql://user@host:5432/db) or key=value string; libpq's PG*
     /// variables and ~/.pgpass fill the gaps. Without it, sluice's private cluster is used.
+    /// A server that answers nothing (stopped, frozen) is given up after tcp_user_timeout
+    /// (milliseconds, 120000 by default; 0 keeps waiting): ?tcp_user_timeout=30000.
     /// mariadb://user@host:3306/db (or mysql://) loads into MariaDB, with ~/.my.cnf's [client]
     /// and MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD filling the gaps (URI parameters: socket=,
     /// ssl-mode=, ssl-ca=, answer-timeout= seconds a silent server is waited on, 120 by
