@@ -14,6 +14,7 @@
 //!   exactly, for every destination's converter;
 //! - [`destination`]: the interface between the load engine and a destination database;
 //! - [`ledger`]: the resume ledger's records (jobs, files, committed chunks);
+//! - [`silence`]: the clock of a bound on a server that stops answering while a load waits;
 //! - [`error`]: input errors that name file, line, byte offset, column, value and reason.
 //!
 //! Each destination's own rules (which spellings its server accepts, how it rounds, its wire
@@ -28,5 +29,6 @@ pub mod ledger;
 pub mod primitives;
 pub mod probe;
 pub mod records;
+pub mod silence;
 pub mod swar;
 pub mod tokens;

@@ -17,6 +17,7 @@ use crate::catalog::{describe_table, quote_ident, CatalogError, Table};
 use crate::condition;
 use crate::connect::{connect, scrub};
 use crate::conninfo::ConnInfo;
+use crate::silence::Rt;
 use crate::stream::{Load, ServerError, Stream, StreamOpenError};
 use crate::types::column::Column;
 use crate::types::convert::Converter;
@@ -37,7 +38,6 @@ use sluice_core::records::Fields;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::runtime::Runtime;
 
 /// Why the destination could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,7 @@ pub(crate) struct LoadTarget {
 
 /// A MariaDB (or MySQL) server, for one load.
 pub struct MariaDbDestination {
-    pub(crate) rt: Runtime,
+    pub(crate) rt: Rt,
     pub info: ConnInfo,
     /// The load's own connection: catalog and ledger (it holds the running job's lock).
     conn: Mutex<Option<Conn>>,
@@ -105,7 +105,7 @@ impl MariaDbDestination {
     /// server are gone (`watchdog.rs`, [`Vanished`](crate::watchdog::Vanished)): at once when
     /// there were none, and at most [`FORMERS_WITHIN`].
     fn wait_for_former_sessions(&self) {
-        let gone = self.rt.block_on(async {
+        let gone = self.rt.raw().block_on(async {
             tokio::time::timeout(FORMERS_WITHIN, self.watched.vanished.formers_gone()).await
         });
         if gone.is_err() {
@@ -129,8 +129,10 @@ impl MariaDbDestination {
             .thread_name("sluice-net")
             .build()
             .map_err(OpenError::Runtime)?;
-        let (conn, version, database, free, cannot) = rt.block_on(async {
+        let began = std::time::Instant::now();
+        let (conn, version, database, free, cannot, first) = rt.block_on(async {
             let mut conn = connect(info).await?;
+            let first = began.elapsed();
             let server = |e: mysql_async::Error| OpenError::Server(scrub(&e.to_string(), info));
             let (version, database): (String, Option<String>) = conn
                 .query_first("SELECT VERSION(), DATABASE()")
@@ -175,10 +177,10 @@ impl MariaDbDestination {
                 read_only == Some(1),
                 server_read_only == Some(1),
             );
-            Ok::<_, OpenError>((conn, version, database, free, cannot))
+            Ok::<_, OpenError>((conn, version, database, free, cannot, first))
         })?;
         Ok(MariaDbDestination {
-            rt,
+            rt: Rt::new(rt, info, first, warn.clone()),
             info: info.clone(),
             conn: Mutex::new(Some(conn)),
             version,
@@ -243,7 +245,7 @@ impl MariaDbDestination {
     /// Runs `f` on the load's own connection.
     pub(crate) fn on_own<T>(
         &self,
-        f: impl FnOnce(&Runtime, &mut Conn) -> Result<T, DestinationError>,
+        f: impl FnOnce(&Rt, &mut Conn) -> Result<T, DestinationError>,
     ) -> Result<T, DestinationError> {
         let mut g = self.own()?;
         let conn = g.as_mut().expect("connected above");
@@ -561,7 +563,7 @@ impl Destination for MariaDbDestination {
 
     fn stop_watching(&self) -> ServerWaits {
         if let Some(w) = lock(&self.watch).take() {
-            self.rt.block_on(w.stop());
+            self.rt.raw().block_on(w.stop());
         }
         self.watched.take_waits()
     }
@@ -658,9 +660,12 @@ impl Destination for MariaDbDestination {
             let mut map = lock(&self.prepared);
             ids.iter().map(|id| map.remove(id)).collect()
         };
-        let on_their_own = self.rt.block_on(futures_util::future::join_all(
-            held.into_iter().map(|h| finish_held(h, commit)),
-        ));
+        let finishing =
+            futures_util::future::join_all(held.into_iter().map(|h| finish_held(h, commit)));
+        let on_their_own = self
+            .rt
+            .block_on(async { Ok::<_, crate::silence::GaveUp>(finishing.await) })
+            .map_err(|g| (0, g.into()))?;
         // Every id is tried, whatever an earlier one did; the first error is the answer.
         let mut first = None;
         for (n, (id, result)) in ids.iter().zip(on_their_own).enumerate() {
@@ -745,7 +750,11 @@ impl Destination for MariaDbDestination {
             return;
         };
         let early = self
-            .on_own(|rt, own| Ok(rt.block_on(gates.release(own))))
+            .on_own(|rt, own| {
+                let released = rt
+                    .block_on(async { Ok::<_, crate::silence::GaveUp>(gates.release(own).await) });
+                Ok(released.unwrap_or_else(|g| vec![String::from(g)]))
+            })
             .unwrap_or_else(|e| vec![format!("stopping the readers' gates: {e}")]);
         for why in early {
             (self.warn)(format!(
@@ -963,7 +972,10 @@ impl Ledger for MariaDbDestination {
             let ended = crate::ledger::end(c, job, state, message);
             match bound {
                 None => rt.block_on(ended).map_err(|e| self.db_error(e)),
-                Some(b) => match rt.block_on(async { tokio::time::timeout(b, ended).await }) {
+                Some(b) => match rt
+                    .raw()
+                    .block_on(async { tokio::time::timeout(b, ended).await })
+                {
                     Ok(r) => r.map_err(|e| self.db_error(e)),
                     Err(_) => Err(DestinationError::new(
                         ErrorKind::Connection,
@@ -1102,7 +1114,7 @@ impl DestinationStream for MariaDbStream<'_> {
         let relation = format!("{}.{}", quote_ident(&t.table.schema), quote_ident(name));
         self.table = Some(table);
         // The LOAD's task runs on the runtime: spawn it from inside.
-        let _guard = self.dest.rt.enter();
+        let _guard = self.dest.rt.raw().enter();
         let load = self
             .stream
             .load(&relation, &columns, self.dest.watched.clone())
@@ -1118,10 +1130,10 @@ impl DestinationStream for MariaDbStream<'_> {
                 "no LOAD in progress",
             ));
         };
-        if self.dest.rt.block_on(load.send(data)).is_err() {
+        if self.dest.rt.raw().block_on(load.send(data)).is_err() {
             // The statement ended early: its own error says why.
             let load = self.load.take().expect("checked above");
-            let e = match self.dest.rt.block_on(self.stream.finish(load)) {
+            let e = match self.dest.rt.raw().block_on(self.stream.finish(load)) {
                 Err(e) => e,
                 Ok(_) => ServerError::client("the server ended the LOAD before its data did"),
             };
@@ -1137,7 +1149,7 @@ impl DestinationStream for MariaDbStream<'_> {
                 "no LOAD in progress",
             ));
         };
-        let done = self.dest.rt.block_on(self.stream.finish(load));
+        let done = self.dest.rt.raw().block_on(self.stream.finish(load));
         done.map_err(|e| self.load_error(e))
     }
 

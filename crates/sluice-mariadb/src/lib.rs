@@ -16,6 +16,7 @@
 //! - [`probe`]: `sluice probe`'s round trip, upload and store rates;
 //! - [`watchdog`]: spotting two streams of one load waiting on each other, and sampling what
 //!   the streams' sessions do for the verdict;
+//! - [`silence`]: every other wait on the server given up when it stops answering;
 //! - [`xa`]: the streams' two-phase commit, as XA branches named for the load and database;
 //! - [`cluster`]: a private MariaDB server in a directory, for tests.
 //!
@@ -31,6 +32,7 @@ pub mod destination;
 pub mod ledger;
 pub mod probe;
 pub mod readers;
+pub mod silence;
 pub mod stage;
 mod staging;
 pub mod stream;

@@ -26,6 +26,7 @@ use crate::connect::connect;
 use crate::conninfo::ConnInfo;
 use mysql_async::prelude::*;
 use sluice_core::destination::{Activity, ServerWaits};
+use sluice_core::silence::Said;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -287,11 +288,8 @@ impl Watch {
 }
 
 /// How long one look (a sample and the lock waits) may take before the server counts as
-/// silent for it.
-const ANSWER_WITHIN: Duration = Duration::from_secs(5);
-
-/// How long the server may answer nothing before the watch says so.
-const SILENCE_REPORT: Duration = Duration::from_secs(10);
+/// silent for it: as long as a look of every other wait's ([`sluice_core::silence`]).
+const ANSWER_WITHIN: Duration = sluice_core::silence::ANSWER_WITHIN;
 
 /// The watch's state between looks.
 struct Looker {
@@ -397,27 +395,25 @@ async fn reconnect(info: &ConnInfo) -> (Option<mysql_async::Conn>, bool) {
 /// that stops answering (stopped, or cut off by the network with its side of the connections
 /// still up) leaves every stream's write waiting for as long as the kernel keeps the
 /// connection: forever when the server's kernel still acknowledges. After `bound`, the streams
-/// are given up as lost connections, which the engine retries.
+/// are given up as lost connections, once, which the engine retries.
 struct Silence {
-    last_answer: Instant,
-    bound: Option<Duration>,
-    reported: bool,
-    given_up: bool,
+    clock: sluice_core::silence::Clock,
+    /// When the watch began: no silence counts from before it.
+    began: Instant,
 }
 
 impl Silence {
     fn new(bound: Option<Duration>) -> Silence {
+        let now = Instant::now();
         Silence {
-            last_answer: Instant::now(),
-            bound,
-            reported: false,
-            given_up: false,
+            clock: sluice_core::silence::Clock::new(bound, "answer-timeout= in the target", now),
+            began: now,
         }
     }
 
     /// The server answered: the clock starts again.
     fn answered(&mut self) {
-        *self = Silence::new(self.bound);
+        self.clock.answered(Instant::now());
     }
 
     /// Warns of the silence so far, and gives the streams up past the bound.
@@ -430,37 +426,16 @@ impl Silence {
     /// A look went unanswered: what to tell the user, if anything, and the streams given up
     /// once the bound has passed.
     fn unanswered(&mut self, watched: &Watched) -> Option<String> {
-        let silent = self.last_answer.elapsed();
-        if let Some(bound) = self.bound.filter(|b| silent >= *b && !self.given_up) {
-            self.reported = true;
-            self.given_up = true;
-            for id in watched.sampled() {
-                watched.vanish(id, Gone::Silent(bound.as_secs()));
+        match self.clock.unanswered(Instant::now(), self.began)? {
+            Said::Report(text) => Some(text),
+            Said::GiveUp(None) => None,
+            Said::GiveUp(Some(text)) => {
+                for id in watched.sampled() {
+                    watched.vanish(id, Gone::Silent(self.clock.bound_secs()));
+                }
+                Some(text)
             }
-            return Some(format!(
-                "the server has answered nothing for {} s: sluice gives its streams' \
-                 connections up as lost (retried within --retries); answer-timeout= in the \
-                 target sets this bound ({} s)",
-                silent.as_secs(),
-                bound.as_secs()
-            ));
         }
-        if silent < SILENCE_REPORT || self.reported {
-            return None;
-        }
-        self.reported = true;
-        let next = match self.bound {
-            Some(b) => format!(
-                "after {} s sluice gives the streams up as lost connections",
-                b.as_secs()
-            ),
-            None => "sluice keeps waiting (answer-timeout=0)".to_string(),
-        };
-        Some(format!(
-            "the server has answered nothing for {} s (stopped, overloaded, or cut off by the \
-             network): {next}",
-            silent.as_secs()
-        ))
     }
 }
 
@@ -782,9 +757,11 @@ mod tests {
 
     /// A silence `secs` long so far, under `bound`.
     fn silent_for(secs: u64, bound: Option<Duration>) -> Silence {
-        let mut s = Silence::new(bound);
-        s.last_answer = Instant::now() - Duration::from_secs(secs);
-        s
+        let then = Instant::now() - Duration::from_secs(secs);
+        Silence {
+            clock: sluice_core::silence::Clock::new(bound, "answer-timeout= in the target", then),
+            began: then,
+        }
     }
 
     #[test]
@@ -797,15 +774,15 @@ mod tests {
         let mut s = silent_for(11, bound);
         let report = s.unanswered(&watched).unwrap();
         assert!(
-            report.contains("after 120 s sluice gives the streams up"),
+            report.contains("after 120 s sluice gives its connections up"),
             "{report}"
         );
         assert_eq!(s.unanswered(&watched), None, "reported once");
         assert_eq!(watched.vanished.get(21), None);
-        s.last_answer = Instant::now() - Duration::from_secs(121);
+        let mut s = silent_for(121, bound);
         let report = s.unanswered(&watched).unwrap();
         assert!(
-            report.contains("gives its streams' connections up"),
+            report.contains("answer-timeout= in the target sets this bound (120 s)"),
             "{report}"
         );
         assert_eq!(watched.vanished.get(21), Some(Gone::Silent(120)));

@@ -245,6 +245,7 @@ impl PgDestination {
         let silence = Silence::new(silence_bound(target), warn.clone());
         let mut target = target.clone();
         target.ends = silence.ends();
+        let began = std::time::Instant::now();
         let (info, client, identity, session, free, rtt) = rt.block_on(async {
             // Independent questions, pipelined behind the session's setup: no round trip of
             // their own across a long path, where they would take four.
@@ -263,7 +264,7 @@ impl PgDestination {
             let rtt = socket.as_ref().and_then(crate::network::kernel_round_trip);
             Ok::<_, OpenError>((info, client, identity, session, free, rtt))
         })?;
-        rt.block_on(async { silence.watch(&info) });
+        rt.block_on(async { silence.watch(&info, began.elapsed()) });
         if session.server_encoding != "UTF8" && session.server_encoding != "SQL_ASCII" {
             return Err(OpenError::Unsupported(format!(
                 "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",

@@ -3,19 +3,18 @@
 //! buffers, and no write or read of sluice's ever fails. The load must not wait forever: the
 //! watch gives the streams up once the server has answered nothing for the target's
 //! `answer-timeout=`; the retries find no server, the load fails (exit 5) with nothing
-//! committed, and the same command loads every row once when the server is back. A server
-//! that comes back while the retries wait is ridden out: the sessions given up are ended, and
-//! the load finishes with every row once.
+//! committed, and the same command loads every row once when the server is back. Stopped
+//! during the commit, past the LOADs, the load is given up as well, and the same command
+//! completes it. A server that comes back while the retries wait is ridden out: the sessions
+//! given up are ended, and the load finishes with every row once.
 //!
 //! A binary of its own: it stops its server, which would hold up any other test sharing it
-//! (and its two tests take turns).
+//! (and its tests take turns).
 
 mod common;
 
 use common::mariadb::{maria, mdb};
-use common::{finish, sluice_cmd, stderr, wait_until, Stopped};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use common::{finish, load_two_streams, stderr, wait_until, Stopped};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -34,26 +33,10 @@ fn server_pid() -> i32 {
 
 /// A million rows of `id,v`.
 fn big_file(db: &common::mariadb::MDb) -> std::path::PathBuf {
-    let text: String = (0..ROWS)
-        .map(|i| format!("{i},a value long enough to keep the load busy for a while\n"))
-        .collect();
-    db.file("big.csv", text.as_bytes())
+    db.file("big.csv", common::busy_rows(ROWS).as_bytes())
 }
 
 const ROWS: u64 = 1_000_000;
-
-/// `sluice load` of `file` into `t` through `target`, two streams, `retries` retries.
-fn load(target: &str, file: &Path, retries: &str) -> Command {
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "-q", "--target", target, "--table", "t", "--jobs", "2",
-    ])
-    .args(["--retries", retries])
-    .arg(file)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    c
-}
 
 /// Waits until a `LOAD DATA` of `db` runs, then stops the server.
 fn stop_the_server_mid_load(db: &common::mariadb::MDb) -> Stopped {
@@ -75,18 +58,14 @@ fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once()
     db.sql("CREATE TABLE t (id int, v varchar(80))");
     let f = big_file(&db);
     let target = format!("{}?answer-timeout=10", db.url);
-    let child = load(&target, &f, "1").spawn().unwrap();
+    let child = load_two_streams(&target, &f, "1").spawn().unwrap();
     let stopped = stop_the_server_mid_load(&db);
     // The bound (10 s) and a look cut short (5 s), one retry's connection attempt (15 s) and
     // the failed job's record (15 s at most): well inside this test's bound.
-    let out = finish(child, 150);
-    drop(stopped);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(5), "{err}");
-    common::assert_has(
-        &err,
+    common::given_up(
+        child,
+        stopped,
         &[
-            "the server has answered nothing for",
             "answer-timeout= in the target sets this bound (10 s)",
             "lost its connection",
             "nothing was committed",
@@ -94,10 +73,46 @@ fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once()
     );
     assert_eq!(db.count("t"), 0);
 
-    let again = finish(load(&target, &f, "1").spawn().unwrap(), 120);
+    let again = finish(load_two_streams(&target, &f, "1").spawn().unwrap(), 120);
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(db.count("t"), ROWS);
     assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+}
+
+/// The moment past the LOADs: every stream's branch prepared (`XA PREPARE`), the decision not
+/// yet in the ledger. The wait for the decision's answer, outside any LOAD, is given up too;
+/// the same command then finishes the branches as the ledger says, every row once.
+#[test]
+fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes_it() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let db = mdb("silent_commit");
+    db.sql("CREATE TABLE t (id int PRIMARY KEY, v varchar(80))");
+    let f = big_file(&db);
+    let target = format!("{}?answer-timeout=10", db.url);
+    let mut c = load_two_streams(&target, &f, "1");
+    c.env("SLUICE_PAUSE_AT", "prepared:2000");
+    let mut child = c.spawn().unwrap();
+    wait_until("the streams' branches prepared", 120, || {
+        !db.sql("XA RECOVER").trim().is_empty() || child.try_wait().unwrap().is_some()
+    });
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the load ended before its commit"
+    );
+    let stopped = Stopped::stop(server_pid());
+    common::given_up(
+        child,
+        stopped,
+        &[
+            "answer-timeout= in the target sets this bound (10 s)",
+            "run the same command again",
+        ],
+    );
+    let again = finish(load_two_streams(&target, &f, "1").spawn().unwrap(), 120);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(db.count("t"), ROWS);
+    assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+    assert_eq!(db.sql("XA RECOVER").trim(), "", "no branch left prepared");
 }
 
 /// The server comes back while the retries wait: the load finishes, every row once. The key
@@ -111,7 +126,7 @@ fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
     db.sql("CREATE TABLE t (id int PRIMARY KEY, v varchar(80))");
     let f = big_file(&db);
     let target = format!("{}?answer-timeout=5", db.url);
-    let child = load(&target, &f, "5").spawn().unwrap();
+    let child = load_two_streams(&target, &f, "5").spawn().unwrap();
     let stopped = stop_the_server_mid_load(&db);
     // Past the bound and a look cut short, so that the streams are given up.
     std::thread::sleep(Duration::from_secs(14));

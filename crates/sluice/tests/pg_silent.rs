@@ -13,9 +13,9 @@
 
 mod common;
 
-use common::{db, finish, sluice_cmd, stderr, wait_until, Db, Stopped};
+use common::{db, finish, load_two_streams, stderr, wait_until, Db, Stopped};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -49,23 +49,7 @@ fn stop_the_server() -> Vec<Stopped> {
 
 /// A million rows of `id,v`.
 fn big_file(d: &Db) -> std::path::PathBuf {
-    let text: String = (0..ROWS)
-        .map(|i| format!("{i},a value long enough to keep the load busy for a while\n"))
-        .collect();
-    d.file("big.csv", text.as_bytes())
-}
-
-/// `sluice load` of `file` into `t` through `target`, two streams, `retries` retries.
-fn load(target: &str, file: &Path, retries: &str) -> Command {
-    let mut c = sluice_cmd();
-    c.args([
-        "load", "-q", "--target", target, "--table", "t", "--jobs", "2",
-    ])
-    .args(["--retries", retries])
-    .arg(file)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    c
+    d.file("big.csv", common::busy_rows(ROWS).as_bytes())
 }
 
 /// Whether one of `d`'s sessions runs a COPY now.
@@ -80,7 +64,7 @@ fn copying(d: &Db) -> bool {
 
 /// The same command, once the server is back: every row, once.
 fn rerun_loads_every_row_once(d: &Db, target: &str, f: &Path) {
-    let again = finish(load(target, f, "1").spawn().unwrap(), 120);
+    let again = finish(load_two_streams(target, f, "1").spawn().unwrap(), 120);
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(d.count("t"), ROWS);
     assert_eq!(d.count("(SELECT DISTINCT id FROM t) x"), ROWS);
@@ -98,19 +82,15 @@ fn a_server_stopped_during_the_copies_is_given_up_and_the_rerun_loads_once() {
     d.psql("CREATE TABLE t (id int, v text)");
     let f = big_file(&d);
     let target = format!("{}&tcp_user_timeout=10000", d.url);
-    let child = load(&target, &f, "1").spawn().unwrap();
+    let child = load_two_streams(&target, &f, "1").spawn().unwrap();
     wait_until("a COPY under way", 120, || copying(&d));
     let stopped = stop_the_server();
     // The bound (10 s) with a look cut short (5 s), a retry's connection given up at the next
     // look (10 s), the failed job's record likewise: well inside this test's bound.
-    let out = finish(child, 150);
-    drop(stopped);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(5), "{err}");
-    common::assert_has(
-        &err,
+    common::given_up(
+        child,
+        stopped,
         &[
-            "the server has answered nothing for",
             "tcp_user_timeout in the target sets this bound (10 s)",
             "lost its connection",
         ],
@@ -133,7 +113,7 @@ fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes
     d.psql("CREATE TABLE t (id int PRIMARY KEY, v text)");
     let f = big_file(&d);
     let target = format!("{}&tcp_user_timeout=10000", d.url);
-    let mut c = load(&target, &f, "1");
+    let mut c = load_two_streams(&target, &f, "1");
     c.env("SLUICE_PAUSE_AT", "prepared:2000");
     let mut child = c.spawn().unwrap();
     wait_until("the streams prepared", 120, || {
@@ -145,14 +125,10 @@ fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes
         "the load ended before its commit"
     );
     let stopped = stop_the_server();
-    let out = finish(child, 150);
-    drop(stopped);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(5), "{err}");
-    common::assert_has(
-        &err,
+    common::given_up(
+        child,
+        stopped,
         &[
-            "the server has answered nothing for",
             "tcp_user_timeout in the target sets this bound (10 s)",
             "run the same command again",
         ],
@@ -170,7 +146,7 @@ fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
     d.psql("CREATE TABLE t (id int PRIMARY KEY, v text)");
     let f = big_file(&d);
     let target = format!("{}&tcp_user_timeout=5000", d.url);
-    let child = load(&target, &f, "5").spawn().unwrap();
+    let child = load_two_streams(&target, &f, "5").spawn().unwrap();
     wait_until("a COPY under way", 120, || copying(&d));
     let stopped = stop_the_server();
     // Past the bound and a look cut short, so that the streams are given up.
@@ -201,7 +177,7 @@ fn a_server_that_is_slow_but_answers_is_waited_for() {
     );
     let f = d.file("few.csv", common::rows(0, 1000).as_bytes());
     let target = format!("{}&tcp_user_timeout=4000", d.url);
-    let out = finish(load(&target, &f, "0").spawn().unwrap(), 120);
+    let out = finish(load_two_streams(&target, &f, "0").spawn().unwrap(), 120);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("answered nothing"), "{err}");

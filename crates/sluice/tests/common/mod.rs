@@ -608,3 +608,35 @@ pub fn load_t(d: &Db, files: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> 
     args.extend(files.iter().map(|f| f.to_str().unwrap()));
     d.load(&args, env, 120)
 }
+
+/// `sluice load` of `file` into table `t` through `target`, two streams, `retries` retries,
+/// its output piped: the silent-server tests' load.
+pub fn load_two_streams(target: &str, file: &Path, retries: &str) -> Command {
+    let mut c = sluice_cmd();
+    c.args([
+        "load", "-q", "--target", target, "--table", "t", "--jobs", "2",
+    ])
+    .args(["--retries", retries])
+    .arg(file)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
+}
+
+/// `rows` lines of `id,v`, the value long enough to keep a load busy for a while.
+pub fn busy_rows(rows: u64) -> String {
+    (0..rows)
+        .map(|i| format!("{i},a value long enough to keep the load busy for a while\n"))
+        .collect()
+}
+
+/// Waits (150 s at most) for a load whose server `stopped` holds stopped, then resumes it: the
+/// load must have given the silent server up and failed with exit 5, saying so and `says`.
+pub fn given_up<T>(child: std::process::Child, stopped: T, says: &[&str]) {
+    let out = finish(child, 150);
+    drop(stopped);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert_has(&err, &["the server has answered nothing for"]);
+    assert_has(&err, says);
+}

@@ -1,0 +1,247 @@
+//! A bound on a server that stops answering, in every phase of a MariaDB load: the waits
+//! counted, the looks taken, the waits given up ([`sluice_core::silence`] keeps the clock and
+//! says why).
+//!
+//! The watch (`watchdog.rs`) already gives up the streams' `LOAD DATA`s when the server falls
+//! silent, and ends their sessions when it answers again. Everything else the load waits on
+//! (a `COMMIT`, an `XA PREPARE` or `XA COMMIT`, the ledger's decision, an index build, a new
+//! connection) goes through [`Rt::block_on`], which counts the wait: a watcher on the load's
+//! runtime asks the server for a new connection when a look is due, and when the server is
+//! given up (after the target's `answer-timeout=`), every counted wait under way ends as a
+//! lost connection. The driver's future is dropped mid-statement, so that connection is never
+//! used again: a lost connection's session is dropped, and the load's own is opened anew.
+
+use crate::conninfo::ConnInfo;
+use sluice_core::destination::{DestinationError, ErrorKind};
+use sluice_core::silence::Said;
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+
+/// How often the watcher checks whether a look is due.
+const TICK: Duration = Duration::from_millis(500);
+
+/// A wait given up because the server answered nothing for the bound.
+#[derive(Debug)]
+pub struct GaveUp;
+
+const GAVE_UP: &str = "the server answers nothing: sluice gave the wait up as a lost connection";
+
+impl From<GaveUp> for DestinationError {
+    fn from(_: GaveUp) -> DestinationError {
+        DestinationError::new(ErrorKind::Connection, GAVE_UP)
+    }
+}
+
+impl From<GaveUp> for mysql_async::Error {
+    fn from(_: GaveUp) -> mysql_async::Error {
+        mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            GAVE_UP,
+        )))
+    }
+}
+
+impl From<GaveUp> for String {
+    fn from(_: GaveUp) -> String {
+        GAVE_UP.to_string()
+    }
+}
+
+impl From<GaveUp> for crate::connect::ConnectError {
+    fn from(_: GaveUp) -> crate::connect::ConnectError {
+        crate::connect::ConnectError::Failed {
+            target: "the server".to_string(),
+            reason: "it answers nothing, and sluice gave the connection up".to_string(),
+        }
+    }
+}
+
+impl From<GaveUp> for crate::stream::StreamOpenError {
+    fn from(g: GaveUp) -> crate::stream::StreamOpenError {
+        crate::stream::StreamOpenError::Connect(g.into())
+    }
+}
+
+impl From<GaveUp> for crate::stream::ServerError {
+    fn from(_: GaveUp) -> crate::stream::ServerError {
+        crate::stream::ServerError {
+            code: 0,
+            message: GAVE_UP.to_string(),
+            record: None,
+            column: None,
+            lost: true,
+            warning: false,
+        }
+    }
+}
+
+impl From<GaveUp> for crate::ledger::LedgerError {
+    fn from(g: GaveUp) -> crate::ledger::LedgerError {
+        crate::ledger::LedgerError::Db(g.into())
+    }
+}
+
+impl From<GaveUp> for crate::catalog::CatalogError {
+    fn from(g: GaveUp) -> crate::catalog::CatalogError {
+        crate::catalog::CatalogError::Db(g.into())
+    }
+}
+
+impl From<GaveUp> for crate::xa::FinishError {
+    fn from(g: GaveUp) -> crate::xa::FinishError {
+        crate::xa::FinishError::Db(g.into())
+    }
+}
+
+/// The load's runtime, whose waits on the server are counted and given up with it.
+pub struct Rt {
+    rt: Runtime,
+    silence: Arc<Silence>,
+}
+
+impl Rt {
+    /// `rt`, with a silence giving the server up after `info`'s `answer-timeout=`; the watcher
+    /// asks `info`'s server, each look taking at most
+    /// [`sluice_core::silence::answer_within`] of `first`, what the load's first connection
+    /// took.
+    pub fn new(
+        rt: Runtime,
+        info: &ConnInfo,
+        first: Duration,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+    ) -> Rt {
+        let silence = Silence::new(info.answer_timeout, warn);
+        let within = sluice_core::silence::answer_within(first);
+        let _entered = rt.enter();
+        tokio::spawn(watch_over(Arc::downgrade(&silence), info.clone(), within));
+        Rt { rt, silence }
+    }
+
+    /// Runs `f`, a wait on the server, to its end, or until the server is given up meanwhile
+    /// (then [`GaveUp`], as a lost connection).
+    pub fn block_on<T, E: From<GaveUp>>(
+        &self,
+        f: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let _waiting = self.silence.waiting();
+        let generation = self.silence.generation();
+        self.rt.block_on(async {
+            tokio::select! {
+                done = f => done,
+                _ = self.silence.given_up_after(generation) => Err(GaveUp.into()),
+            }
+        })
+    }
+
+    /// The runtime itself, for what is not a wait on the server (or is bounded otherwise).
+    pub fn raw(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+/// The load's waits on its server, and the give-ups so far.
+struct Silence {
+    clock: Mutex<sluice_core::silence::Silence>,
+    given_up: watch::Sender<u64>,
+    warn: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+/// One wait on the server, counted until it is dropped.
+struct Waiting<'a> {
+    silence: &'a Silence,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.silence.clock().end(self.id);
+    }
+}
+
+impl Silence {
+    fn new(bound: Option<Duration>, warn: Arc<dyn Fn(String) + Send + Sync>) -> Arc<Silence> {
+        let clock = sluice_core::silence::Silence::new(
+            bound,
+            "answer-timeout= in the target",
+            Instant::now(),
+        );
+        Arc::new(Silence {
+            clock: Mutex::new(clock),
+            given_up: watch::channel(0).0,
+            warn,
+        })
+    }
+
+    fn clock(&self) -> std::sync::MutexGuard<'_, sluice_core::silence::Silence> {
+        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn waiting(&self) -> Waiting<'_> {
+        let id = self.clock().begin(Instant::now());
+        Waiting { silence: self, id }
+    }
+
+    fn generation(&self) -> u64 {
+        *self.given_up.borrow()
+    }
+
+    /// Resolves once the server has been given up after `generation`.
+    async fn given_up_after(&self, generation: u64) {
+        let mut rx = self.given_up.subscribe();
+        // The sender lives as long as `self`: the wait cannot fail.
+        let _ = rx.wait_for(|g| *g > generation).await;
+    }
+
+    /// A look's outcome: the user told, the waits given up.
+    fn looked(&self, answered: bool, oldest: Instant) {
+        let said = self.clock().looked(answered, oldest, Instant::now());
+        match said {
+            Some(Said::Report(text)) => (self.warn)(text),
+            Some(Said::GiveUp(text)) => {
+                if let Some(text) = text {
+                    (self.warn)(text);
+                }
+                self.given_up.send_modify(|g| *g += 1);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Looks at the server while waits last, until the silence is dropped.
+async fn watch_over(silence: Weak<Silence>, info: ConnInfo, within: Duration) {
+    loop {
+        tokio::time::sleep(TICK).await;
+        let Some(s) = silence.upgrade() else {
+            return;
+        };
+        let due = s.clock().look_due(Instant::now());
+        let Some(oldest) = due else {
+            continue;
+        };
+        // Not held across the look: the load's end drops it, and the watcher with it.
+        drop(s);
+        let answered = answers(&info, within).await;
+        match silence.upgrade() {
+            Some(s) => s.looked(answered, oldest),
+            None => return,
+        }
+    }
+}
+
+/// Whether the server answers a new connection `within`. A refusal (too many connections, a
+/// password refused, a port closed by a restart) is an answer: only silence is not.
+async fn answers(info: &ConnInfo, within: Duration) -> bool {
+    match tokio::time::timeout(within, crate::connect::connect(info)).await {
+        Ok(Ok(c)) => {
+            // Closed on the runtime, not waited for: the look is done.
+            tokio::spawn(c.disconnect());
+            true
+        }
+        Ok(Err(crate::connect::ConnectError::Failed { .. })) => true,
+        Ok(Err(crate::connect::ConnectError::Timeout { .. })) | Err(_) => false,
+    }
+}
