@@ -2,19 +2,20 @@
 //!
 //! Keepalives and a TCP user timeout end a connection whose peer's *kernel* has gone: a host
 //! down, a path cut. A server whose kernel still acknowledges while the server itself answers
-//! nothing (its processes stopped, a machine frozen under it, a storage it waits on forever)
-//! fails nothing: a load waiting for an answer (a commit, a prepare, the ledger's decision, a
-//! catalog question) would wait forever, in silence.
+//! nothing (its processes stopped, a machine frozen under it) fails nothing: a load waiting
+//! for an answer (a commit, a prepare, the ledger's decision, a catalog question) would wait
+//! forever, in silence.
 //!
 //! So a destination counts every wait of a load on its server here ([`Silence::begin`],
 //! [`Silence::end`]). Once one has lasted [`LOOK_AFTER`], the destination asks the server for
 //! a new connection, within [`answer_within`], every [`LOOK_EVERY`] while waits last, and tells
 //! this what came of it ([`Silence::looked`]). Any answer, a refusal included, shows that the
 //! server works: the waits go on, however long (an index build may take an hour). A server
-//! that answers nothing is reported after [`SILENCE_REPORT`] and, after the bound, given up:
-//! the destination ends every connection of the load, so that each wait ends as a lost
-//! connection, which the load handles as it does any other. Once the server is given up, each
-//! unanswered look gives it up again (ending the connections opened since), until it answers.
+//! that answers nothing is reported after [`SILENCE_REPORT`] and, once the bound has passed
+//! with at least two unanswered looks in a row, given up: the destination ends every
+//! connection of the load, so that each wait ends as a lost connection, which the load
+//! handles as it does any other. Once the server is given up, each unanswered look gives it
+//! up again (ending the connections opened since), until it answers.
 //!
 //! Only the clock is here: the waits, the looks and the connections are the destination's.
 
@@ -106,48 +107,50 @@ impl Silence {
     }
 }
 
-/// Since when the server has answered nothing, and what was said about it: [`Silence`]'s
-/// clock, and a watch's that looks all the time (MariaDB's, over its streams' `LOAD`s).
-pub struct Clock {
+/// Since when the server has answered nothing, and what was said about it.
+struct Clock {
     bound: Option<Duration>,
     setting: &'static str,
     last_answer: Instant,
+    /// Unanswered looks since the last answer: one look cut short on a busy machine gives
+    /// nothing up.
+    unanswered_looks: u32,
     reported: bool,
     given_up: bool,
 }
 
+/// Unanswered looks in a row before the server is given up, whatever the bound.
+const LOOKS_TO_GIVE_UP: u32 = 2;
+
 impl Clock {
-    /// As [`Silence::new`]: the last answer `now`.
-    pub fn new(bound: Option<Duration>, setting: &'static str, now: Instant) -> Clock {
+    fn new(bound: Option<Duration>, setting: &'static str, now: Instant) -> Clock {
         Clock {
             bound,
             setting,
             last_answer: now,
+            unanswered_looks: 0,
             reported: false,
             given_up: false,
         }
     }
 
-    /// The bound in whole seconds (0 for none).
-    pub fn bound_secs(&self) -> u64 {
-        self.bound.map_or(0, |b| b.as_secs())
-    }
-
     /// The server answered: the clock starts again.
-    pub fn answered(&mut self, now: Instant) {
+    fn answered(&mut self, now: Instant) {
         *self = Clock::new(self.bound, self.setting, now);
     }
 
     /// A look went unanswered while the oldest wait had begun at `oldest`. The silence counts
     /// from the last answer, or from that wait's start when it began later (a load that asked
     /// nothing for a while was not waiting); once given up, from the last answer.
-    pub fn unanswered(&mut self, now: Instant, oldest: Instant) -> Option<Said> {
+    fn unanswered(&mut self, now: Instant, oldest: Instant) -> Option<Said> {
         let since = match self.given_up {
             true => self.last_answer,
             false => self.last_answer.max(oldest),
         };
         let silent = now.duration_since(since);
-        if let Some(bound) = self.bound.filter(|b| silent >= *b) {
+        self.unanswered_looks += 1;
+        let enough = self.given_up || self.unanswered_looks >= LOOKS_TO_GIVE_UP;
+        if let Some(bound) = self.bound.filter(|b| silent >= *b && enough) {
             let first = !self.given_up;
             self.given_up = true;
             self.reported = true;
@@ -219,6 +222,20 @@ mod tests {
         assert_eq!(s.looked(false, at(t0, 80), at(t0, 85)), None);
         assert!(matches!(
             s.looked(false, at(t0, 81), at(t0, 141)),
+            Some(Said::GiveUp(Some(_)))
+        ));
+    }
+
+    #[test]
+    fn one_look_cut_short_gives_nothing_up_even_past_a_short_bound() {
+        let t0 = Instant::now();
+        let mut s = silence(Some(8), t0);
+        assert!(matches!(
+            s.looked(false, t0, at(t0, 10)),
+            Some(Said::Report(_))
+        ));
+        assert!(matches!(
+            s.looked(false, t0, at(t0, 20)),
             Some(Said::GiveUp(Some(_)))
         ));
     }

@@ -6,10 +6,10 @@
 use crate::condition;
 use crate::connect::{connect, scrub, ConnectError};
 use crate::conninfo::ConnInfo;
+use crate::silence::Rt;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice_core::destination::ErrorKind;
-use tokio::runtime::Runtime;
 
 /// How long a statement waits for another session's lock on a table (seconds).
 pub const LOCK_WAIT: u32 = 30;
@@ -42,8 +42,11 @@ impl AdminError {
 }
 
 /// One connection for a command's own statements.
+///
+/// Its waits are given up, as a load's are, when the server stops answering
+/// ([`crate::silence`]; the warnings go to standard error).
 pub struct Admin {
-    rt: Runtime,
+    rt: Rt,
     conn: Conn,
     info: ConnInfo,
 }
@@ -54,9 +57,11 @@ impl Admin {
             .enable_all()
             .build()
             .map_err(AdminError::Runtime)?;
+        let began = std::time::Instant::now();
         let conn = rt.block_on(connect(info))?;
+        let warn = std::sync::Arc::new(|w: String| eprintln!("warning: {w}"));
         let mut admin = Admin {
-            rt,
+            rt: Rt::new(rt, info, began.elapsed(), warn),
             conn,
             info: info.clone(),
         };

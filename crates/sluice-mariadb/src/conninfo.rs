@@ -32,8 +32,9 @@ pub struct ConnInfo {
     pub ssl_mode: SslMode,
     /// The certificate authority file (PEM) `VERIFY_CA` and `VERIFY_IDENTITY` trust.
     pub ssl_ca: Option<PathBuf>,
-    /// How long the server may answer nothing during a load before its streams are given up
-    /// as lost connections (`answer-timeout=` seconds in the URI; 0 for never).
+    /// How long the server may answer nothing during a load before its waits (the streams'
+    /// LOADs, a commit, a new connection) are given up as lost connections (`answer-timeout=`
+    /// seconds in the URI; 0 for never).
     pub answer_timeout: Option<std::time::Duration>,
     /// What the user should know about how the target was found (`MYSQL_PWD` is insecure, an
     /// option file was ignored).

@@ -249,11 +249,13 @@ impl MariaDbDestination {
     ) -> Result<T, DestinationError> {
         let mut g = self.own()?;
         let conn = g.as_mut().expect("connected above");
+        let generation = self.rt.generation();
         let r = f(&self.rt, conn);
-        if let Err(e) = &r {
-            if e.kind == ErrorKind::Connection {
-                *g = None;
-            }
+        let lost = matches!(&r, Err(e) if e.kind == ErrorKind::Connection);
+        // A wait given up for the server's silence left its statement's answer unread: the
+        // connection is never used again, whatever `f` made of the error.
+        if lost || self.rt.generation() != generation {
+            *g = None;
         }
         r
     }
@@ -551,6 +553,7 @@ impl Destination for MariaDbDestination {
                 &self.info,
                 self.watched.clone(),
                 self.warn.clone(),
+                self.rt.give_ups(),
             ))
             .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;
         *lock(&self.watch) = Some(w);
@@ -660,12 +663,13 @@ impl Destination for MariaDbDestination {
             let mut map = lock(&self.prepared);
             ids.iter().map(|id| map.remove(id)).collect()
         };
-        let finishing =
-            futures_util::future::join_all(held.into_iter().map(|h| finish_held(h, commit)));
-        let on_their_own = self
-            .rt
-            .block_on(async { Ok::<_, crate::silence::GaveUp>(finishing.await) })
-            .map_err(|g| (0, g.into()))?;
+        // Each branch's XA COMMIT given up on its own, if the server falls silent: those that
+        // were answered still count.
+        let finishing = held.into_iter().map(|h| {
+            let given_up = || Held::Failed(crate::silence::GaveUp.into());
+            self.rt.cut(finish_held(h, commit), given_up)
+        });
+        let on_their_own = self.rt.wait(futures_util::future::join_all(finishing));
         // Every id is tried, whatever an earlier one did; the first error is the answer.
         let mut first = None;
         for (n, (id, result)) in ids.iter().zip(on_their_own).enumerate() {
@@ -751,9 +755,8 @@ impl Destination for MariaDbDestination {
         };
         let early = self
             .on_own(|rt, own| {
-                let released = rt
-                    .block_on(async { Ok::<_, crate::silence::GaveUp>(gates.release(own).await) });
-                Ok(released.unwrap_or_else(|g| vec![String::from(g)]))
+                let given_up = || vec![String::from(crate::silence::GaveUp)];
+                Ok(rt.wait(rt.cut(gates.release(own), given_up)))
             })
             .unwrap_or_else(|e| vec![format!("stopping the readers' gates: {e}")]);
         for why in early {
@@ -1130,10 +1133,10 @@ impl DestinationStream for MariaDbStream<'_> {
                 "no LOAD in progress",
             ));
         };
-        if self.dest.rt.raw().block_on(load.send(data)).is_err() {
+        if self.dest.rt.wait(load.send(data)).is_err() {
             // The statement ended early: its own error says why.
             let load = self.load.take().expect("checked above");
-            let e = match self.dest.rt.raw().block_on(self.stream.finish(load)) {
+            let e = match self.dest.rt.wait(self.stream.finish(load)) {
                 Err(e) => e,
                 Ok(_) => ServerError::client("the server ended the LOAD before its data did"),
             };
@@ -1149,7 +1152,7 @@ impl DestinationStream for MariaDbStream<'_> {
                 "no LOAD in progress",
             ));
         };
-        let done = self.dest.rt.raw().block_on(self.stream.finish(load));
+        let done = self.dest.rt.wait(self.stream.finish(load));
         done.map_err(|e| self.load_error(e))
     }
 

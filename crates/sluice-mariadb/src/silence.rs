@@ -2,14 +2,15 @@
 //! counted, the looks taken, the waits given up ([`sluice_core::silence`] keeps the clock and
 //! says why).
 //!
-//! The watch (`watchdog.rs`) already gives up the streams' `LOAD DATA`s when the server falls
-//! silent, and ends their sessions when it answers again. Everything else the load waits on
-//! (a `COMMIT`, an `XA PREPARE` or `XA COMMIT`, the ledger's decision, an index build, a new
-//! connection) goes through [`Rt::block_on`], which counts the wait: a watcher on the load's
+//! Every wait of the load on its server is counted ([`Rt::wait`]): a watcher on the load's
 //! runtime asks the server for a new connection when a look is due, and when the server is
-//! given up (after the target's `answer-timeout=`), every counted wait under way ends as a
-//! lost connection. The driver's future is dropped mid-statement, so that connection is never
-//! used again: a lost connection's session is dropped, and the load's own is opened anew.
+//! given up (after the target's `answer-timeout=`), the waits under way end as lost
+//! connections. Most go through [`Rt::block_on`] (a `COMMIT`, an `XA PREPARE` or `XA COMMIT`,
+//! the ledger's decision, an index build, a new connection), whose future is dropped there,
+//! mid-statement: that connection is never used again (a lost stream's session is dropped,
+//! and the load's own is opened anew). The streams' `LOAD DATA`s are only counted: the watch
+//! (`watchdog.rs`) ends them at each give-up ([`Rt::give_ups`]), as it ends a LOAD whose
+//! session has vanished, and ends their sessions once the server answers again.
 
 use crate::conninfo::ConnInfo;
 use sluice_core::destination::{DestinationError, ErrorKind};
@@ -126,14 +127,41 @@ impl Rt {
         &self,
         f: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
+        self.wait(self.cut(f, || Err(GaveUp.into())))
+    }
+
+    /// Runs `f` to its end, counted as a wait on the server (what ends it early is `f`'s own:
+    /// [`Rt::cut`]).
+    pub fn wait<F: Future>(&self, f: F) -> F::Output {
         let _waiting = self.silence.waiting();
-        let generation = self.silence.generation();
-        self.rt.block_on(async {
+        self.rt.block_on(f)
+    }
+
+    /// `f`, or `cut` when the server is given up after this call.
+    pub fn cut<'a, F: Future + 'a>(
+        &'a self,
+        f: F,
+        cut: impl FnOnce() -> F::Output + 'a,
+    ) -> impl Future<Output = F::Output> + 'a {
+        let generation = self.generation();
+        async move {
             tokio::select! {
+                // An answer that came is taken, whatever the give-up.
+                biased;
                 done = f => done,
-                _ = self.silence.given_up_after(generation) => Err(GaveUp.into()),
+                _ = self.silence.given_up_after(generation) => cut(),
             }
-        })
+        }
+    }
+
+    /// How many times the server has been given up so far.
+    pub fn generation(&self) -> u64 {
+        self.silence.generation()
+    }
+
+    /// The give-ups as they come, for the watch, which ends the streams' LOADs at each.
+    pub fn give_ups(&self) -> watch::Receiver<u64> {
+        self.silence.given_up.subscribe()
     }
 
     /// The runtime itself, for what is not a wait on the server (or is bounded otherwise).

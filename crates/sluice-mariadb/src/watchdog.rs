@@ -26,7 +26,6 @@ use crate::connect::connect;
 use crate::conninfo::ConnInfo;
 use mysql_async::prelude::*;
 use sluice_core::destination::{Activity, ServerWaits};
-use sluice_core::silence::Said;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -225,17 +224,22 @@ const LOCK_WAITS: &str = "SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id, l
 
 impl Watch {
     /// Starts watching on a connection of its own (on the current runtime).
+    ///
+    /// `give_ups` counts the load's give-ups of its silent server ([`crate::silence`]): at
+    /// each, the streams' sessions sampled are marked gone, which ends their LOADs as lost
+    /// connections.
     pub async fn start(
         info: &ConnInfo,
         watched: Arc<Watched>,
         warn: Arc<dyn Fn(String) + Send + Sync>,
+        mut give_ups: watch::Receiver<u64>,
     ) -> Result<Watch, crate::connect::ConnectError> {
         let mut conn = connect(info).await?;
         let (stop, mut stopped) = watch::channel(false);
         let info = info.clone();
+        let bound = info.answer_timeout.map_or(0, |b| b.as_secs());
         let task = tokio::spawn(async move {
             let mut looker = Looker::new(&mut conn, watched, warn).await;
-            let mut silence = Silence::new(info.answer_timeout);
             let mut conn = Some(conn);
             loop {
                 tokio::select! {
@@ -251,18 +255,17 @@ impl Watch {
                 };
                 if !answered {
                     // Its state after a look cut short is unknown: a new connection, if the
-                    // server takes one soon enough for the silence to be told on time.
+                    // server takes one.
                     let (new, answered_now) = reconnect(&info).await;
                     conn = new;
                     answered = answered_now;
                 }
-                match (answered, conn.as_mut()) {
-                    (true, Some(c)) => {
-                        silence.answered();
-                        end_former(c, &looker.watched.vanished, looker.server_started).await;
-                    }
-                    (true, None) => silence.answered(),
-                    (false, _) => silence.tell(&looker),
+                if let Some(c) = conn.as_mut().filter(|_| answered) {
+                    end_former(c, &looker.watched.vanished, looker.server_started).await;
+                }
+                if give_ups.has_changed().unwrap_or(false) {
+                    give_ups.borrow_and_update();
+                    give_up_streams(&looker.watched, bound);
                 }
             }
             if let Some(c) = conn {
@@ -391,51 +394,12 @@ async fn reconnect(info: &ConnInfo) -> (Option<mysql_async::Conn>, bool) {
     }
 }
 
-/// Since when the server has answered the watch nothing, and what was done about it. A server
-/// that stops answering (stopped, or cut off by the network with its side of the connections
-/// still up) leaves every stream's write waiting for as long as the kernel keeps the
-/// connection: forever when the server's kernel still acknowledges. After `bound`, the streams
-/// are given up as lost connections, once, which the engine retries.
-struct Silence {
-    clock: sluice_core::silence::Clock,
-    /// When the watch began: no silence counts from before it.
-    began: Instant,
-}
-
-impl Silence {
-    fn new(bound: Option<Duration>) -> Silence {
-        let now = Instant::now();
-        Silence {
-            clock: sluice_core::silence::Clock::new(bound, "answer-timeout= in the target", now),
-            began: now,
-        }
-    }
-
-    /// The server answered: the clock starts again.
-    fn answered(&mut self) {
-        self.clock.answered(Instant::now());
-    }
-
-    /// Warns of the silence so far, and gives the streams up past the bound.
-    fn tell(&mut self, looker: &Looker) {
-        if let Some(report) = self.unanswered(&looker.watched) {
-            (looker.warn)(report);
-        }
-    }
-
-    /// A look went unanswered: what to tell the user, if anything, and the streams given up
-    /// once the bound has passed.
-    fn unanswered(&mut self, watched: &Watched) -> Option<String> {
-        match self.clock.unanswered(Instant::now(), self.began)? {
-            Said::Report(text) => Some(text),
-            Said::GiveUp(None) => None,
-            Said::GiveUp(Some(text)) => {
-                for id in watched.sampled() {
-                    watched.vanish(id, Gone::Silent(self.clock.bound_secs()));
-                }
-                Some(text)
-            }
-        }
+/// The server was given up for its silence (after `bound` seconds): every stream's session
+/// the watch has sampled is marked gone, so that its LOAD ends as a lost connection, which the
+/// engine retries.
+fn give_up_streams(watched: &Watched, bound: u64) {
+    for id in watched.sampled() {
+        watched.vanish(id, Gone::Silent(bound));
     }
 }
 
@@ -755,52 +719,19 @@ mod tests {
         assert_eq!(watched.vanished.get(11), None);
     }
 
-    /// A silence `secs` long so far, under `bound`.
-    fn silent_for(secs: u64, bound: Option<Duration>) -> Silence {
-        let then = Instant::now() - Duration::from_secs(secs);
-        Silence {
-            clock: sluice_core::silence::Clock::new(bound, "answer-timeout= in the target", then),
-            began: then,
-        }
-    }
-
     #[test]
-    fn a_silent_server_is_reported_then_its_streams_given_up_once() {
+    fn a_give_up_marks_every_sampled_stream_gone_and_its_load_is_a_session_to_end() {
         let watched = Watched::default();
         watched.register(0, 21);
         watched.register(1, 22);
-        let bound = Some(Duration::from_secs(120));
-        assert_eq!(silent_for(3, bound).unanswered(&watched), None);
-        let mut s = silent_for(11, bound);
-        let report = s.unanswered(&watched).unwrap();
-        assert!(
-            report.contains("after 120 s sluice gives its connections up"),
-            "{report}"
-        );
-        assert_eq!(s.unanswered(&watched), None, "reported once");
-        assert_eq!(watched.vanished.get(21), None);
-        let mut s = silent_for(121, bound);
-        let report = s.unanswered(&watched).unwrap();
-        assert!(
-            report.contains("answer-timeout= in the target sets this bound (120 s)"),
-            "{report}"
-        );
+        give_up_streams(&watched, 120);
         assert_eq!(watched.vanished.get(21), Some(Gone::Silent(120)));
         assert_eq!(watched.vanished.get(22), Some(Gone::Silent(120)));
-        assert_eq!(s.unanswered(&watched), None, "given up once");
-        // A LOAD given up for it is a former session to end once the server answers; an
-        // answer starts the clock again; answer-timeout=0 never gives up.
+        // A LOAD given up for it is a former session to end once the server answers; one that
+        // left on its own is not.
         watched.vanished.abandoned(21, Gone::Silent(120));
         watched.vanished.abandoned(22, Gone::Left);
         assert_eq!(watched.vanished.former(), [21]);
-        s.answered();
-        assert_eq!(s.unanswered(&watched), None);
-        let mut never = silent_for(100_000, None);
-        assert!(never
-            .unanswered(&watched)
-            .unwrap()
-            .contains("keeps waiting"));
-        assert_eq!(never.unanswered(&watched), None);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 
 use crate::connect::{connect, ConnectError};
 use crate::conninfo::ConnInfo;
+use crate::silence::Silence;
+use std::sync::Arc;
 use tokio::runtime::Runtime;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -32,10 +34,12 @@ pub enum AdminError {
     Server(String),
 }
 
-/// One blocking connection.
+/// One blocking connection, given up as a load's are when its server stops answering
+/// ([`crate::silence`]; the warnings go to standard error).
 pub struct Admin {
     rt: Runtime,
     client: Client,
+    silence: Arc<Silence>,
 }
 
 impl Admin {
@@ -44,19 +48,37 @@ impl Admin {
             .enable_all()
             .build()
             .map_err(AdminError::Runtime)?;
-        let client = rt.block_on(connect(info))?;
-        Ok(Admin { rt, client })
+        let warn = Arc::new(|w: String| eprintln!("warning: {w}"));
+        let silence = Silence::new(crate::silence::bound(info), warn);
+        let mut info = info.clone();
+        info.ends = silence.ends();
+        let began = std::time::Instant::now();
+        let client = rt.block_on(connect(&info))?;
+        {
+            let _entered = rt.enter();
+            silence.watch(&info, began.elapsed());
+        }
+        Ok(Admin {
+            rt,
+            client,
+            silence,
+        })
+    }
+
+    /// Runs `f` to its end, counted as a wait on the server.
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        let _waiting = self.silence.waiting();
+        self.rt.block_on(f)
     }
 
     /// Runs one or more statements (no results).
     pub fn execute(&self, sql: &str) -> Result<(), DbError> {
-        self.rt.block_on(self.client.batch_execute(sql))
+        self.block_on(self.client.batch_execute(sql))
     }
 
     /// `SELECT count(*)` of a table, named as SQL names it.
     pub fn count_rows(&self, table: &str) -> Result<u64, DbError> {
         let n: i64 = self
-            .rt
             .block_on(
                 self.client
                     .query_one(&format!("SELECT count(*) FROM {table}"), &[]),
@@ -67,7 +89,7 @@ impl Admin {
 
     /// Runs a query and returns its rows as text.
     pub fn query_text(&self, sql: &str) -> Result<TextRows, DbError> {
-        let messages = self.rt.block_on(self.client.simple_query(sql))?;
+        let messages = self.block_on(self.client.simple_query(sql))?;
         let mut out = TextRows::default();
         for m in &messages {
             if let SimpleQueryMessage::Row(r) = m {
@@ -87,7 +109,7 @@ impl Admin {
     /// The settings that differ from PostgreSQL's defaults (set in files, on the command line,
     /// by ALTER SYSTEM), as `(name, value)` in the server's own units.
     pub fn changed_settings(&self) -> Result<Vec<(String, String)>, DbError> {
-        let rows = self.rt.block_on(self.client.query(
+        let rows = self.block_on(self.client.query(
             "SELECT name, current_setting(name) FROM pg_settings \
              WHERE source NOT IN ('default', 'override', 'client') ORDER BY name",
             &[],
@@ -100,7 +122,6 @@ impl Admin {
 
     pub fn server_version(&self) -> Result<String, DbError> {
         Ok(self
-            .rt
             .block_on(self.client.query_one("SHOW server_version", &[]))?
             .get(0))
     }

@@ -313,8 +313,8 @@ impl Cluster {
             .collect()
     }
 
-    /// Reads `postmaster.pid`: the PID, when the file exists.
-    fn pid_file_pid(&self) -> Option<u32> {
+    /// Reads `postmaster.pid`: the postmaster's PID, when the file exists.
+    pub fn pid_file_pid(&self) -> Option<u32> {
         let text = fs::read_to_string(self.dir.join("postmaster.pid")).ok()?;
         text.lines().next()?.trim().parse().ok()
     }

@@ -114,6 +114,8 @@ impl SessionAttrs {
 /// 10 s, 3 unanswered probes, and `tcp_user_timeout` 120 s for data the peer never
 /// acknowledges. `keepalives`, `keepalives_idle`, `keepalives_interval`, `keepalives_count`
 /// and `tcp_user_timeout` (milliseconds, 0 for the system's) in the target override them.
+/// `tcp_user_timeout` also bounds a server whose kernel acknowledges while it answers nothing
+/// ([`crate::silence`]; 0 keeps waiting there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Liveness {
     pub keepalives: bool,

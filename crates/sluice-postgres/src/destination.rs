@@ -242,7 +242,7 @@ impl PgDestination {
             .thread_name("sluice-net")
             .build()
             .map_err(OpenError::Runtime)?;
-        let silence = Silence::new(silence_bound(target), warn.clone());
+        let silence = Silence::new(crate::silence::bound(target), warn.clone());
         let mut target = target.clone();
         target.ends = silence.ends();
         let began = std::time::Instant::now();
@@ -264,7 +264,10 @@ impl PgDestination {
             let rtt = socket.as_ref().and_then(crate::network::kernel_round_trip);
             Ok::<_, OpenError>((info, client, identity, session, free, rtt))
         })?;
-        rt.block_on(async { silence.watch(&info, began.elapsed()) });
+        {
+            let _entered = rt.enter();
+            silence.watch(&info, began.elapsed());
+        }
         if session.server_encoding != "UTF8" && session.server_encoding != "SQL_ASCII" {
             return Err(OpenError::Unsupported(format!(
                 "the database's encoding is {}; sluice loads UTF-8 input into UTF8 databases only",
@@ -520,7 +523,6 @@ impl PgDestination {
         }
     }
 
-    /// Runs `f` on the load's own connection.
     /// Runs `f` on the load's runtime, counted as a wait on the server: a server that answers
     /// nothing for too long meanwhile is given up, and `f` ends as a lost connection
     /// ([`crate::silence`]).
@@ -529,6 +531,7 @@ impl PgDestination {
         self.rt.block_on(f)
     }
 
+    /// Runs `f` on the load's own connection.
     fn on_client<T, F, Fut>(&self, f: F) -> Result<T, DestinationError>
     where
         F: FnOnce(Arc<Client>) -> Fut,
@@ -1062,7 +1065,11 @@ impl Destination for PgDestination {
         PgEncoder {
             converter: Converter::new(t.columns.clone(), self.zone.clone()),
             binary: t.binary,
-            oracle: Oracle::new(self.rt.handle().clone(), self.info.clone()),
+            oracle: Oracle::new(
+                self.rt.handle().clone(),
+                self.info.clone(),
+                self.silence.clone(),
+            ),
         }
     }
 
@@ -1617,15 +1624,6 @@ impl PgDestination {
 }
 
 /// Readying the staging area failed: the role's to fix, or the server's.
-/// How long the server may answer nothing before the load gives it up: the target's
-/// `tcp_user_timeout`, the bound it sets on data the server's kernel never acknowledges, also
-/// bounds a server whose kernel acknowledges while it answers nothing; 0 (the system's) sets
-/// none.
-fn silence_bound(target: &ConnInfo) -> Option<std::time::Duration> {
-    let ms = target.liveness.tcp_user_timeout_ms;
-    (ms > 0).then(|| std::time::Duration::from_millis(ms))
-}
-
 fn prepare_error(e: stage::PrepareError) -> DestinationError {
     match e {
         stage::PrepareError::Db(e) => db_error(e),

@@ -35,6 +35,8 @@ const REMEMBERED: usize = 1 << 16;
 pub struct Oracle {
     runtime: Handle,
     info: ConnInfo,
+    /// The load's waits on its server ([`crate::silence`]): the oracle's are counted too.
+    silence: std::sync::Arc<crate::silence::Silence>,
     client: Option<Client>,
     statements: HashMap<String, Statement>,
     /// The server's answers, by type and spelling.
@@ -44,10 +46,15 @@ pub struct Oracle {
 }
 
 impl Oracle {
-    pub fn new(runtime: Handle, info: ConnInfo) -> Oracle {
+    pub fn new(
+        runtime: Handle,
+        info: ConnInfo,
+        silence: std::sync::Arc<crate::silence::Silence>,
+    ) -> Oracle {
         Oracle {
             runtime,
             info,
+            silence,
             client: None,
             statements: HashMap::new(),
             answers: HashMap::new(),
@@ -78,11 +85,13 @@ impl Oracle {
         let Oracle {
             runtime,
             info,
+            silence,
             client,
             statements,
             conversions,
             ..
         } = self;
+        let _waiting = silence.waiting();
         runtime.block_on(async {
             if client.is_none() {
                 *client = Some(

@@ -2,18 +2,28 @@
 //! looks taken, the connections ended ([`sluice_core::silence`] keeps the clock and says why).
 //!
 //! Every wait of the load on its server goes through [`Silence::waiting`]; a watcher on the
-//! load's runtime asks the server for a new connection when a look is due. When the server is
-//! given up (after the target's `tcp_user_timeout`, two minutes by default), every connection
-//! of the load is ended through [`Ends`], which [`crate::conninfo::ConnInfo`] carries to every
-//! connection the load opens: a connection's task ends, and an attempt to connect is cut off,
-//! when the server is given up after they began. Each wait then fails as a lost connection.
+//! load's runtime asks the server for the first byte of a new connection when a look is due.
+//! When the server is given up (after the target's `tcp_user_timeout`, two minutes by
+//! default), every connection of the load is ended through [`Ends`], which
+//! [`crate::conninfo::ConnInfo`] carries to every connection the load opens: a connection's
+//! task ends, and an attempt to connect is cut off, when the server is given up after they
+//! began. Each wait then fails as a lost connection.
 
-use crate::conninfo::ConnInfo;
+use crate::conninfo::{ConnInfo, HostSpec};
 use sluice_core::silence::Said;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// How long the server may answer nothing before a load gives it up: the target's
+/// `tcp_user_timeout`, the bound it sets on data the server's kernel never acknowledges, also
+/// bounds a server whose kernel acknowledges while it answers nothing; 0 (the system's) sets
+/// none.
+pub fn bound(target: &ConnInfo) -> Option<Duration> {
+    let ms = target.liveness.tcp_user_timeout_ms;
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
 
 /// How often the watcher checks whether a look is due.
 const TICK: Duration = Duration::from_millis(500);
@@ -55,18 +65,27 @@ impl Ends {
         let (ends, generation) = (self.clone(), self.now());
         async move {
             tokio::select! {
+                biased;
                 _ = task => {}
                 _ = ends.after(generation) => {}
             }
         }
     }
 
-    /// `attempt` (a connection's startup), or `cut` when the server is given up meanwhile.
-    pub async fn cut<T>(&self, attempt: impl Future<Output = T>, cut: impl FnOnce() -> T) -> T {
-        let generation = self.now();
-        tokio::select! {
-            done = attempt => done,
-            _ = self.after(generation) => cut(),
+    /// `attempt` (a connection's startup), or `cut` when the server is given up after this
+    /// call (not after the first poll: an attempt spawned to run later is still cut).
+    pub fn cut<T>(
+        &self,
+        attempt: impl Future<Output = T>,
+        cut: impl FnOnce() -> T,
+    ) -> impl Future<Output = T> {
+        let (ends, generation) = (self.clone(), self.now());
+        async move {
+            tokio::select! {
+                biased;
+                done = attempt => done,
+                _ = ends.after(generation) => cut(),
+            }
         }
     }
 }
@@ -96,7 +115,7 @@ impl Silence {
     pub fn new(bound: Option<Duration>, warn: Arc<dyn Fn(String) + Send + Sync>) -> Arc<Silence> {
         let clock = sluice_core::silence::Silence::new(
             bound,
-            "tcp_user_timeout in the target",
+            "tcp_user_timeout (milliseconds) in the target",
             Instant::now(),
         );
         Arc::new(Silence {
@@ -115,12 +134,8 @@ impl Silence {
     /// [`sluice_core::silence::answer_within`] of `first`, what the load's first connection
     /// took.
     pub fn watch(self: &Arc<Silence>, info: &ConnInfo, first: Duration) {
-        // The looks' own connections: bounded by the look alone, and never ended by it.
-        let mut asked = info.clone();
-        asked.connect_timeout = None;
-        asked.ends = Ends::default();
         let within = sluice_core::silence::answer_within(first);
-        tokio::spawn(watch_over(Arc::downgrade(self), asked, within));
+        tokio::spawn(watch_over(Arc::downgrade(self), info.clone(), within));
     }
 
     /// What the load's connections carry, to be ended when the server is given up.
@@ -171,12 +186,42 @@ async fn watch_over(silence: Weak<Silence>, info: ConnInfo, within: Duration) {
     }
 }
 
-/// Whether the server answers a new connection `within`. A refusal (too many connections, a
-/// password refused, a port closed by a restart) is an answer: only silence is not.
+/// Whether the server answers a look `within`: its first byte on a new connection, the answer
+/// to an `SSLRequest`, which the server gives before any authentication (a slow one, a
+/// password it would refuse) and before a pooler queues the session. A refusal (a port closed
+/// by a restart, a connection reset) is an answer too: only silence is not.
 async fn answers(info: &ConnInfo, within: Duration) -> bool {
-    tokio::time::timeout(within, crate::connect::connect(info))
-        .await
-        .is_ok()
+    match info.hosts.first() {
+        Some(h) => tokio::time::timeout(within, first_byte(h)).await.is_ok(),
+        None => true,
+    }
+}
+
+/// The server's first byte on a new connection to `h`, asked with an `SSLRequest`.
+async fn first_byte(h: &HostSpec) -> std::io::Result<u8> {
+    // Length 8, then the request code 80877103.
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    if h.is_unix_socket() {
+        let path = format!("{}/.s.PGSQL.{}", h.host, h.port);
+        return ask(tokio::net::UnixStream::connect(path).await?, &SSL_REQUEST).await;
+    }
+    let host = h.hostaddr.as_deref().unwrap_or(&h.host);
+    ask(
+        tokio::net::TcpStream::connect((host, h.port)).await?,
+        &SSL_REQUEST,
+    )
+    .await
+}
+
+async fn ask(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    request: &[u8],
+) -> std::io::Result<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(request).await?;
+    let mut byte = [0u8];
+    stream.read_exact(&mut byte).await?;
+    Ok(byte[0])
 }
 
 #[cfg(test)]
@@ -197,9 +242,9 @@ mod tests {
             .await
             .expect("ended at the give-up")
             .unwrap();
-        // An attempt to connect under way when the server is given up is cut off.
-        let mut attempt = std::pin::pin!(ends.cut(std::future::pending::<u8>(), || 7));
-        assert!(futures_util::poll!(attempt.as_mut()).is_pending());
+        // An attempt to connect made before the server is given up is cut off, even one not
+        // polled yet.
+        let attempt = ends.cut(std::future::pending::<u8>(), || 7);
         tx.send_modify(|g| *g += 1);
         assert_eq!(attempt.await, 7);
     }

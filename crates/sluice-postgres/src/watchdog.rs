@@ -266,8 +266,8 @@ async fn sample_reporting(
     }
     warn(format!(
         "the server has not answered the watchdog's query for {} s: it may be frozen or \
-         overloaded; sluice keeps waiting while the server answers new connections, and gives \
-         it up once it answers nothing for the target's tcp_user_timeout",
+         overloaded; sluice keeps waiting while the server answers new connections (and, unless \
+         tcp_user_timeout=0, gives it up once it has answered nothing for that long)",
         UNANSWERED_REPORT.as_secs()
     ));
     asking.await

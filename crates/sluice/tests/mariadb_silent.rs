@@ -90,7 +90,7 @@ fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes
     let f = big_file(&db);
     let target = format!("{}?answer-timeout=10", db.url);
     let mut c = load_two_streams(&target, &f, "1");
-    c.env("SLUICE_PAUSE_AT", "prepared:2000");
+    c.env("SLUICE_PAUSE_AT", "prepared:8000");
     let mut child = c.spawn().unwrap();
     wait_until("the streams' branches prepared", 120, || {
         !db.sql("XA RECOVER").trim().is_empty() || child.try_wait().unwrap().is_some()
@@ -128,8 +128,9 @@ fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
     let target = format!("{}?answer-timeout=5", db.url);
     let child = load_two_streams(&target, &f, "5").spawn().unwrap();
     let stopped = stop_the_server_mid_load(&db);
-    // Past the bound and a look cut short, so that the streams are given up.
-    std::thread::sleep(Duration::from_secs(14));
+    // Past the bound and two looks cut short (the first 5 s into the wait, the next 5 s after
+    // it failed, each failing after 5 s), so that the streams are given up.
+    std::thread::sleep(Duration::from_secs(25));
     drop(stopped);
     let out = finish(child, 240);
     let err = stderr(&out);

@@ -27,15 +27,7 @@ const ROWS: u64 = 1_000_000;
 /// Every process of the test cluster, stopped: the postmaster first (so that it starts no
 /// new backend), then its children. Each is resumed when the value is dropped.
 fn stop_the_server() -> Vec<Stopped> {
-    let dir = &common::pg().cluster.dir;
-    let postmaster: i32 = std::fs::read_to_string(dir.join("postmaster.pid"))
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let postmaster = common::pg().cluster.pid_file_pid().expect("postmaster.pid") as i32;
     let mut stopped = vec![Stopped::stop(postmaster)];
     let children = Command::new("pgrep")
         .args(["-P", &postmaster.to_string()])
@@ -85,13 +77,15 @@ fn a_server_stopped_during_the_copies_is_given_up_and_the_rerun_loads_once() {
     let child = load_two_streams(&target, &f, "1").spawn().unwrap();
     wait_until("a COPY under way", 120, || copying(&d));
     let stopped = stop_the_server();
-    // The bound (10 s) with a look cut short (5 s), a retry's connection given up at the next
-    // look (10 s), the failed job's record likewise: well inside this test's bound.
+    // The bound (10 s), two looks cut short, a retry's connection given up at the next look,
+    // the failed job's record likewise: well inside this test's bound. (Here the kernel may
+    // end the COPYs first: 10 s is also its bound on data held behind a closed window. What
+    // the test holds is that nothing waits forever, and the message names the bound.)
     common::given_up(
         child,
         stopped,
         &[
-            "tcp_user_timeout in the target sets this bound (10 s)",
+            "tcp_user_timeout (milliseconds) in the target sets this bound (10 s)",
             "lost its connection",
         ],
     );
@@ -114,7 +108,7 @@ fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes
     let f = big_file(&d);
     let target = format!("{}&tcp_user_timeout=10000", d.url);
     let mut c = load_two_streams(&target, &f, "1");
-    c.env("SLUICE_PAUSE_AT", "prepared:2000");
+    c.env("SLUICE_PAUSE_AT", "prepared:8000");
     let mut child = c.spawn().unwrap();
     wait_until("the streams prepared", 120, || {
         d.psql("SELECT count(*) FROM pg_prepared_xacts").trim() != "0"
@@ -129,7 +123,7 @@ fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes
         child,
         stopped,
         &[
-            "tcp_user_timeout in the target sets this bound (10 s)",
+            "tcp_user_timeout (milliseconds) in the target sets this bound (10 s)",
             "run the same command again",
         ],
     );
@@ -149,8 +143,9 @@ fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
     let child = load_two_streams(&target, &f, "5").spawn().unwrap();
     wait_until("a COPY under way", 120, || copying(&d));
     let stopped = stop_the_server();
-    // Past the bound and a look cut short, so that the streams are given up.
-    std::thread::sleep(Duration::from_secs(14));
+    // Past the bound and two looks cut short (the first 5 s into the wait, the next 5 s after
+    // it failed, each failing after 5 s), so that the streams are given up.
+    std::thread::sleep(Duration::from_secs(25));
     drop(stopped);
     let out = finish(child, 240);
     let err = stderr(&out);
@@ -177,9 +172,14 @@ fn a_server_that_is_slow_but_answers_is_waited_for() {
     );
     let f = d.file("few.csv", common::rows(0, 1000).as_bytes());
     let target = format!("{}&tcp_user_timeout=4000", d.url);
+    let began = std::time::Instant::now();
     let out = finish(load_two_streams(&target, &f, "0").spawn().unwrap(), 120);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
+    assert!(
+        began.elapsed() >= Duration::from_secs(12),
+        "the statement's 12 s were waited for"
+    );
     assert!(!err.contains("answered nothing"), "{err}");
     assert_eq!(d.count("t"), 1000);
 }
