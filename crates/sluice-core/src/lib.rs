@@ -1,9 +1,10 @@
 //! sluice's core: everything between raw bytes and a destination's records that every
 //! destination shares, and nothing of any one database.
 //!
-//! This crate knows no sockets, files, threads or async runtime. Callers hand it byte slices
-//! and output buffers, as with `csv-core`, which keeps the hot path testable in isolation and
-//! lets every destination, reader and scheduler share it:
+//! This crate opens no sockets or files, starts no threads and needs no async runtime (its one
+//! async loop, [`silence::watch_over`], sleeps and looks with what its caller gives it).
+//! Callers hand it byte slices and output buffers, as with `csv-core`, which keeps the hot
+//! path testable in isolation and lets every destination, reader and scheduler share it:
 //!
 //! - [`dialect`]: the input formats (tbl, CSV, text) and their options;
 //! - [`records`]: splitting bytes into records and fields with COPY's exact rules;
@@ -14,7 +15,8 @@
 //!   exactly, for every destination's converter;
 //! - [`destination`]: the interface between the load engine and a destination database;
 //! - [`ledger`]: the resume ledger's records (jobs, files, committed chunks);
-//! - [`silence`]: the clock of a bound on a server that stops answering while a load waits;
+//! - [`silence`]: the clock, the waits and the watcher's loop of a bound on a server that stops
+//!   answering while a load waits;
 //! - [`error`]: input errors that name file, line, byte offset, column, value and reason.
 //!
 //! Each destination's own rules (which spellings its server accepts, how it rounds, its wire

@@ -17,10 +17,17 @@
 //! handles as it does any other. Once the server is given up, each unanswered look gives it
 //! up again (ending the connections opened since), until it answers.
 //!
-//! Only the clock is here: the waits, the looks and the connections are the destination's.
+//! The clock and the waits are here ([`Silence`], shared by a load's threads as [`Waits`]),
+//! and the watcher's loop ([`watch_over`]), which takes its sleep and its look from the
+//! destination: the looks, the connections and the runtime are the destination's.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
+
+/// How often the watcher checks whether a look is due.
+pub const TICK: Duration = Duration::from_millis(500);
 
 /// How long a wait lasts before the destination looks whether the server answers at all.
 pub const LOOK_AFTER: Duration = Duration::from_secs(5);
@@ -103,6 +110,97 @@ impl Silence {
                 None
             }
             false => self.clock.unanswered(now, oldest),
+        }
+    }
+}
+
+/// A load's [`Silence`], shared by its threads: every wait counted ([`Waits::waiting`]), every
+/// look's outcome told to the user (`warn`) and, at a give-up, to the destination (`give_up`,
+/// which ends the waits under way).
+pub struct Waits {
+    clock: Mutex<Silence>,
+    warn: Arc<dyn Fn(String) + Send + Sync>,
+    give_up: Box<dyn Fn() + Send + Sync>,
+}
+
+/// One wait on the server, counted until it is dropped.
+pub struct Waiting<'a> {
+    waits: &'a Waits,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.waits.clock().end(self.id);
+    }
+}
+
+impl Waits {
+    /// As [`Silence::new`], with where its words go and what a give-up does.
+    pub fn new(
+        bound: Option<Duration>,
+        setting: &'static str,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+        give_up: Box<dyn Fn() + Send + Sync>,
+    ) -> Waits {
+        Waits {
+            clock: Mutex::new(Silence::new(bound, setting, Instant::now())),
+            warn,
+            give_up,
+        }
+    }
+
+    fn clock(&self) -> MutexGuard<'_, Silence> {
+        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a wait on the server from now until the value is dropped.
+    pub fn waiting(&self) -> Waiting<'_> {
+        let id = self.clock().begin(Instant::now());
+        Waiting { waits: self, id }
+    }
+
+    /// A look's outcome at `now`: the user told, the waits given up.
+    fn looked(&self, answered: bool, oldest: Instant, now: Instant) {
+        let said = self.clock().looked(answered, oldest, now);
+        match said {
+            Some(Said::Report(text)) => (self.warn)(text),
+            Some(Said::GiveUp(text)) => {
+                if let Some(text) = text {
+                    (self.warn)(text);
+                }
+                (self.give_up)();
+            }
+            None => {}
+        }
+    }
+}
+
+/// Looks at the server while waits last, until `waits` is dropped: every [`TICK`] (`sleep`)
+/// whether a look is due, and then `look` (true: the server answered).
+pub async fn watch_over<S, L>(
+    waits: Weak<Waits>,
+    sleep: impl Fn(Duration) -> S,
+    look: impl Fn() -> L,
+) where
+    S: Future<Output = ()>,
+    L: Future<Output = bool>,
+{
+    loop {
+        sleep(TICK).await;
+        let Some(w) = waits.upgrade() else {
+            return;
+        };
+        let due = w.clock().look_due(Instant::now());
+        let Some(oldest) = due else {
+            continue;
+        };
+        // Not held across the look: the load's end drops it, and the watcher with it.
+        drop(w);
+        let answered = look().await;
+        match waits.upgrade() {
+            Some(w) => w.looked(answered, oldest, Instant::now()),
+            None => return,
         }
     }
 }
@@ -261,6 +359,45 @@ mod tests {
         };
         assert!(r.contains("keeps waiting (the setting is 0)"), "{r}");
         assert_eq!(s.looked(false, t0, at(t0, 100_000)), None);
+    }
+
+    #[test]
+    fn the_shared_waits_tell_the_user_and_give_up_through_the_destination() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let gave_up = Arc::new(AtomicU32::new(0));
+        let (t, g) = (told.clone(), gave_up.clone());
+        let waits = Waits::new(
+            Some(Duration::from_secs(8)),
+            "the setting",
+            Arc::new(move |w| t.lock().unwrap().push(w)),
+            Box::new(move || {
+                g.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
+        let waiting = waits.waiting();
+        let began = Instant::now();
+        waits.looked(false, began, at(began, 11));
+        assert_eq!(
+            gave_up.load(Ordering::SeqCst),
+            0,
+            "one look gives nothing up"
+        );
+        waits.looked(false, began, at(began, 20));
+        assert_eq!(gave_up.load(Ordering::SeqCst), 1);
+        let told = told.lock().unwrap().clone();
+        assert!(told[0].contains("answered nothing for 11 s"), "{told:?}");
+        assert!(
+            told[1].contains("the setting sets this bound (8 s)"),
+            "{told:?}"
+        );
+        assert!(waits.clock().look_due(at(began, 25)).is_some());
+        drop(waiting);
+        assert_eq!(
+            waits.clock().look_due(at(began, 25)),
+            None,
+            "no wait, no look"
+        );
     }
 
     #[test]

@@ -14,15 +14,12 @@
 
 use crate::conninfo::ConnInfo;
 use sluice_core::destination::{DestinationError, ErrorKind};
-use sluice_core::silence::Said;
+use sluice_core::silence::{watch_over, Waiting, Waits};
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
-
-/// How often the watcher checks whether a look is due.
-const TICK: Duration = Duration::from_millis(500);
 
 /// A wait given up because the server answered nothing for the bound.
 #[derive(Debug)]
@@ -100,7 +97,7 @@ impl From<GaveUp> for crate::xa::FinishError {
 /// The load's runtime, whose waits on the server are counted and given up with it.
 pub struct Rt {
     rt: Runtime,
-    silence: Arc<Silence>,
+    silence: Silence,
 }
 
 impl Rt {
@@ -116,8 +113,14 @@ impl Rt {
     ) -> Rt {
         let silence = Silence::new(info.answer_timeout, warn);
         let within = sluice_core::silence::answer_within(first);
+        let asked = info.clone();
+        let look = move || answers(asked.clone(), within);
         let _entered = rt.enter();
-        tokio::spawn(watch_over(Arc::downgrade(&silence), info.clone(), within));
+        tokio::spawn(watch_over(
+            Arc::downgrade(&silence.waits),
+            tokio::time::sleep,
+            look,
+        ));
         Rt { rt, silence }
     }
 
@@ -172,44 +175,24 @@ impl Rt {
 
 /// The load's waits on its server, and the give-ups so far.
 struct Silence {
-    clock: Mutex<sluice_core::silence::Silence>,
+    waits: Arc<Waits>,
     given_up: watch::Sender<u64>,
-    warn: Arc<dyn Fn(String) + Send + Sync>,
-}
-
-/// One wait on the server, counted until it is dropped.
-struct Waiting<'a> {
-    silence: &'a Silence,
-    id: u64,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.silence.clock().end(self.id);
-    }
 }
 
 impl Silence {
-    fn new(bound: Option<Duration>, warn: Arc<dyn Fn(String) + Send + Sync>) -> Arc<Silence> {
-        let clock = sluice_core::silence::Silence::new(
-            bound,
-            "answer-timeout= in the target",
-            Instant::now(),
-        );
-        Arc::new(Silence {
-            clock: Mutex::new(clock),
-            given_up: watch::channel(0).0,
-            warn,
-        })
-    }
-
-    fn clock(&self) -> std::sync::MutexGuard<'_, sluice_core::silence::Silence> {
-        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    fn new(bound: Option<Duration>, warn: Arc<dyn Fn(String) + Send + Sync>) -> Silence {
+        let given_up = watch::channel(0).0;
+        let give_ups = given_up.clone();
+        let give_up = Box::new(move || give_ups.send_modify(|g| *g += 1));
+        let setting = "answer-timeout= in the target";
+        Silence {
+            waits: Arc::new(Waits::new(bound, setting, warn, give_up)),
+            given_up,
+        }
     }
 
     fn waiting(&self) -> Waiting<'_> {
-        let id = self.clock().begin(Instant::now());
-        Waiting { silence: self, id }
+        self.waits.waiting()
     }
 
     fn generation(&self) -> u64 {
@@ -222,48 +205,12 @@ impl Silence {
         // The sender lives as long as `self`: the wait cannot fail.
         let _ = rx.wait_for(|g| *g > generation).await;
     }
-
-    /// A look's outcome: the user told, the waits given up.
-    fn looked(&self, answered: bool, oldest: Instant) {
-        let said = self.clock().looked(answered, oldest, Instant::now());
-        match said {
-            Some(Said::Report(text)) => (self.warn)(text),
-            Some(Said::GiveUp(text)) => {
-                if let Some(text) = text {
-                    (self.warn)(text);
-                }
-                self.given_up.send_modify(|g| *g += 1);
-            }
-            None => {}
-        }
-    }
-}
-
-/// Looks at the server while waits last, until the silence is dropped.
-async fn watch_over(silence: Weak<Silence>, info: ConnInfo, within: Duration) {
-    loop {
-        tokio::time::sleep(TICK).await;
-        let Some(s) = silence.upgrade() else {
-            return;
-        };
-        let due = s.clock().look_due(Instant::now());
-        let Some(oldest) = due else {
-            continue;
-        };
-        // Not held across the look: the load's end drops it, and the watcher with it.
-        drop(s);
-        let answered = answers(&info, within).await;
-        match silence.upgrade() {
-            Some(s) => s.looked(answered, oldest),
-            None => return,
-        }
-    }
 }
 
 /// Whether the server answers a new connection `within`. A refusal (too many connections, a
 /// password refused, a port closed by a restart) is an answer: only silence is not.
-async fn answers(info: &ConnInfo, within: Duration) -> bool {
-    match tokio::time::timeout(within, crate::connect::connect(info)).await {
+async fn answers(info: ConnInfo, within: Duration) -> bool {
+    match tokio::time::timeout(within, crate::connect::connect(&info)).await {
         Ok(Ok(c)) => {
             // Closed on the runtime, not waited for: the look is done.
             tokio::spawn(c.disconnect());

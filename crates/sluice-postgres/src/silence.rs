@@ -10,10 +10,10 @@
 //! began. Each wait then fails as a lost connection.
 
 use crate::conninfo::{ConnInfo, HostSpec};
-use sluice_core::silence::Said;
+use sluice_core::silence::{watch_over, Waiting, Waits};
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// How long the server may answer nothing before a load gives it up: the target's
@@ -24,9 +24,6 @@ pub fn bound(target: &ConnInfo) -> Option<Duration> {
     let ms = target.liveness.tcp_user_timeout_ms;
     (ms > 0).then(|| Duration::from_millis(ms))
 }
-
-/// How often the watcher checks whether a look is due.
-const TICK: Duration = Duration::from_millis(500);
 
 /// What ends a load's connections when its server is given up: a generation number, raised at
 /// each give-up. A connection, or an attempt to connect, ends when the generation rises past
@@ -92,50 +89,37 @@ impl Ends {
 
 /// The load's waits on its server, and what ends its connections.
 pub struct Silence {
-    clock: Mutex<sluice_core::silence::Silence>,
+    waits: Arc<Waits>,
     ended: watch::Sender<u64>,
-    warn: Arc<dyn Fn(String) + Send + Sync>,
-}
-
-/// One wait on the server, counted until it is dropped.
-pub struct Waiting<'a> {
-    silence: &'a Silence,
-    id: u64,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.silence.clock().end(self.id);
-    }
 }
 
 impl Silence {
     /// A silence of no wait yet, giving the server up after `bound` (never for `None`); its
     /// watcher starts with [`Silence::watch`].
     pub fn new(bound: Option<Duration>, warn: Arc<dyn Fn(String) + Send + Sync>) -> Arc<Silence> {
-        let clock = sluice_core::silence::Silence::new(
-            bound,
-            "tcp_user_timeout (milliseconds) in the target",
-            Instant::now(),
-        );
+        let ended = watch::channel(0).0;
+        let ends = ended.clone();
+        let give_up = Box::new(move || ends.send_modify(|g| *g += 1));
+        let setting = "tcp_user_timeout (milliseconds) in the target";
         Arc::new(Silence {
-            clock: Mutex::new(clock),
-            ended: watch::channel(0).0,
-            warn,
+            waits: Arc::new(Waits::new(bound, setting, warn, give_up)),
+            ended,
         })
-    }
-
-    fn clock(&self) -> std::sync::MutexGuard<'_, sluice_core::silence::Silence> {
-        self.clock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts the watcher, on the current runtime: it asks the server of `info` (the host the
     /// load pinned) while waits last, for as long as the silence lives; each look may take
     /// [`sluice_core::silence::answer_within`] of `first`, what the load's first connection
     /// took.
-    pub fn watch(self: &Arc<Silence>, info: &ConnInfo, first: Duration) {
+    pub fn watch(&self, info: &ConnInfo, first: Duration) {
         let within = sluice_core::silence::answer_within(first);
-        tokio::spawn(watch_over(Arc::downgrade(self), info.clone(), within));
+        let host = info.hosts.first().cloned();
+        let look = move || answers(host.clone(), within);
+        tokio::spawn(watch_over(
+            Arc::downgrade(&self.waits),
+            tokio::time::sleep,
+            look,
+        ));
     }
 
     /// What the load's connections carry, to be ended when the server is given up.
@@ -145,44 +129,7 @@ impl Silence {
 
     /// Counts a wait on the server from now until the value is dropped.
     pub fn waiting(&self) -> Waiting<'_> {
-        let id = self.clock().begin(Instant::now());
-        Waiting { silence: self, id }
-    }
-
-    /// A look's outcome: the user told, the connections ended.
-    fn looked(&self, answered: bool, oldest: Instant) {
-        let said = self.clock().looked(answered, oldest, Instant::now());
-        match said {
-            Some(Said::Report(text)) => (self.warn)(text),
-            Some(Said::GiveUp(text)) => {
-                if let Some(text) = text {
-                    (self.warn)(text);
-                }
-                self.ended.send_modify(|g| *g += 1);
-            }
-            None => {}
-        }
-    }
-}
-
-/// Looks at the server while waits last, until the silence is dropped.
-async fn watch_over(silence: Weak<Silence>, info: ConnInfo, within: Duration) {
-    loop {
-        tokio::time::sleep(TICK).await;
-        let Some(s) = silence.upgrade() else {
-            return;
-        };
-        let due = s.clock().look_due(Instant::now());
-        let Some(oldest) = due else {
-            continue;
-        };
-        // Not held across the look: the load's end drops it, and the watcher with it.
-        drop(s);
-        let answered = answers(&info, within).await;
-        match silence.upgrade() {
-            Some(s) => s.looked(answered, oldest),
-            None => return,
-        }
+        self.waits.waiting()
     }
 }
 
@@ -190,9 +137,9 @@ async fn watch_over(silence: Weak<Silence>, info: ConnInfo, within: Duration) {
 /// to an `SSLRequest`, which the server gives before any authentication (a slow one, a
 /// password it would refuse) and before a pooler queues the session. A refusal (a port closed
 /// by a restart, a connection reset) is an answer too: only silence is not.
-async fn answers(info: &ConnInfo, within: Duration) -> bool {
-    match info.hosts.first() {
-        Some(h) => tokio::time::timeout(within, first_byte(h)).await.is_ok(),
+async fn answers(host: Option<HostSpec>, within: Duration) -> bool {
+    match host {
+        Some(h) => tokio::time::timeout(within, first_byte(&h)).await.is_ok(),
         None => true,
     }
 }

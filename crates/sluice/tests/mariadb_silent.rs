@@ -51,6 +51,14 @@ fn stop_the_server_mid_load(db: &common::mariadb::MDb) -> Stopped {
     Stopped::stop(server_pid())
 }
 
+/// The same command, once the server is back: every row, once.
+fn rerun_loads_every_row_once(db: &common::mariadb::MDb, target: &str, f: &std::path::Path) {
+    let again = finish(load_two_streams(target, f, "1").spawn().unwrap(), 120);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(db.count("t"), ROWS);
+    assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+}
+
 #[test]
 fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -60,8 +68,8 @@ fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once()
     let target = format!("{}?answer-timeout=10", db.url);
     let child = load_two_streams(&target, &f, "1").spawn().unwrap();
     let stopped = stop_the_server_mid_load(&db);
-    // The bound (10 s) and a look cut short (5 s), one retry's connection attempt (15 s) and
-    // the failed job's record (15 s at most): well inside this test's bound.
+    // The bound (10 s) with two looks cut short, a retry's connection given up at the next
+    // look, and the failed job's record (15 s at most): well inside this test's bound.
     common::given_up(
         child,
         stopped,
@@ -73,10 +81,7 @@ fn a_server_that_stops_answering_mid_load_is_given_up_and_the_rerun_loads_once()
     );
     assert_eq!(db.count("t"), 0);
 
-    let again = finish(load_two_streams(&target, &f, "1").spawn().unwrap(), 120);
-    assert!(again.status.success(), "{}", stderr(&again));
-    assert_eq!(db.count("t"), ROWS);
-    assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+    rerun_loads_every_row_once(&db, &target, &f);
 }
 
 /// The moment past the LOADs: every stream's branch prepared (`XA PREPARE`), the decision not
@@ -108,10 +113,7 @@ fn a_server_stopped_during_the_commit_is_given_up_and_the_same_command_completes
             "run the same command again",
         ],
     );
-    let again = finish(load_two_streams(&target, &f, "1").spawn().unwrap(), 120);
-    assert!(again.status.success(), "{}", stderr(&again));
-    assert_eq!(db.count("t"), ROWS);
-    assert_eq!(db.count("(SELECT DISTINCT id FROM t) x"), ROWS);
+    rerun_loads_every_row_once(&db, &target, &f);
     assert_eq!(db.sql("XA RECOVER").trim(), "", "no branch left prepared");
 }
 
