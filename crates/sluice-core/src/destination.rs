@@ -950,6 +950,23 @@ pub trait Ledger: Destination {
     /// say) means this load runs without one; its message says how to give it one.
     fn open_ledger(&self) -> Result<(), DestinationError>;
 
+    /// Opens the ledger as [`Ledger::open_ledger`] does while the load's inputs are still being
+    /// checked, leaving what it made (where it had to make it) uncommitted until
+    /// [`Ledger::settle_ledger`]: a load whose inputs or plan then fail leaves no ledger
+    /// behind, as one that opened it after them. `Ok(false)`, having done nothing, where the
+    /// destination cannot (its DDL commits itself, or the ledger needs more than a plain
+    /// open); the load then opens it later.
+    fn hold_ledger(&self) -> Result<bool, DestinationError> {
+        Ok(false)
+    }
+
+    /// Commits (`keep`) or rolls back what [`Ledger::hold_ledger`] left open, if anything.
+    /// Nothing else runs on the destination between the two.
+    fn settle_ledger(&self, keep: bool) -> Result<(), DestinationError> {
+        let _ = keep;
+        Ok(())
+    }
+
     /// Jobs, newest first: those with this key, or all of them.
     fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError>;
 

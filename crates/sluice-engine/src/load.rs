@@ -1,5 +1,6 @@
-//! A whole load on a destination already open: check the inputs, describe the tables, plan,
-//! ask the ledger, choose the strategy, run, and report. Nothing here knows which database it
+//! A whole load on a destination already open: check the inputs while the tables are
+//! described and the ledger opened, plan, ask the ledger, choose the strategy, run, and
+//! report. Nothing here knows which database it
 //! is: a destination that can stage is loaded through [`load_staging`], any other through
 //! [`load`], and both share every step.
 
@@ -14,7 +15,9 @@ use crate::run::{execute, RunOptions, RunOutcome};
 use crate::spec::{Jobs, LoadSpec, PrepareChoice, StrategyChoice};
 use crate::stage::{Mode, Stage, StageOptions, StagePlanner, Staged};
 use crate::strategy::{self, Direct, Strategy};
-use sluice_core::destination::{Destination, ErrorKind, Ledger, LoadTable, Staging, TableInfo};
+use sluice_core::destination::{
+    Destination, DestinationError, ErrorKind, Ledger, LoadTable, Staging, TableInfo,
+};
 use sluice_core::ledger::{JobState, Placement, WorkerPart};
 use std::sync::Arc;
 
@@ -37,7 +40,8 @@ pub fn load_staging<D: Destination + Ledger + Staging>(
 }
 
 /// The table each input goes to, once every input is known readable. Call it before anything
-/// connects: a mistyped file name must never start a server.
+/// that could start a server (a mistyped file name must never start one); a load whose inputs
+/// were not checked checks them itself, while it describes the tables.
 pub fn check_inputs(spec: &LoadSpec) -> Result<Vec<String>, Failure> {
     let file_tables = input_tables(spec)?;
     let inputs = plan::plan_inputs(spec)?;
@@ -141,6 +145,40 @@ fn prepare_on_refused(why: &str) -> Failure {
     ))
 }
 
+/// The ledger as a load found it while its inputs were checked.
+enum EarlyLedger {
+    /// This load keeps none: a dry run, or standard input (read once, it cannot be resumed).
+    None,
+    /// Opened, what it made not yet committed ([`Ledger::hold_ledger`]).
+    Held,
+    /// Opened and committed, or failed to be: said where opening it would be.
+    Opened(Result<(), DestinationError>),
+    /// Opened once the plan holds: the inputs were checked before the load, or the destination
+    /// cannot hold it open.
+    Later,
+}
+
+/// How long a ledger made while the inputs are checked stays uncommitted at most: its
+/// creation lock keeps other loads of the database from opening it meanwhile. A check that
+/// takes longer (a million files on a slow disk) finds the ledger committed, and if it fails,
+/// leaves it made, as a load that failed after the plan would.
+const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the thread ends within `bound` (polled: a scoped thread has no timed join).
+fn finishes_within<T>(
+    thread: &std::thread::ScopedJoinHandle<'_, T>,
+    bound: std::time::Duration,
+) -> bool {
+    let deadline = std::time::Instant::now() + bound;
+    while !thread.is_finished() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
 /// One load's request and its listener.
 struct Load<'a> {
     spec: &'a LoadSpec,
@@ -165,14 +203,18 @@ impl Load<'_> {
             .transpose()
             .map_err(Failure::Usage)?;
         self.open_early(&*dest);
-        let described = self.describe(dest, &file_tables)?;
-        let plan = plan::build(spec, &file_tables, &described, columns.clone())?;
-        let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
-        dest.prefer_wire(spec.wire);
-        dest.set_tables(&load_tables).map_err(|e| match e.kind {
-            ErrorKind::Usage => Failure::Usage(e.to_string()),
-            _ => crate::run::destination_failure(&e, e.to_string()),
-        })?;
+        let (described, ledger) = self.describe_while_checking(dest, &file_tables)?;
+        let planned = self.plan_tables(dest, &file_tables, &described, columns.clone());
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(f) => {
+                // What the ledger's open made stays unmade: the fixed command makes it.
+                if matches!(ledger, EarlyLedger::Held) {
+                    let _ = dest.settle_ledger(false);
+                }
+                return Err(f);
+            }
+        };
         self.open_ahead(&*dest, stager, &plan);
         // The ledger: resume an unfinished job, leave out what a finished one loaded.
         let replan = |size: u64| {
@@ -181,7 +223,12 @@ impl Load<'_> {
             plan::build(&again, &file_tables, &described, columns.clone())
         };
         let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
-        let keeps = self.keeps_ledger(&plan, &*dest)?;
+        let keeps = match ledger {
+            EarlyLedger::None => false,
+            EarlyLedger::Held => self.ledger_opened(dest.settle_ledger(true))?,
+            EarlyLedger::Opened(opened) => self.ledger_opened(opened)?,
+            EarlyLedger::Later => self.ledger_opened(dest.open_ledger())?,
+        };
         if let (true, Some(_)) = (keeps, crew) {
             self.refuse_before_joining(&*dest, stager.is_some(), &plan)?;
         }
@@ -202,6 +249,73 @@ impl Load<'_> {
             },
         };
         self.run_job(dest, stager, plan, job)
+    }
+
+    /// Describes the tables, and opens the ledger, while the inputs are checked (opened and
+    /// their first bytes read: for 5,000 small files, as long as the description and a first
+    /// load's making of the ledger), unless they were checked before the load. A failed check
+    /// is said first, as it would be had the inputs been checked before anything connected,
+    /// and what the ledger's open made is rolled back.
+    fn describe_while_checking<D: Destination + Ledger>(
+        &self,
+        dest: &mut D,
+        file_tables: &[String],
+    ) -> Result<(Vec<(String, TableInfo)>, EarlyLedger), Failure> {
+        let spec = self.spec;
+        let keeps = !spec.dry_run && !spec.files.iter().any(|f| f == "-");
+        std::thread::scope(|scope| {
+            let check = (!spec.checked.is_filled()).then(|| {
+                scope.spawn(|| {
+                    self.host.event(Event::Point("checking"));
+                    check_inputs(spec).map(|_| ())
+                })
+            });
+            let described = self.describe(dest, file_tables);
+            // Held only while the check still runs: where it is done (a far server answers
+            // the description after it), the open after the plan costs no round trip more.
+            let checking = check.as_ref().is_some_and(|c| !c.is_finished());
+            let mut ledger = match (keeps, checking && described.is_ok()) {
+                (false, _) => EarlyLedger::None,
+                (true, false) => EarlyLedger::Later,
+                (true, true) => match dest.hold_ledger() {
+                    Ok(true) => EarlyLedger::Held,
+                    Ok(false) => EarlyLedger::Later,
+                    Err(e) => EarlyLedger::Opened(Err(e)),
+                },
+            };
+            let checked = check.map_or(Ok(()), |c| {
+                if matches!(ledger, EarlyLedger::Held) && !finishes_within(&c, HOLD_AT_MOST) {
+                    // Another load's open waits for the ledger's creation lock meanwhile.
+                    ledger = EarlyLedger::Opened(dest.settle_ledger(true));
+                }
+                c.join().expect("the inputs' check panicked")
+            });
+            if let Err(f) = checked {
+                if matches!(ledger, EarlyLedger::Held) {
+                    let _ = dest.settle_ledger(false);
+                }
+                return Err(f);
+            }
+            Ok((described?, ledger))
+        })
+    }
+
+    /// The plan, and the destination told its tables.
+    fn plan_tables<D: Destination>(
+        &self,
+        dest: &mut D,
+        file_tables: &[String],
+        described: &[(String, TableInfo)],
+        columns: Option<Vec<String>>,
+    ) -> Result<Plan, Failure> {
+        let plan = plan::build(self.spec, file_tables, described, columns)?;
+        let load_tables: Vec<LoadTable> = plan.tables.iter().map(|t| t.load_table()).collect();
+        dest.prefer_wire(self.spec.wire);
+        dest.set_tables(&load_tables).map_err(|e| match e.kind {
+            ErrorKind::Usage => Failure::Usage(e.to_string()),
+            _ => crate::run::destination_failure(&e, e.to_string()),
+        })?;
+        Ok(plan)
     }
 
     /// Describes each table the inputs name, once (asked together); the first failure, in the
@@ -377,16 +491,13 @@ impl Load<'_> {
         result
     }
 
-    /// Whether this load keeps a ledger: not a dry run, not standard input (read once, it
-    /// cannot be resumed), and a role that may keep one (else a warning says why not). A lost
+    /// Whether this load keeps a ledger, from how opening it went: a role that may keep one
+    /// does (else a warning says why not). A lost
     /// connection or a server going down meanwhile fails the load, which has loaded nothing
     /// yet: going on without the ledger would leave a rerun nothing to resume from, and load
     /// every row again.
-    fn keeps_ledger<D: Ledger>(&self, plan: &Plan, dest: &D) -> Result<bool, Failure> {
-        if self.spec.dry_run || plan.inputs.iter().any(|i| i.identity.is_none()) {
-            return Ok(false);
-        }
-        match dest.open_ledger() {
+    fn ledger_opened(&self, opened: Result<(), DestinationError>) -> Result<bool, Failure> {
+        match opened {
             Ok(()) => Ok(true),
             Err(e) if e.kind.retried() => Err(crate::run::destination_failure(
                 &e,

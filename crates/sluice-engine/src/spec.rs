@@ -132,3 +132,13 @@ impl LoadSpec {
 pub struct CheckedInputs(
     pub(crate) std::sync::Arc<std::sync::Mutex<Option<Vec<crate::plan::Input>>>>,
 );
+
+impl CheckedInputs {
+    /// Whether the inputs were checked, and not yet taken by a plan.
+    pub fn is_filled(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+}

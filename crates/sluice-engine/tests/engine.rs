@@ -85,6 +85,8 @@ struct Listener {
     heard: Mutex<Vec<String>>,
     stop_at: Option<&'static str>,
     look_at: Option<&'static str>,
+    /// A point where the "process" lingers, as a slow disk would make it.
+    linger_at: Option<(&'static str, Duration)>,
 }
 
 impl Host for Listener {
@@ -95,6 +97,10 @@ impl Host for Listener {
             Event::Warning(m) => format!("warning: {m}"),
             Event::Point(p) if Some(p) == self.stop_at => panic!("stopped at {p}"),
             Event::Point(p) if Some(p) == self.look_at => format!("looked at {p}"),
+            Event::Point(p) if self.linger_at.is_some_and(|(at, _)| at == p) => {
+                std::thread::sleep(self.linger_at.map_or(Duration::ZERO, |(_, d)| d));
+                format!("lingered at {p}")
+            }
             _ => return,
         };
         self.heard.lock().unwrap().push(line);
@@ -912,4 +918,78 @@ fn a_streams_load_goes_on_into_its_next_chunks_and_stays_exactly_once() {
         exactly_once(&store, 0, 120_000);
         assert_eq!(report.total.rows, 120_000);
     }
+}
+
+/// The ledger is opened while the inputs are checked, and what its open made is committed only
+/// once the inputs and the plan hold: a load whose inputs or plan fail leaves no ledger made,
+/// as one that opened it after them. Where the inputs were checked before the load, or the
+/// destination cannot hold the open uncommitted, it opens after the plan, as before.
+#[test]
+fn the_ledger_opens_while_the_inputs_are_checked_and_stays_unmade_when_they_fail() {
+    let inputs = Inputs::new("ledger_while_checking");
+    let files = two_files(&inputs, &[]);
+    let false_gz = inputs.file("c.csv.gz", "4000,v4000\n");
+    // The check lingers, so that it still runs when the tables are described.
+    let slow = || Listener {
+        linger_at: Some(("checking", Duration::from_millis(200))),
+        ..Listener::default()
+    };
+    let load = |store: &Arc<Store>, spec: &LoadSpec, holds: bool| {
+        let host = slow();
+        let mut dest = Memory::connect(store);
+        dest.holds_ledger = holds;
+        let result = sluice_engine::load::load(spec, &mut dest, &host);
+        assert!(
+            host.heard("lingered at checking"),
+            "the check ran in the load"
+        );
+        let opens = std::mem::take(&mut store.lock().ledger_opens);
+        (result, opens)
+    };
+
+    let store = table();
+    let mut bad = files.clone();
+    bad.push(false_gz);
+    let (result, opens) = load(&store, &spec(bad), true);
+    assert!(result.is_err(), "a .gz that is not gzip fails the check");
+    assert_eq!(opens, ["held", "dropped"]);
+    assert_eq!(store.count("t"), 0);
+
+    let mut unknown_column = spec(files.clone());
+    unknown_column.columns = Some("id,nope".into());
+    let (result, opens) = load(&store, &unknown_column, true);
+    assert!(matches!(result, Err(Failure::Usage(_))), "{result:?}");
+    assert_eq!(
+        opens,
+        ["held", "dropped"],
+        "a plan that fails makes no ledger"
+    );
+
+    let (result, opens) = load(&store, &spec(files.clone()), false);
+    result.unwrap();
+    assert_eq!(
+        opens,
+        ["opened"],
+        "a destination that cannot hold it opens it later"
+    );
+    store.truncate("t");
+
+    let checked = spec(files.clone());
+    sluice_engine::load::check_inputs(&checked).unwrap();
+    assert!(checked.checked.is_filled());
+    let mut dest = Memory::connect(&store);
+    dest.holds_ledger = true;
+    sluice_engine::load::load(&checked, &mut dest, &Listener::default()).unwrap();
+    assert_eq!(
+        store.lock().ledger_opens,
+        ["opened"],
+        "checked before: opened after the plan"
+    );
+    store.lock().ledger_opens.clear();
+    store.truncate("t");
+
+    let (result, opens) = load(&store, &spec(files), true);
+    result.unwrap();
+    assert_eq!(opens, ["held", "kept"]);
+    assert_eq!(store.count("t"), 4000);
 }

@@ -126,6 +126,9 @@ pub struct PgDestination {
     none_finished: std::sync::atomic::AtomicBool,
     /// Whether the ledger held no job at all when it was opened, until a load first looks.
     no_job: std::sync::atomic::AtomicBool,
+    /// The connection whose transaction opened the ledger and awaits its end
+    /// ([`Ledger::hold_ledger`]): that one, never a reconnected one, commits it.
+    ledger_pending: Mutex<Option<Arc<Client>>>,
     /// The second half of the job's start, sent and not yet answered ([`Begun`]).
     begun: Mutex<Begun>,
     /// The server's log position read with the job's row: where the load's log starts.
@@ -302,6 +305,7 @@ impl PgDestination {
             ahead: Mutex::new(Ahead::default()),
             none_finished: std::sync::atomic::AtomicBool::new(false),
             no_job: std::sync::atomic::AtomicBool::new(false),
+            ledger_pending: Mutex::new(None),
             begun: Mutex::new(Begun::Settled),
             begin_lsn: Mutex::new(None),
             end_lsn: Mutex::new(None),
@@ -1794,6 +1798,14 @@ async fn server_settings(client: &Client) -> Result<Vec<(String, String)>, tokio
 }
 
 /// A ledger failure in the engine's terms: a refusal is the user's to act on.
+impl PgDestination {
+    /// What the ledger was seen to hold as it opened, for the load's first questions.
+    fn ledger_held(&self, held: crate::ledger::Held) {
+        self.none_finished.store(!held.finished, Ordering::Relaxed);
+        self.no_job.store(held.empty, Ordering::Relaxed);
+    }
+}
+
 fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
     match e {
         crate::ledger::LedgerError::Db(e) => db_error(e),
@@ -1808,9 +1820,41 @@ impl Ledger for PgDestination {
     fn open_ledger(&self) -> Result<(), DestinationError> {
         let held =
             self.on_client(|c| async move { crate::ledger::open(&c).await.map_err(ledger_error) })?;
-        self.none_finished.store(!held.finished, Ordering::Relaxed);
-        self.no_job.store(held.empty, Ordering::Relaxed);
+        self.ledger_held(held);
         Ok(())
+    }
+
+    fn hold_ledger(&self) -> Result<bool, DestinationError> {
+        use crate::ledger::Pending;
+        let pending = self.on_client(|c| async move {
+            let pending = crate::ledger::open_pending(&c)
+                .await
+                .map_err(ledger_error)?;
+            Ok(pending.map(|p| (p, c)))
+        })?;
+        match pending {
+            None => Ok(false),
+            Some((Pending::Opened(held), _)) => {
+                self.ledger_held(held);
+                Ok(true)
+            }
+            Some((Pending::Made(held), client)) => {
+                self.ledger_held(held);
+                *lock(&self.ledger_pending) = Some(client);
+                Ok(true)
+            }
+        }
+    }
+
+    fn settle_ledger(&self, keep: bool) -> Result<(), DestinationError> {
+        let Some(client) = lock(&self.ledger_pending).take() else {
+            return Ok(());
+        };
+        self.block_on(async move {
+            crate::ledger::settle(&client, keep)
+                .await
+                .map_err(ledger_error)
+        })
     }
 
     fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {

@@ -296,10 +296,55 @@ pub enum LedgerError {
 /// hold.
 pub async fn open(client: &Client) -> Result<Held, LedgerError> {
     // A ledger of this version, or none: made if need be and read in one round trip.
-    if let Some(opened) = create_at_once(client).await? {
+    if let Some(opened) = create_at_once(client, End::Commit).await? {
         return opened.checked(client).await;
     }
     open_carefully(client).await
+}
+
+/// A ledger opened by [`open_pending`].
+pub enum Pending {
+    /// Made now, its transaction still open: [`settle`] commits it or rolls it back.
+    Made(Held),
+    /// There already, and its transaction committed (it made nothing to take back).
+    Opened(Held),
+}
+
+/// [`open`]'s one round trip with its transaction left open where it made the ledger: what it
+/// made is committed by [`settle`], or rolled back, once the load knows whether its inputs and
+/// plan hold. A ledger that was there is committed at once: its creation lock is not held
+/// while the inputs are checked. `None`, with the transaction rolled back, where the plain
+/// open would not do (a ledger of another version, one the role may not write, or none it may
+/// make): the load opens it later, the careful way, which says why not.
+pub async fn open_pending(client: &Client) -> Result<Option<Pending>, LedgerError> {
+    match create_at_once(client, End::Open).await? {
+        Some(opened) if opened.may && opened.made => Ok(Some(Pending::Made(opened.held))),
+        Some(opened) if opened.may => {
+            client.batch_execute("COMMIT").await?;
+            Ok(Some(Pending::Opened(opened.held)))
+        }
+        _ => {
+            client.batch_execute("ROLLBACK").await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Ends what [`open_pending`] left open: `COMMIT` where the load goes on, else `ROLLBACK`.
+pub async fn settle(client: &Client, keep: bool) -> Result<(), LedgerError> {
+    let end = match keep {
+        true => "COMMIT",
+        false => "ROLLBACK",
+    };
+    client.batch_execute(end).await.map_err(creation_error)
+}
+
+/// How [`create_at_once`]'s statement string ends.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    Commit,
+    /// Its transaction left open, for [`settle`].
+    Open,
 }
 
 /// [`open`] one question at a time, for whatever [`create_at_once`] does not take: a ledger
@@ -374,6 +419,7 @@ async fn read_back(client: &Client) -> Result<Opened, LedgerError> {
             finished: r.get(0),
             empty: r.get(1),
         }),
+        made: false,
     })
 }
 
@@ -411,6 +457,8 @@ struct Opened {
     version: Option<i32>,
     may: bool,
     held: Held,
+    /// Whether its transaction made it (wrote anything at all).
+    made: bool,
 }
 
 impl Opened {
@@ -420,6 +468,7 @@ impl Opened {
             version: None,
             may: false,
             held: Held::MAYBE,
+            made: false,
         }
     }
 
@@ -451,7 +500,7 @@ impl Opened {
 /// back is not one of this version that the role can read (an older version, a ledger of an
 /// unknown shape, a schema the role may not use, no right to create it, no PL/pgSQL): the
 /// caller takes the careful way, which upgrades, or says why not.
-async fn create_at_once(client: &Client) -> Result<Option<Opened>, LedgerError> {
+async fn create_at_once(client: &Client, end: End) -> Result<Option<Opened>, LedgerError> {
     let sql = format!(
         "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{UPGRADE_WAIT}'; \
          SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); \
@@ -463,9 +512,13 @@ async fn create_at_once(client: &Client) -> Result<Option<Opened>, LedgerError> 
            END IF; \
          END $sluice_ledger$; \
          SELECT (SELECT max(version) FROM sluice_ledger.ledger_version), ({RIGHTS}), h.* \
-           FROM ({HELD}) h; \
-         COMMIT",
-        script = ledger_script(None).replace('\'', "''")
+             , txid_current_if_assigned() IS NOT NULL \
+           FROM ({HELD}) h{commit}",
+        script = ledger_script(None).replace('\'', "''"),
+        commit = match end {
+            End::Commit => "; COMMIT",
+            End::Open => "",
+        }
     );
     let messages = match client.simple_query(&sql).await {
         Ok(m) => m,
@@ -493,6 +546,7 @@ async fn create_at_once(client: &Client) -> Result<Option<Opened>, LedgerError> 
             finished: r.get(2) != Some("f"),
             empty: r.get(3) == Some("t"),
         },
+        made: r.get(4) != Some("f"),
     });
     Ok(opened.filter(|o| o.version == Some(VERSION)))
 }

@@ -11,7 +11,9 @@
 //! is one environment lookup, made once.
 //!
 //! `SLUICE_PAUSE_AT=<point>:<milliseconds>` makes the process sleep there instead, so that a
-//! test can look at the server in that moment (what a reader sees between two commits).
+//! test can look at the server in that moment (what a reader sees between two commits). At
+//! `checking`, where the inputs' check begins, a pause makes the check as slow as a slow disk
+//! would, while the load's connection goes on (describes the tables, opens the ledger).
 
 use std::sync::OnceLock;
 

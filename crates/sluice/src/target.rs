@@ -2,7 +2,7 @@
 //! sluice's own private cluster, started on demand.
 
 use sluice_mariadb::conninfo::is_mariadb_target;
-use sluice_postgres::cluster::{bulk_load_settings, Cluster};
+use sluice_postgres::cluster::{bulk_load_settings, Cluster, Status};
 use sluice_postgres::conninfo::{ConnInfo, ProcessEnv};
 use std::path::PathBuf;
 
@@ -37,6 +37,19 @@ fn environment_names_server() -> bool {
     ["PGHOST", "PGDATABASE", "DATABASE_URL", "PGSERVICE"]
         .iter()
         .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
+}
+
+/// Whether resolving this target may start a server: the private cluster, when it does not
+/// run now. A load checks its inputs before anything that may (a mistyped file name never
+/// starts a server), and otherwise while its first connection describes the tables.
+pub fn may_start_server(target: Option<&str>, pg_dir: Option<PathBuf>) -> bool {
+    let explicit =
+        target.is_some() || std::env::var_os("DATABASE_URL").is_some_and(|v| !v.is_empty());
+    if explicit || environment_names_server() {
+        return false;
+    }
+    Cluster::new(default_pg_dir(pg_dir))
+        .map_or(true, |c| !matches!(c.status(), Status::Running { .. }))
 }
 
 /// A target string or environment that does not parse (a usage error, not a failure to

@@ -128,6 +128,25 @@ fn stdin_without_format_and_a_false_gz_fail_before_anything_connects() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Where the target names a server, the inputs are checked while the first connection
+/// describes the tables; a bad input is still what the load reports, even when that server
+/// cannot be reached.
+#[test]
+fn a_bad_input_is_said_before_a_server_that_cannot_be_reached() {
+    let root = std::env::temp_dir().join(format!("sluice-cli-unreached-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let missing = root.join("missing.csv");
+    let mut c = sluice_cmd();
+    c.args(["load", "--table", "t", "--target"])
+        .arg("postgresql://sluice@127.0.0.1:1/nowhere?connect_timeout=5")
+        .arg(&missing);
+    let out = run_bounded(c, 60);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_has(&err, &["cannot read", "missing.csv"]);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// A server that asks for a password none was given for: psql's words, and every place a
 /// password can come from, not the library's "invalid configuration: password missing".
 #[test]

@@ -1192,3 +1192,68 @@ fn a_version_3_ledger_is_upgraded_and_its_jobs_still_count() {
     assert_has(&stderr(&out), &["skipping 10 file(s) job"]);
     assert_eq!(d.count("t"), 805);
 }
+
+/// A first load makes the ledger while its inputs are checked, in a transaction left open
+/// until they hold, for a second at most (the check lingers here, as on a slow disk): a load
+/// whose input turns out bad leaves no ledger in a database that had none; a check that takes
+/// longer finds the ledger committed, so that no other load waits on its creation lock; and a
+/// load killed while the ledger is held leaves nothing that holds up the same command.
+#[test]
+fn the_ledger_made_while_the_inputs_are_checked_is_kept_only_when_they_hold() {
+    let d = db("ledger_while_checking");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let good = d.file("a.csv", b"1,a\n2,b\n");
+    let false_gz = d.file("b.csv.gz", b"3,c\n");
+    let ledgers = || {
+        d.psql("SELECT count(*) FROM pg_namespace WHERE nspname = 'sluice_ledger'")
+            .trim()
+            .to_string()
+    };
+    let held = || {
+        d.psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+             AND state = 'idle in transaction' AND query LIKE '%sluice_ledger%'",
+            d.name
+        ))
+        .trim()
+            == "1"
+    };
+    let load = |files: &[&Path], linger_ms: u32| {
+        let mut c = sluice_cmd();
+        c.args(["load", "-q", "--target", &d.url, "--table", "t"])
+            .args(files)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if linger_ms > 0 {
+            c.env("SLUICE_PAUSE_AT", format!("checking:{linger_ms}"));
+        }
+        c
+    };
+    let bad_input_fails = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+        assert_has(&stderr(out), &["b.csv.gz", "gzip"]);
+        assert_eq!(d.count("t"), 0);
+    };
+
+    let out = run_bounded(load(&[&good, &false_gz], 500), 60);
+    bad_input_fails(&out);
+    assert_eq!(ledgers(), "0", "a load of a bad input made the ledger");
+
+    let child = load(&[&good, &false_gz], 4000).spawn().unwrap();
+    common::wait_until("the ledger's open never waited for the check", 30, held);
+    common::wait_until("the ledger stayed uncommitted past its bound", 30, || {
+        ledgers() == "1"
+    });
+    let out = common::finish(child, 60);
+    bad_input_fails(&out);
+    d.psql("DROP SCHEMA sluice_ledger CASCADE");
+
+    let mut child = load(&[&good], 4000).spawn().unwrap();
+    common::wait_until("the ledger's open never waited for the check", 30, held);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = run_bounded(load(&[&good], 0), 60);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.count("t"), 2);
+    assert_eq!(ledgers(), "1");
+}

@@ -138,6 +138,8 @@ pub struct State {
     pub commit_batches: Vec<usize>,
     /// Prepared transactions committed (or failed to be) so far.
     prepared_commits_seen: usize,
+    /// How the ledger was opened, in turn: `opened`, or `held` then `kept` or `dropped`.
+    pub ledger_opens: Vec<&'static str>,
     clock: u64,
 }
 
@@ -287,6 +289,8 @@ pub struct Memory {
     pub auto_direct: Option<String>,
     /// Whether it says that streams writing into one table contend.
     pub contend: bool,
+    /// Whether it can hold the ledger's open uncommitted while the inputs are checked.
+    pub holds_ledger: bool,
     /// The staging tables this process finished or took back, for the publish.
     finished: Mutex<Vec<String>>,
     /// The leftovers `prepare_staging` offered: those `reuse_staging` does not keep go.
@@ -304,6 +308,7 @@ impl Memory {
             publish: PublishModel::OneTransaction,
             auto_direct: None,
             contend: false,
+            holds_ledger: false,
             finished: Mutex::new(Vec::new()),
             offered: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -796,8 +801,9 @@ impl Destination for Memory {
     }
 }
 
-impl Ledger for Memory {
-    fn open_ledger(&self) -> Result<(), DestinationError> {
+impl Memory {
+    /// Whether the ledger may be opened, as the faults armed say.
+    fn ledger_may_open(&self) -> Result<(), DestinationError> {
         let faults = &self.store.lock().faults;
         if faults.ledger_lost {
             return Err(DestinationError::new(
@@ -812,6 +818,29 @@ impl Ledger for Memory {
             )),
             false => Ok(()),
         }
+    }
+}
+
+impl Ledger for Memory {
+    fn open_ledger(&self) -> Result<(), DestinationError> {
+        self.ledger_may_open()?;
+        self.store.lock().ledger_opens.push("opened");
+        Ok(())
+    }
+
+    fn hold_ledger(&self) -> Result<bool, DestinationError> {
+        if !self.holds_ledger {
+            return Ok(false);
+        }
+        self.ledger_may_open()?;
+        self.store.lock().ledger_opens.push("held");
+        Ok(true)
+    }
+
+    fn settle_ledger(&self, keep: bool) -> Result<(), DestinationError> {
+        let end = if keep { "kept" } else { "dropped" };
+        self.store.lock().ledger_opens.push(end);
+        Ok(())
     }
 
     fn jobs(&self, key: Option<&str>) -> Result<Vec<Job>, DestinationError> {

@@ -547,9 +547,21 @@ pub fn print_report(args: &LoadArgs, rep: &Report) -> Result<(), Failure> {
 pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
     let mut spec = args.spec();
     spec.files = crate::patterns::expand(&spec.files)?;
-    // Every input must be readable before anything connects (or starts a cluster).
-    sluice_engine::load::check_inputs(&spec)?;
-    let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)?;
+    // Every input must be readable before a cluster starts for it. Where none will, the load
+    // checks them while it describes the tables; a failed check is still said first.
+    let starts = crate::target::may_start_server(args.target.as_deref(), args.pg_dir.clone());
+    if starts {
+        sluice_engine::load::check_inputs(&spec)?;
+    }
+    let mut dest = match destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)
+    {
+        Ok(dest) => dest,
+        Err(f) if !starts => {
+            sluice_engine::load::check_inputs(&spec)?;
+            return Err(f);
+        }
+        Err(f) => return Err(f),
+    };
     let sizing = dest.size_sockets(args.socket_buffer)?;
     // Said when it changes something, or was asked for: `auto` leaving the kernel alone (every
     // load on a near server) is not news.
