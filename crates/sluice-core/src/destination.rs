@@ -950,12 +950,12 @@ pub trait Ledger: Destination {
     /// say) means this load runs without one; its message says how to give it one.
     fn open_ledger(&self) -> Result<(), DestinationError>;
 
-    /// Opens the ledger as [`Ledger::open_ledger`] does while the load's inputs are still being
-    /// checked, leaving what it made (where it had to make it) uncommitted until
-    /// [`Ledger::settle_ledger`]: a load whose inputs or plan then fail leaves no ledger
-    /// behind, as one that opened it after them. `Ok(false)`, having done nothing, where the
-    /// destination cannot (its DDL commits itself, or the ledger needs more than a plain
-    /// open); the load then opens it later.
+    /// Makes the ledger where there is none while the load's inputs are still being checked,
+    /// leaving it uncommitted until [`Ledger::settle_ledger`]: a load whose inputs or plan then
+    /// fail leaves no ledger behind, as one that opened it after them. `Ok(true)` when it holds
+    /// one so made, open as [`Ledger::open_ledger`] leaves it. `Ok(false)`, holding nothing,
+    /// where the ledger was there, or the destination cannot hold it (its DDL commits itself,
+    /// or the ledger needs more than a plain open): the load opens it after the plan.
     fn hold_ledger(&self) -> Result<bool, DestinationError> {
         Ok(false)
     }

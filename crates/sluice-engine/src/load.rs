@@ -147,21 +147,40 @@ fn prepare_on_refused(why: &str) -> Failure {
 
 /// The ledger as a load found it while its inputs were checked.
 enum EarlyLedger {
-    /// This load keeps none: a dry run, or standard input (read once, it cannot be resumed).
-    None,
-    /// Opened, what it made not yet committed ([`Ledger::hold_ledger`]).
+    /// This load keeps none ([`keeps_ledger`]).
+    NotKept,
+    /// Made, not yet committed ([`Ledger::hold_ledger`]).
     Held,
     /// Opened and committed, or failed to be: said where opening it would be.
     Opened(Result<(), DestinationError>),
-    /// Opened once the plan holds: the inputs were checked before the load, or the destination
-    /// cannot hold it open.
+    /// Opened once the plan holds: the inputs were checked before the load, the check ended
+    /// before the description, or the destination holds nothing open (it cannot, or the
+    /// ledger was there).
     Later,
 }
 
-/// How long a ledger made while the inputs are checked stays uncommitted at most: its
-/// creation lock keeps other loads of the database from opening it meanwhile. A check that
-/// takes longer (a million files on a slow disk) finds the ledger committed, and if it fails,
-/// leaves it made, as a load that failed after the plan would.
+/// The `--columns` list, and each table the inputs name as the destination described it.
+type Ready = (Option<Vec<String>>, Vec<(String, TableInfo)>);
+
+/// Whether a load keeps a ledger: not a dry run, and not one of standard input, which is read
+/// once and cannot be resumed.
+fn keeps_ledger(spec: &LoadSpec) -> bool {
+    !spec.dry_run && !spec.files.iter().any(|f| f == "-")
+}
+
+/// The ledger opened while the inputs are still checked, where the destination can hold it.
+fn hold_ledger<D: Ledger>(dest: &D) -> EarlyLedger {
+    match dest.hold_ledger() {
+        Ok(true) => EarlyLedger::Held,
+        Ok(false) => EarlyLedger::Later,
+        Err(e) => EarlyLedger::Opened(Err(e)),
+    }
+}
+
+/// How long a ledger made while the inputs are checked waits for the check at most before it
+/// is committed: its creation lock keeps other loads of the database from opening it
+/// meanwhile. A check that takes longer (a million files on a slow disk) finds the ledger
+/// committed, and if it fails, leaves it made, as a load that failed after the plan would.
 const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether the thread ends within `bound` (polled: a scoped thread has no timed join).
@@ -193,19 +212,8 @@ impl Load<'_> {
     ) -> Result<Report, Failure> {
         let spec = self.spec;
         let file_tables = input_tables(spec)?;
-        if let Some(why) = dest.cannot_write().filter(|_| !spec.dry_run) {
-            return Err(Failure::Usage(why));
-        }
-        let columns = spec
-            .columns
-            .as_deref()
-            .map(|l| plan::parse_column_list(l, &dest.capabilities().identifiers))
-            .transpose()
-            .map_err(Failure::Usage)?;
-        self.open_early(&*dest);
-        let (described, ledger) = self.describe_while_checking(dest, &file_tables)?;
-        let planned = self.plan_tables(dest, &file_tables, &described, columns.clone());
-        let plan = match planned {
+        let ((columns, described), ledger) = self.ready_while_checking(dest, &file_tables)?;
+        let plan = match self.plan_tables(dest, &file_tables, &described, columns.clone()) {
             Ok(plan) => plan,
             Err(f) => {
                 // What the ledger's open made stays unmade: the fixed command makes it.
@@ -214,6 +222,11 @@ impl Load<'_> {
                 }
                 return Err(f);
             }
+        };
+        // Settled before anything else asks the server (the streams' connections open next).
+        let ledger = match ledger {
+            EarlyLedger::Held => EarlyLedger::Opened(dest.settle_ledger(true)),
+            other => other,
         };
         self.open_ahead(&*dest, stager, &plan);
         // The ledger: resume an unfinished job, leave out what a finished one loaded.
@@ -224,7 +237,8 @@ impl Load<'_> {
         };
         let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
         let keeps = match ledger {
-            EarlyLedger::None => false,
+            EarlyLedger::NotKept => false,
+            // (Settled once the plan held, above.)
             EarlyLedger::Held => self.ledger_opened(dest.settle_ledger(true))?,
             EarlyLedger::Opened(opened) => self.ledger_opened(opened)?,
             EarlyLedger::Later => self.ledger_opened(dest.open_ledger())?,
@@ -251,18 +265,18 @@ impl Load<'_> {
         self.run_job(dest, stager, plan, job)
     }
 
-    /// Describes the tables, and opens the ledger, while the inputs are checked (opened and
-    /// their first bytes read: for 5,000 small files, as long as the description and a first
-    /// load's making of the ledger), unless they were checked before the load. A failed check
-    /// is said first, as it would be had the inputs been checked before anything connected,
-    /// and what the ledger's open made is rolled back.
-    fn describe_while_checking<D: Destination + Ledger>(
+    /// Everything before the plan that asks the destination (whether it can be written, the
+    /// `--columns` list in its identifiers, the tables' description, the ledger's open), done
+    /// while the inputs are checked (opened and their first bytes read: for 5,000 small files,
+    /// as long as the description and a first load's making of the ledger), unless they were
+    /// checked before the load. A failed check is said first, as it would be had the inputs
+    /// been checked before anything connected, and what the ledger's open made is rolled back.
+    fn ready_while_checking<D: Destination + Ledger>(
         &self,
         dest: &mut D,
         file_tables: &[String],
-    ) -> Result<(Vec<(String, TableInfo)>, EarlyLedger), Failure> {
+    ) -> Result<(Ready, EarlyLedger), Failure> {
         let spec = self.spec;
-        let keeps = !spec.dry_run && !spec.files.iter().any(|f| f == "-");
         std::thread::scope(|scope| {
             let check = (!spec.checked.is_filled()).then(|| {
                 scope.spawn(|| {
@@ -270,34 +284,64 @@ impl Load<'_> {
                     check_inputs(spec).map(|_| ())
                 })
             });
-            let described = self.describe(dest, file_tables);
+            let ready = self.ready(dest, file_tables);
             // Held only while the check still runs: where it is done (a far server answers
             // the description after it), the open after the plan costs no round trip more.
             let checking = check.as_ref().is_some_and(|c| !c.is_finished());
-            let mut ledger = match (keeps, checking && described.is_ok()) {
-                (false, _) => EarlyLedger::None,
+            let mut ledger = match (keeps_ledger(spec), checking && ready.is_ok()) {
+                (false, _) => EarlyLedger::NotKept,
                 (true, false) => EarlyLedger::Later,
-                (true, true) => match dest.hold_ledger() {
-                    Ok(true) => EarlyLedger::Held,
-                    Ok(false) => EarlyLedger::Later,
-                    Err(e) => EarlyLedger::Opened(Err(e)),
-                },
+                (true, true) => hold_ledger(&*dest),
             };
-            let checked = check.map_or(Ok(()), |c| {
-                if matches!(ledger, EarlyLedger::Held) && !finishes_within(&c, HOLD_AT_MOST) {
-                    // Another load's open waits for the ledger's creation lock meanwhile.
-                    ledger = EarlyLedger::Opened(dest.settle_ledger(true));
+            if let Some(check) = check {
+                let checked = self.wait_for_check(&*dest, check, &mut ledger);
+                if let Err(f) = checked {
+                    if matches!(ledger, EarlyLedger::Held) {
+                        let _ = dest.settle_ledger(false);
+                    }
+                    return Err(f);
                 }
-                c.join().expect("the inputs' check panicked")
-            });
-            if let Err(f) = checked {
-                if matches!(ledger, EarlyLedger::Held) {
-                    let _ = dest.settle_ledger(false);
-                }
-                return Err(f);
             }
-            Ok((described?, ledger))
+            Ok((ready?, ledger))
         })
+    }
+
+    /// What [`Load::ready_while_checking`] asks of the destination: whether it can be written,
+    /// the `--columns` list, the streams opened early, the tables' description.
+    fn ready<D: Destination>(
+        &self,
+        dest: &mut D,
+        file_tables: &[String],
+    ) -> Result<Ready, Failure> {
+        let spec = self.spec;
+        if let Some(why) = dest.cannot_write().filter(|_| !spec.dry_run) {
+            return Err(Failure::Usage(why));
+        }
+        let columns = spec
+            .columns
+            .as_deref()
+            .map(|l| plan::parse_column_list(l, &dest.capabilities().identifiers))
+            .transpose()
+            .map_err(Failure::Usage)?;
+        self.open_early(&*dest);
+        Ok((columns, self.describe(dest, file_tables)?))
+    }
+
+    /// The check's outcome. A ledger held longer than [`HOLD_AT_MOST`] is committed meanwhile,
+    /// and opened again after the plan: what it was seen to hold may have changed since.
+    fn wait_for_check<D: Ledger>(
+        &self,
+        dest: &D,
+        check: std::thread::ScopedJoinHandle<'_, Result<(), Failure>>,
+        ledger: &mut EarlyLedger,
+    ) -> Result<(), Failure> {
+        if matches!(ledger, EarlyLedger::Held) && !finishes_within(&check, HOLD_AT_MOST) {
+            *ledger = match dest.settle_ledger(true) {
+                Ok(()) => EarlyLedger::Later,
+                Err(e) => EarlyLedger::Opened(Err(e)),
+            };
+        }
+        check.join().expect("the inputs' check panicked")
     }
 
     /// The plan, and the destination told its tables.

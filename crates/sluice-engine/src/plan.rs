@@ -767,7 +767,7 @@ pub fn header_line(input: &Input) -> std::io::Result<Option<Vec<u8>>> {
 }
 
 /// Checks that an input can be read: a missing, unreadable or non-regular file is a local
-/// failure (exit 1), found before anything connects.
+/// failure (exit 1), found before anything loads (and before a server starts for the load).
 pub fn check_input(f: &str) -> Result<std::fs::Metadata, Failure> {
     Ok(open_input(f, 0)?.meta)
 }

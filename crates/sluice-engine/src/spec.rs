@@ -48,7 +48,7 @@ pub enum Jobs {
 pub struct LoadSpec {
     /// Input paths; `-` is standard input.
     pub files: Vec<String>,
-    /// The files as checked before the load (filled by `check_inputs`).
+    /// The files as checked before the plan (filled by `check_inputs`).
     pub checked: CheckedInputs,
     /// Load every file into this table (else each file's name up to its first dot).
     pub table: Option<String>,

@@ -988,8 +988,38 @@ fn the_ledger_opens_while_the_inputs_are_checked_and_stays_unmade_when_they_fail
     store.lock().ledger_opens.clear();
     store.truncate("t");
 
-    let (result, opens) = load(&store, &spec(files), true);
+    let (result, opens) = load(&store, &spec(files.clone()), true);
     result.unwrap();
     assert_eq!(opens, ["held", "kept"]);
+    assert_eq!(store.count("t"), 4000);
+}
+
+/// A check that outlasts the hold's bound finds the ledger committed, so that other loads do
+/// not wait on it, and opened again after the plan (what it holds may have changed since);
+/// when it fails, the ledger stays made, as after a plan that failed.
+#[test]
+fn a_check_longer_than_the_hold_finds_the_ledger_committed() {
+    let inputs = Inputs::new("ledger_hold_bound");
+    let files = two_files(&inputs, &[]);
+    let load = |store: &Arc<Store>, spec: &LoadSpec| {
+        let host = Listener {
+            linger_at: Some(("checking", Duration::from_millis(1300))),
+            ..Listener::default()
+        };
+        let mut dest = Memory::connect(store);
+        dest.holds_ledger = true;
+        let result = sluice_engine::load::load(spec, &mut dest, &host);
+        let opens = std::mem::take(&mut store.lock().ledger_opens);
+        (result, opens)
+    };
+    let store = table();
+    let mut bad = files.clone();
+    bad.push(inputs.file("c.csv.gz", "4000,v4000\n"));
+    let (result, opens) = load(&store, &spec(bad));
+    assert!(result.is_err(), "a .gz that is not gzip fails the check");
+    assert_eq!(opens, ["held", "kept"]);
+    let (result, opens) = load(&store, &spec(files));
+    result.unwrap();
+    assert_eq!(opens, ["held", "kept", "opened"]);
     assert_eq!(store.count("t"), 4000);
 }

@@ -1797,7 +1797,6 @@ async fn server_settings(client: &Client) -> Result<Vec<(String, String)>, tokio
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// A ledger failure in the engine's terms: a refusal is the user's to act on.
 impl PgDestination {
     /// What the ledger was seen to hold as it opened, for the load's first questions.
     fn ledger_held(&self, held: crate::ledger::Held) {
@@ -1806,6 +1805,7 @@ impl PgDestination {
     }
 }
 
+/// A ledger failure in the engine's terms: a refusal is the user's to act on.
 fn ledger_error(e: crate::ledger::LedgerError) -> DestinationError {
     match e {
         crate::ledger::LedgerError::Db(e) => db_error(e),
@@ -1833,11 +1833,9 @@ impl Ledger for PgDestination {
             Ok(pending.map(|p| (p, c)))
         })?;
         match pending {
-            None => Ok(false),
-            Some((Pending::Opened(held), _)) => {
-                self.ledger_held(held);
-                Ok(true)
-            }
+            // There already: committed, and opened again after the plan, when what it holds
+            // is read for the load (the check may take seconds, and other loads finish jobs).
+            None | Some((Pending::Opened, _)) => Ok(false),
             Some((Pending::Made(held), client)) => {
                 self.ledger_held(held);
                 *lock(&self.ledger_pending) = Some(client);

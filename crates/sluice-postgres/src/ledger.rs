@@ -307,7 +307,7 @@ pub enum Pending {
     /// Made now, its transaction still open: [`settle`] commits it or rolls it back.
     Made(Held),
     /// There already, and its transaction committed (it made nothing to take back).
-    Opened(Held),
+    Opened,
 }
 
 /// [`open`]'s one round trip with its transaction left open where it made the ledger: what it
@@ -321,7 +321,7 @@ pub async fn open_pending(client: &Client) -> Result<Option<Pending>, LedgerErro
         Some(opened) if opened.may && opened.made => Ok(Some(Pending::Made(opened.held))),
         Some(opened) if opened.may => {
             client.batch_execute("COMMIT").await?;
-            Ok(Some(Pending::Opened(opened.held)))
+            Ok(Some(Pending::Opened))
         }
         _ => {
             client.batch_execute("ROLLBACK").await?;

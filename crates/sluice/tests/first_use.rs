@@ -1,4 +1,4 @@
-//! A newcomer's first loads: inputs checked before anything connects, exit
+//! A newcomer's first loads: inputs checked before any server starts, exit
 //! codes as the README's table says, errors that name the table a file went to, counts people
 //! can read, and mapping fields by the header's names. The `sluice pg` and `demo` items are in
 //! private_cluster.rs, the help text in main.rs's unit tests.

@@ -291,6 +291,8 @@ pub struct Memory {
     pub contend: bool,
     /// Whether it can hold the ledger's open uncommitted while the inputs are checked.
     pub holds_ledger: bool,
+    /// Whether it holds the ledger's open now, for [`Ledger::settle_ledger`].
+    held: std::sync::atomic::AtomicBool,
     /// The staging tables this process finished or took back, for the publish.
     finished: Mutex<Vec<String>>,
     /// The leftovers `prepare_staging` offered: those `reuse_staging` does not keep go.
@@ -309,6 +311,7 @@ impl Memory {
             auto_direct: None,
             contend: false,
             holds_ledger: false,
+            held: std::sync::atomic::AtomicBool::new(false),
             finished: Mutex::new(Vec::new()),
             offered: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -833,13 +836,16 @@ impl Ledger for Memory {
             return Ok(false);
         }
         self.ledger_may_open()?;
+        self.held.store(true, Ordering::SeqCst);
         self.store.lock().ledger_opens.push("held");
         Ok(true)
     }
 
     fn settle_ledger(&self, keep: bool) -> Result<(), DestinationError> {
-        let end = if keep { "kept" } else { "dropped" };
-        self.store.lock().ledger_opens.push(end);
+        if self.held.swap(false, Ordering::SeqCst) {
+            let end = if keep { "kept" } else { "dropped" };
+            self.store.lock().ledger_opens.push(end);
+        }
         Ok(())
     }
 

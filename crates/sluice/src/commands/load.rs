@@ -549,20 +549,15 @@ pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
     spec.files = crate::patterns::expand(&spec.files)?;
     // Every input must be readable before a cluster starts for it. Where none will, the load
     // checks them while it describes the tables; a failed check is still said first.
-    let starts = crate::target::may_start_server(args.target.as_deref(), args.pg_dir.clone());
-    if starts {
+    let checked = crate::target::may_start_server(args.target.as_deref(), args.pg_dir.clone());
+    if checked {
         sluice_engine::load::check_inputs(&spec)?;
     }
-    let mut dest = match destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)
-    {
-        Ok(dest) => dest,
-        Err(f) if !starts => {
-            sluice_engine::load::check_inputs(&spec)?;
-            return Err(f);
-        }
-        Err(f) => return Err(f),
-    };
-    let sizing = dest.size_sockets(args.socket_buffer)?;
+    let mut dest = destination::open(args.target.as_deref(), args.pg_dir.clone(), args.quiet)
+        .map_err(|f| inputs_first(&spec, checked, f))?;
+    let sizing = dest
+        .size_sockets(args.socket_buffer)
+        .map_err(|f| inputs_first(&spec, checked, f))?;
     // Said when it changes something, or was asked for: `auto` leaving the kernel alone (every
     // load on a near server) is not news.
     let worth_saying = sizing.buffer.is_some() || args.socket_buffer != SocketBuffer::Auto;
@@ -576,6 +571,17 @@ pub fn load(args: &LoadArgs) -> Result<Report, Failure> {
         );
     }
     dest.load(&spec, &CliHost::new(args.quiet))
+}
+
+/// `failure`, unless the inputs, not checked yet, fail their check: that is said first, as it
+/// is when they are checked before anything connects.
+fn inputs_first(spec: &LoadSpec, checked: bool, failure: Failure) -> Failure {
+    match checked {
+        true => failure,
+        false => sluice_engine::load::check_inputs(spec)
+            .err()
+            .unwrap_or(failure),
+    }
 }
 
 #[cfg(test)]
