@@ -1,8 +1,7 @@
 //! A whole load on a destination already open: check the inputs while the tables are
 //! described and the ledger opened, plan, ask the ledger, choose the strategy, run, and
-//! report. Nothing here knows which database it
-//! is: a destination that can stage is loaded through [`load_staging`], any other through
-//! [`load`], and both share every step.
+//! report. Nothing here knows which database it is: a destination that can stage is loaded
+//! through [`load_staging`], any other through [`load`], and both share every step.
 
 use crate::chunk::Counters;
 use crate::events::{Event, Host, Progress};
@@ -536,10 +535,9 @@ impl Load<'_> {
     }
 
     /// Whether this load keeps a ledger, from how opening it went: a role that may keep one
-    /// does (else a warning says why not). A lost
-    /// connection or a server going down meanwhile fails the load, which has loaded nothing
-    /// yet: going on without the ledger would leave a rerun nothing to resume from, and load
-    /// every row again.
+    /// does (else a warning says why not). A lost connection or a server going down meanwhile
+    /// fails the load, which has loaded nothing yet: going on without the ledger would leave a
+    /// rerun nothing to resume from, and load every row again.
     fn ledger_opened(&self, opened: Result<(), DestinationError>) -> Result<bool, Failure> {
         match opened {
             Ok(()) => Ok(true),
