@@ -101,6 +101,12 @@ impl Silence {
         (waited && rested).then_some(oldest)
     }
 
+    /// Whether the silence under way was told to the user (until the server answers again):
+    /// another part of the load that finds its own question unanswered need not say it too.
+    pub fn told(&self) -> bool {
+        self.clock.reported
+    }
+
     /// A look's outcome, the oldest wait having begun at `oldest`.
     pub fn looked(&mut self, answered: bool, oldest: Instant, now: Instant) -> Option<Said> {
         self.last_look = Some(now);
@@ -158,6 +164,11 @@ impl Waits {
     pub fn waiting(&self) -> Waiting<'_> {
         let id = self.clock().begin(Instant::now());
         Waiting { waits: self, id }
+    }
+
+    /// Whether the silence under way was told to the user ([`Silence::told`]).
+    pub fn silence_told(&self) -> bool {
+        self.clock().told()
     }
 
     /// A look's outcome at `now`: the user told, the waits given up.
@@ -299,9 +310,11 @@ mod tests {
         let t0 = Instant::now();
         let mut s = silence(Some(60), t0);
         assert_eq!(s.looked(false, t0, at(t0, 5)), None);
+        assert!(!s.told());
         let Some(Said::Report(r)) = s.looked(false, t0, at(t0, 11)) else {
             panic!("no report after 11 s");
         };
+        assert!(s.told());
         assert!(
             r.contains("after 60 s sluice gives its connections up"),
             "{r}"
@@ -317,6 +330,7 @@ mod tests {
             Some(Said::GiveUp(None))
         );
         assert_eq!(s.looked(true, at(t0, 69), at(t0, 80)), None);
+        assert!(!s.told(), "an answer ends the silence told");
         assert_eq!(s.looked(false, at(t0, 80), at(t0, 85)), None);
         assert!(matches!(
             s.looked(false, at(t0, 81), at(t0, 141)),

@@ -1143,11 +1143,13 @@ impl Destination for PgDestination {
                     },
                     None => connect(&self.info).await?,
                 };
+                let silence = self.silence.clone();
                 Ok::<_, ConnectError>(Watchdog::start(
                     client,
                     &self.info,
                     streams,
                     self.warn.clone(),
+                    Arc::new(move || silence.told()),
                 ))
             })
             .map_err(|e| DestinationError::new(ErrorKind::Connection, e.to_string()))?;

@@ -131,6 +131,11 @@ impl Silence {
     pub fn waiting(&self) -> Waiting<'_> {
         self.waits.waiting()
     }
+
+    /// Whether the silence under way was told to the user.
+    pub fn told(&self) -> bool {
+        self.waits.silence_told()
+    }
 }
 
 /// Whether the server answers a look `within`: its first byte on a new connection, the answer

@@ -83,12 +83,14 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 impl Watchdog {
     /// Starts sampling on the side connection `client` (on the runtime it is called in), for
     /// `streams` streams. `warn` receives the warnings about waits on sessions outside the
-    /// load.
+    /// load; `told_silent` says whether the load already told that the server answers nothing
+    /// (its unanswered sample is then not told again).
     pub fn start(
         client: Client,
         info: &ConnInfo,
         streams: usize,
         warn: Arc<dyn Fn(String) + Send + Sync>,
+        told_silent: Arc<dyn Fn() -> bool + Send + Sync>,
     ) -> Watchdog {
         let state = Arc::new(Mutex::new(State {
             pids: vec![None; streams],
@@ -101,7 +103,7 @@ impl Watchdog {
             client,
             state.clone(),
             stop.clone(),
-            warn,
+            Speech { warn, told_silent },
         ));
         Watchdog { state, stop, task }
     }
@@ -251,20 +253,24 @@ async fn sample(
 }
 
 /// One sample, with a warning (once) when the server leaves it unanswered for
-/// [`UNANSWERED_REPORT`]; it is still waited for after that.
+/// [`UNANSWERED_REPORT`], unless the load told already that the server answers nothing at all;
+/// it is still waited for after that.
 async fn sample_reporting(
     client: &Client,
     asked: &mut Option<Statement>,
     pids: &[i32],
     state: &Mutex<State>,
-    warn: &(dyn Fn(String) + Send + Sync),
+    speech: &Speech,
 ) -> Result<Vec<Waiting>, tokio_postgres::Error> {
     let asking = sample(client, asked, pids, state);
     tokio::pin!(asking);
     if let Ok(r) = tokio::time::timeout(UNANSWERED_REPORT, &mut asking).await {
         return r;
     }
-    warn(format!(
+    if (speech.told_silent)() {
+        return asking.await;
+    }
+    (speech.warn)(format!(
         "the server has not answered the watchdog's query for {} s: it may be frozen or \
          overloaded; sluice keeps waiting while the server answers new connections (and, unless \
          tcp_user_timeout=0, gives it up once it has answered nothing for that long)",
@@ -306,13 +312,20 @@ fn sighted(before: &[((i32, i32), u32)], pair: (i32, i32)) -> ((i32, i32), u32) 
     (pair, n + 1)
 }
 
+/// Where the watchdog's words go, and whether the server's silence was told already.
+struct Speech {
+    warn: Arc<dyn Fn(String) + Send + Sync>,
+    told_silent: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
 async fn watch(
     info: ConnInfo,
     mut client: Client,
     state: Arc<Mutex<State>>,
     stop: Arc<Notify>,
-    warn: Arc<dyn Fn(String) + Send + Sync>,
+    speech: Speech,
 ) {
+    let warn = speech.warn.clone();
     // Consecutive sightings of each (waiter, blocker) pair of our own streams.
     let mut seen: Vec<((i32, i32), u32)> = Vec::new();
     let mut external_since: Vec<(i32, Instant, bool)> = Vec::new();
@@ -330,7 +343,7 @@ async fn watch(
         if pids.is_empty() {
             continue;
         }
-        let sampled = sample_reporting(&client, &mut asked, &pids, &state, &*warn).await;
+        let sampled = sample_reporting(&client, &mut asked, &pids, &state, &speech).await;
         let waiting = match sampled {
             Ok(w) => w,
             Err(_) if client.is_closed() => {
