@@ -5,8 +5,9 @@
 //! `tcp_user_timeout`, sluice gives its connections up. Stopped during the COPYs, the load
 //! fails (exit 5) with nothing committed; stopped during the commit, it fails with its streams
 //! prepared; either way the same command completes the job once the server is back, every row
-//! once. A server back within the retries is ridden out. And a server that is slow but answers
-//! (a statement that takes longer than the bound) is never given up.
+//! once. A server back within the retries is ridden out, and one silent for longer than the
+//! watchdog's patience is told of once. And a server that is slow but answers (a statement
+//! that takes longer than the bound) is never given up.
 //!
 //! A binary of its own: it stops its server, which would hold up any other test sharing it
 //! (and its tests take turns).
@@ -182,4 +183,30 @@ fn a_server_that_is_slow_but_answers_is_waited_for() {
     );
     assert!(!err.contains("answered nothing"), "{err}");
     assert_eq!(d.count("t"), 1000);
+}
+
+/// A silence longer than the watchdog's own patience (30 s), under a bound longer still: the
+/// load says once that the server answers nothing (the watchdog, whose question goes
+/// unanswered too, does not say it again), and goes on once the server is back.
+#[test]
+fn a_long_silence_is_told_once() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let d = db("silent_told_once");
+    d.psql("CREATE TABLE t (id int, v text)");
+    let f = big_file(&d);
+    let target = format!("{}&tcp_user_timeout=90000", d.url);
+    let child = load_two_streams(&target, &f, "1").spawn().unwrap();
+    wait_until("a COPY under way", 120, || copying(&d));
+    let stopped = stop_the_server();
+    std::thread::sleep(Duration::from_secs(36));
+    drop(stopped);
+    let out = finish(child, 240);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    common::assert_has(&err, &["the server has answered nothing for"]);
+    assert!(
+        !err.contains("watchdog's query"),
+        "the silence was told twice: {err}"
+    );
+    assert_eq!(d.count("t"), ROWS);
 }
