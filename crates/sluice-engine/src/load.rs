@@ -158,6 +158,17 @@ enum EarlyLedger {
     Later,
 }
 
+impl EarlyLedger {
+    /// A held ledger's transaction ended: committed (`keep`) or rolled back, and how that went;
+    /// any other as it was.
+    fn settled<D: Ledger>(self, dest: &D, keep: bool) -> EarlyLedger {
+        match self {
+            EarlyLedger::Held => EarlyLedger::Opened(dest.settle_ledger(keep)),
+            other => other,
+        }
+    }
+}
+
 /// The `--columns` list, and each table the inputs name as the destination described it.
 type Ready = (Option<Vec<String>>, Vec<(String, TableInfo)>);
 
@@ -216,17 +227,12 @@ impl Load<'_> {
             Ok(plan) => plan,
             Err(f) => {
                 // What the ledger's open made stays unmade: the fixed command makes it.
-                if matches!(ledger, EarlyLedger::Held) {
-                    let _ = dest.settle_ledger(false);
-                }
+                let _ = ledger.settled(&*dest, false);
                 return Err(f);
             }
         };
         // Settled before anything else asks the server (the streams' connections open next).
-        let ledger = match ledger {
-            EarlyLedger::Held => EarlyLedger::Opened(dest.settle_ledger(true)),
-            other => other,
-        };
+        let ledger = ledger.settled(&*dest, true);
         self.open_ahead(&*dest, stager, &plan);
         // The ledger: resume an unfinished job, leave out what a finished one loaded.
         let replan = |size: u64| {
@@ -237,7 +243,7 @@ impl Load<'_> {
         let crew = spec.crew.as_ref().filter(|_| !spec.dry_run);
         let keeps = match ledger {
             EarlyLedger::NotKept => false,
-            // (Settled once the plan held, above.)
+            // Settled once the plan held, above; were it not, here.
             EarlyLedger::Held => self.ledger_opened(dest.settle_ledger(true))?,
             EarlyLedger::Opened(opened) => self.ledger_opened(opened)?,
             EarlyLedger::Later => self.ledger_opened(dest.open_ledger())?,
@@ -293,11 +299,8 @@ impl Load<'_> {
                 (true, true) => hold_ledger(&*dest),
             };
             if let Some(check) = check {
-                let checked = self.wait_for_check(&*dest, check, &mut ledger);
-                if let Err(f) = checked {
-                    if matches!(ledger, EarlyLedger::Held) {
-                        let _ = dest.settle_ledger(false);
-                    }
+                if let Err(f) = self.wait_for_check(&*dest, check, &mut ledger) {
+                    let _ = ledger.settled(&*dest, false);
                     return Err(f);
                 }
             }

@@ -325,7 +325,6 @@ async fn watch(
     stop: Arc<Notify>,
     speech: Speech,
 ) {
-    let warn = speech.warn.clone();
     // Consecutive sightings of each (waiter, blocker) pair of our own streams.
     let mut seen: Vec<((i32, i32), u32)> = Vec::new();
     let mut external_since: Vec<(i32, Instant, bool)> = Vec::new();
@@ -426,7 +425,7 @@ async fn watch(
                 None => false,
             };
             let stream = lock(&state).pids.iter().position(|p| *p == Some(waiter));
-            warn(format!(
+            (speech.warn)(format!(
                 "stream {} waits on {who}, this load's own connection from before a reconnect, \
                  which the server still runs though sluice lost it: its transaction can never \
                  commit{}",
@@ -471,7 +470,7 @@ async fn watch(
                     *reported = true;
                     let who = describe_session(&client, ext).await;
                     let stream = lock(&state).pids.iter().position(|p| *p == Some(pid));
-                    warn(format!(
+                    (speech.warn)(format!(
                         "stream {} has waited {} s for a lock held by {who}, a session outside \
                          this load; sluice keeps waiting (end that session, or stop sluice: \
                          nothing is committed)",

@@ -55,6 +55,23 @@ fn copying(d: &Db) -> bool {
         != "0"
 }
 
+/// A million rows loaded into `d`'s table `t` through a server stopped for `secs` seconds in
+/// the middle of the COPYs, under a bound of `bound_ms` and `retries`: the load succeeds, and
+/// what it said is returned.
+fn loaded_through_a_stop(d: &Db, bound_ms: u32, retries: &str, secs: u64) -> String {
+    let f = big_file(d);
+    let target = format!("{}&tcp_user_timeout={bound_ms}", d.url);
+    let child = load_two_streams(&target, &f, retries).spawn().unwrap();
+    wait_until("a COPY under way", 120, || copying(d));
+    let stopped = stop_the_server();
+    std::thread::sleep(Duration::from_secs(secs));
+    drop(stopped);
+    let out = finish(child, 240);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    err
+}
+
 /// The same command, once the server is back: every row, once.
 fn rerun_loads_every_row_once(d: &Db, target: &str, f: &Path) {
     let again = finish(load_two_streams(target, f, "1").spawn().unwrap(), 120);
@@ -139,18 +156,9 @@ fn a_server_silent_for_a_while_is_ridden_out_by_the_retries() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let d = db("silent_while");
     d.psql("CREATE TABLE t (id int PRIMARY KEY, v text)");
-    let f = big_file(&d);
-    let target = format!("{}&tcp_user_timeout=5000", d.url);
-    let child = load_two_streams(&target, &f, "5").spawn().unwrap();
-    wait_until("a COPY under way", 120, || copying(&d));
-    let stopped = stop_the_server();
     // Past the bound and two looks cut short (the first 5 s into the wait, the next 5 s after
     // it failed, each failing after 5 s), so that the streams are given up.
-    std::thread::sleep(Duration::from_secs(25));
-    drop(stopped);
-    let out = finish(child, 240);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
+    let err = loaded_through_a_stop(&d, 5000, "5", 25);
     // Given up by the silence's bound or by the kernel's (`tcp_user_timeout` also ends a
     // connection whose data waits unacknowledged behind a closed window): whichever comes
     // first, a lost connection.
@@ -193,16 +201,7 @@ fn a_long_silence_is_told_once() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let d = db("silent_told_once");
     d.psql("CREATE TABLE t (id int, v text)");
-    let f = big_file(&d);
-    let target = format!("{}&tcp_user_timeout=90000", d.url);
-    let child = load_two_streams(&target, &f, "1").spawn().unwrap();
-    wait_until("a COPY under way", 120, || copying(&d));
-    let stopped = stop_the_server();
-    std::thread::sleep(Duration::from_secs(36));
-    drop(stopped);
-    let out = finish(child, 240);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
+    let err = loaded_through_a_stop(&d, 90_000, "1", 36);
     common::assert_has(&err, &["the server has answered nothing for"]);
     assert!(
         !err.contains("watchdog's query"),
